@@ -1,0 +1,1 @@
+"""Connectors: Postgres, Spark and files."""

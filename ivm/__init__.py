@@ -1,0 +1,30 @@
+"""ivm: incremental view maintenance on differential dataflow with shared arrangements.
+
+The engine (this package) is usable from Python without SQL: build dataflows over inputs, step them, and
+read exact output diffs at every logical time.
+"""
+
+from ivm.batch import Batch
+from ivm.dataflow import Arranged, Capture, Collection, Dataflow, Engine, Input, Loop, Probe
+from ivm.lattice import Antichain
+from ivm.operators.iterate import IterationLimitError
+from ivm.operators.reducers import Aggregate, Groups, Threshold, TopK, distinct
+
+__all__ = [
+    "Engine",
+    "Dataflow",
+    "Collection",
+    "Arranged",
+    "Input",
+    "Loop",
+    "Capture",
+    "Probe",
+    "Batch",
+    "Antichain",
+    "Aggregate",
+    "Groups",
+    "Threshold",
+    "TopK",
+    "distinct",
+    "IterationLimitError",
+]

@@ -1,0 +1,275 @@
+"""Batches of updates: columnar rows with a time and a signed multiplicity change (diff) each.
+
+A ``Batch`` holds equal-length column arrays (numpy), one optional validity mask per column (``None`` when the
+column has no NULL; ``False`` marks a NULL), a ``times`` array of shape ``(n, d)`` and a ``diffs`` array. Values
+under a NULL are kept at zero, so equality, hashing and sorting of rows never look at garbage.
+
+Consolidation sorts updates by (row, time) and sums the diffs of equal runs, dropping the ones that sum to zero.
+Keys of arrangements are reduced to an int64 ``key hash`` for sorting and seeking; exact equality of the key
+columns is always checked where hashes match, so correctness never depends on the absence of collisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ivm import stats
+
+__all__ = [
+    "Batch",
+    "consolidate",
+    "key_hash",
+    "rows_equal",
+    "group_starts",
+    "lexsort",
+]
+
+Mask = np.ndarray | None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Batch:
+    """Columnar updates ``(row, time, diff)``; ``columns[i]`` with validity ``valid[i]``."""
+
+    columns: tuple[np.ndarray, ...]
+    valid: tuple[Mask, ...]
+    times: np.ndarray
+    diffs: np.ndarray
+
+    def __len__(self) -> int:
+        return self.diffs.shape[0]
+
+    @property
+    def arity(self) -> int:
+        return len(self.columns)
+
+    @property
+    def dim(self) -> int:
+        return self.times.shape[1]
+
+    @staticmethod
+    def empty(dtypes: Sequence[np.dtype], dim: int = 1) -> Batch:
+        return Batch(
+            tuple(np.zeros(0, dtype=t) for t in dtypes),
+            tuple(None for _ in dtypes),
+            np.zeros((0, dim), dtype=np.int64),
+            np.zeros(0, dtype=np.int64),
+        )
+
+    @staticmethod
+    def build(
+        columns: Sequence[np.ndarray],
+        valid: Sequence[Mask] | None,
+        times: np.ndarray,
+        diffs: np.ndarray,
+    ) -> Batch:
+        """A batch with NULL slots zeroed and all-valid masks dropped."""
+        valid = list(valid) if valid is not None else [None] * len(columns)
+        cols = []
+        masks: list[Mask] = []
+        for col, mask in zip(columns, valid, strict=True):
+            col = np.asarray(col)
+            if mask is not None:
+                mask = np.asarray(mask, dtype=bool)
+                if mask.all():
+                    mask = None
+                else:
+                    col = np.where(mask, col, np.zeros(1, dtype=col.dtype))
+            cols.append(col)
+            masks.append(mask)
+        times = np.asarray(times, dtype=np.int64)
+        if times.ndim == 1:
+            times = times.reshape(-1, 1)
+        return Batch(tuple(cols), tuple(masks), times, np.asarray(diffs, dtype=np.int64))
+
+    @property
+    def dtypes(self) -> tuple[np.dtype, ...]:
+        return tuple(c.dtype for c in self.columns)
+
+    def take(self, index: np.ndarray) -> Batch:
+        """Rows at ``index`` (an integer array or a boolean mask)."""
+        return Batch(
+            tuple(c[index] for c in self.columns),
+            tuple(None if m is None else m[index] for m in self.valid),
+            self.times[index],
+            self.diffs[index],
+        )
+
+    def select(self, positions: Sequence[int]) -> tuple[tuple[np.ndarray, ...], tuple[Mask, ...]]:
+        """The columns at ``positions`` with their masks."""
+        return tuple(self.columns[p] for p in positions), tuple(self.valid[p] for p in positions)
+
+    def with_times(self, times: np.ndarray) -> Batch:
+        return Batch(self.columns, self.valid, times, self.diffs)
+
+    def with_diffs(self, diffs: np.ndarray) -> Batch:
+        return Batch(self.columns, self.valid, self.times, diffs)
+
+    def negate(self) -> Batch:
+        return Batch(self.columns, self.valid, self.times, -self.diffs)
+
+    @staticmethod
+    def concat(batches: Sequence[Batch]) -> Batch:
+        """All updates of ``batches`` (same arity and time dimension) in one batch."""
+        batches = [b for b in batches if len(b)] or list(batches[:1])
+        if len(batches) == 1:
+            return batches[0]
+        arity = batches[0].arity
+        cols = tuple(np.concatenate([b.columns[i] for b in batches]) for i in range(arity))
+        masks: list[Mask] = []
+        for i in range(arity):
+            if all(b.valid[i] is None for b in batches):
+                masks.append(None)
+            else:
+                masks.append(
+                    np.concatenate(
+                        [np.ones(len(b), dtype=bool) if b.valid[i] is None else b.valid[i] for b in batches]
+                    )
+                )
+        return Batch(
+            cols,
+            tuple(masks),
+            np.concatenate([b.times for b in batches]),
+            np.concatenate([b.diffs for b in batches]),
+        )
+
+    def to_rows(self) -> list[tuple]:
+        """Rows as Python tuples ``(*values, time, diff)`` with ``None`` for NULL; for tests and display."""
+        n = len(self)
+        cols = [
+            [None if (m is not None and not m[i]) else c[i].item() for i in range(n)]
+            for c, m in zip(self.columns, self.valid, strict=True)
+        ]
+        times = [tuple(int(x) for x in t) for t in self.times]
+        times = [t[0] if len(t) == 1 else t for t in times]
+        return [(*(c[i] for c in cols), times[i], int(self.diffs[i])) for i in range(n)]  # display only
+
+
+def _bits(col: np.ndarray) -> np.ndarray:
+    """Column values as int64 bit patterns that are equal iff the values are equal."""
+    if col.dtype.kind == "f":
+        c = col.astype(np.float64) + 0.0  # -0.0 -> 0.0
+        c = np.where(np.isnan(c), np.nan, c)
+        return c.view(np.int64)
+    if col.dtype == np.int64:
+        return col
+    return col.astype(np.int64)
+
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer on uint64 arrays."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _M1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+def key_hash(columns: Sequence[np.ndarray], valid: Sequence[Mask], n: int | None = None) -> np.ndarray:
+    """An int64 per row summarizing the key columns; equal keys give equal hashes.
+
+    A single integer column is its own hash (order-preserving, and cheap); other keys are mixed with
+    splitmix64. An empty key hashes every row to 0.
+    """
+    if not columns:
+        return np.zeros(n or 0, dtype=np.int64)
+    if len(columns) == 1 and columns[0].dtype.kind in "iub" and valid[0] is None:
+        c = columns[0]
+        return c if c.dtype == np.int64 else c.astype(np.int64)
+    with np.errstate(over="ignore"):
+        h = np.full(len(columns[0]), _GOLD, dtype=np.uint64)
+        for i, (col, mask) in enumerate(zip(columns, valid, strict=True)):
+            v = _bits(col).view(np.uint64) + np.uint64(i + 1) * _GOLD
+            if mask is not None:
+                v = v ^ (~mask).astype(np.uint64) * _M2
+            h = _mix(h ^ _mix(v))
+    return h.view(np.int64)
+
+
+def rows_equal(
+    a_cols: Sequence[np.ndarray],
+    a_valid: Sequence[Mask],
+    b_cols: Sequence[np.ndarray],
+    b_valid: Sequence[Mask],
+) -> np.ndarray:
+    """Element-wise exact equality of two equally long row sets; NULL equals NULL here."""
+    n = len(a_cols[0]) if a_cols else 0
+    eq = np.ones(n, dtype=bool)
+    for ca, ma, cb, mb in zip(a_cols, a_valid, b_cols, b_valid, strict=True):
+        if ca.dtype.kind == "f" or cb.dtype.kind == "f":
+            e = (ca == cb) | (np.isnan(ca) & np.isnan(cb))
+        else:
+            e = ca == cb
+        if ma is not None or mb is not None:
+            va = np.ones(n, dtype=bool) if ma is None else ma
+            vb = np.ones(n, dtype=bool) if mb is None else mb
+            e = (e & va & vb) | (~va & ~vb)
+        eq &= e
+    return eq
+
+
+def lexsort(keys: Sequence[np.ndarray]) -> np.ndarray:
+    """Permutation sorting by ``keys[0]``, then ``keys[1]``, ... (most significant first), stably."""
+    keys = [k for k in keys if k is not None]
+    if not keys:
+        return np.zeros(0, dtype=np.int64)
+    if len(keys) == 1:
+        return np.argsort(keys[0], kind="stable")
+    return np.lexsort(tuple(reversed(keys)))
+
+
+def sort_keys(
+    columns: Sequence[np.ndarray], valid: Sequence[Mask], times: np.ndarray | None
+) -> list[np.ndarray]:
+    """Sort keys that group exactly equal rows (and then times) together."""
+    keys: list[np.ndarray] = []
+    for col, mask in zip(columns, valid, strict=True):
+        if mask is not None:
+            keys.append(mask)
+        keys.append(_bits(col) if col.dtype.kind == "f" else col)
+    if times is not None and times.shape[0] and not (times == times[0]).all():
+        keys.extend(times[:, i] for i in range(times.shape[1]))
+    return keys
+
+
+def group_starts(keys: Sequence[np.ndarray], n: int) -> np.ndarray:
+    """Boolean array: True where a row of sorted ``keys`` differs from its predecessor (True at 0)."""
+    starts = np.zeros(n, dtype=bool)
+    if n:
+        starts[0] = True
+        for k in keys:
+            if k.ndim == 2:
+                starts[1:] |= (k[1:] != k[:-1]).any(axis=1)
+            else:
+                starts[1:] |= k[1:] != k[:-1]
+    return starts
+
+
+def consolidate(batch: Batch, lead: Sequence[np.ndarray] = ()) -> tuple[Batch, np.ndarray]:
+    """Sort by (``lead`` arrays, row, time), sum diffs of equal (row, time) runs and drop zero sums.
+
+    Returns the consolidated batch and the permutation-gathered ``lead`` columns' row selection (indices into
+    the input of the first update of each surviving run), so callers can carry per-row data such as key hashes.
+    """
+    n = len(batch)
+    stats.rows_sorted += n
+    if n == 0:
+        return batch, np.zeros(0, dtype=np.int64)
+    keys = list(lead) + sort_keys(batch.columns, batch.valid, batch.times)
+    order = lexsort(keys)
+    sorted_keys = [k[order] for k in keys]
+    starts = group_starts(sorted_keys, n)
+    idx = np.flatnonzero(starts)
+    sums = np.add.reduceat(batch.diffs[order], idx) if n else batch.diffs
+    keep = sums != 0
+    first = order[idx[keep]]
+    out = batch.take(first).with_diffs(sums[keep])
+    return out, first

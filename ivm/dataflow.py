@@ -1,0 +1,637 @@
+"""Engines, dataflows, collections and inputs: the engine's public Python surface.
+
+An ``Engine`` holds dataflows that may share arrangements. A ``Dataflow`` is built from ``Input``s by calling
+operators on ``Collection``s (which stand for collections changing over time) and ``Arranged`` collections
+(indexed by key, with a shared trace). ``Dataflow.step`` (or ``Engine.step``) retires every logical time below
+the inputs' frontiers in one physical step; outputs are exact at each of those times.
+
+>>> import numpy as np, ivm
+>>> engine = ivm.Engine()
+>>> df = engine.dataflow()
+>>> words = df.input([np.int64])
+>>> counts = words.count([0]).as_collection().capture()
+>>> words.insert([(1,), (1,), (2,)], time=0)
+>>> words.advance_to(1)
+>>> engine.step()
+>>> sorted(counts.rows_at(0).items())
+[((1, 2), 1), ((2, 1), 1)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+from ivm.batch import Batch, Mask
+from ivm.lattice import Antichain
+from ivm.operators.arrange import ArrangeOp, ImportOp, lift_times
+from ivm.operators.basic import (
+    CaptureOp,
+    ConcatOp,
+    FilterOp,
+    MapFn,
+    MapOp,
+    NegateOp,
+    PredicateFn,
+    ProjectOp,
+)
+from ivm.operators.iterate import EnterOp, LeaveOp, LoopOp, VariableOp
+from ivm.operators.join import JoinOp
+from ivm.operators.reduce import ReduceOp
+from ivm.operators.reducers import Aggregate, Reducer, Threshold, TopK, distinct
+from ivm.scope import Operator, Point, Scope
+from ivm.trace import Spine, TraceBatch, TraceHandle
+
+__all__ = ["Engine", "Dataflow", "Collection", "Arranged", "Input", "Loop", "Capture", "Probe"]
+
+
+class Engine:
+    """Dataflows that run together and may read each other's arrangements."""
+
+    def __init__(self) -> None:
+        self.dataflows: list[Dataflow] = []
+
+    def dataflow(self, name: str = "") -> Dataflow:
+        df = Dataflow(self, name or f"dataflow{len(self.dataflows)}")
+        self.dataflows.append(df)
+        return df
+
+    def step(self) -> None:
+        """Run every dataflow up to its inputs' frontiers, sources before the dataflows importing them."""
+        for df in list(self.dataflows):
+            df.step()
+
+    def traces(self) -> list[Spine]:
+        """Every live trace held by some dataflow, each once."""
+        seen: dict[int, Spine] = {}
+        for df in self.dataflows:
+            for h in df.handles:
+                if not h.released:
+                    seen[id(h.trace)] = h.trace
+        return list(seen.values())
+
+    def stored_updates(self) -> int:
+        """Updates stored in all live traces, shared traces counted once."""
+        return sum(len(t) for t in self.traces())
+
+
+class Dataflow:
+    """A graph of operators over inputs; ``frontier`` is the least epoch not yet retired."""
+
+    def __init__(self, engine: Engine, name: str) -> None:
+        self.engine = engine
+        self.name = name
+        self.frontier = 0
+        self.handles: list[TraceHandle] = []
+        self.inputs: list[Input] = []
+        self.imports: list[tuple[ImportOp, Dataflow]] = []
+        self.variables: list[Variable] = []
+        self.scope = Scope(self, 1)
+        self.dropped = False
+
+    # -- building -------------------------------------------------------------------------------
+    def input(self, dtypes: Sequence, name: str = "") -> Input:
+        """A new input collection with columns of the given numpy dtypes."""
+        inp = Input(self, [np.dtype(t) for t in dtypes], name)
+        self.inputs.append(inp)
+        return inp
+
+    def import_arranged(self, arranged: Arranged) -> Arranged:
+        """Use another dataflow's arrangement here without copying or re-sorting it."""
+        if not isinstance(arranged.op, ArrangeOp) or arranged.scope.dim != 1:
+            raise ValueError("only top-level arrangements can be imported")
+        source_df = arranged.scope.dataflow
+        if source_df is self:
+            return arranged
+        if source_df.dropped or arranged.trace.freed:
+            raise ValueError("the arrangement's dataflow has been dropped")
+        op = ImportOp(self.scope, arranged.op)
+        self.imports.append((op, source_df))
+        self.frontier = max(self.frontier, source_df.frontier)
+        return Arranged(self.scope, op, arranged.trace, arranged.dtypes)
+
+    def loop(self, limit: int | None = None, on_limit: str = "error") -> Loop:
+        """A loop scope for iterative computations (``with df.loop() as loop: ...``).
+
+        With ``limit``, a variable fed beyond that iteration raises ``IterationLimitError``, or with
+        ``on_limit="return"`` the loop stops there and leaves the state it reached.
+        """
+        return Loop(self.scope, limit, on_limit)
+
+    def frontier_in(self, dim: int) -> Antichain:
+        t = np.zeros((1, dim), dtype=np.int64)
+        t[0, 0] = self.frontier
+        return Antichain(t)
+
+    # -- running --------------------------------------------------------------------------------
+    def step(self) -> None:
+        """Retire every epoch below the least input frontier, all in one physical step."""
+        if self.dropped:
+            return
+        for v in self.variables:
+            if not v.is_set:
+                raise RuntimeError("a loop variable was never set")
+        bounds = [inp.frontier for inp in self.inputs] + [df.frontier for _, df in self.imports]
+        target = min(bounds) if bounds else self.frontier
+        for inp in self.inputs:
+            inp._release(target)
+        self.scope.run_point(())
+        if target > self.frontier:
+            self.frontier = target
+        for h in self.handles:
+            if not h.released:
+                h.advance(self.frontier_in(h.trace.dim))
+
+    def drop(self) -> None:
+        """Remove the dataflow, releasing its trace handles (traces go with their last reader)."""
+        for op in self.scope.operators:
+            _release_all(op)
+        for h in self.handles:
+            h.release()
+        self.dropped = True
+        if self in self.engine.dataflows:
+            self.engine.dataflows.remove(self)
+
+
+def _release_all(op: Operator) -> None:
+    op.release()
+    if isinstance(op, LoopOp):
+        for inner in op.inner.operators:
+            _release_all(inner)
+
+
+class Collection:
+    """A collection changing over time, produced by an operator of some scope."""
+
+    def __init__(self, scope: Scope, op: Operator, dtypes: Sequence[np.dtype]) -> None:
+        self.scope = scope
+        self.op = op
+        self.dtypes = tuple(np.dtype(t) for t in dtypes)
+        self._arranged: dict[tuple[int, ...], Arranged] = {}
+
+    @property
+    def arity(self) -> int:
+        return len(self.dtypes)
+
+    def _same_scope(self, *others: Collection) -> None:
+        for o in others:
+            if o.scope is not self.scope:
+                raise ValueError("collections are in different scopes; enter them into the loop first")
+
+    # -- stateless --------------------------------------------------------------------------------
+    def map(self, fn: MapFn, dtypes: Sequence | None = None) -> Collection:
+        """New rows ``fn(columns, validity) -> (columns, validity)``, applied to whole arrays."""
+        if dtypes is None:
+            cols, _ = fn(tuple(np.zeros(0, dtype=t) for t in self.dtypes), tuple(None for _ in self.dtypes))
+            dtypes = [np.asarray(c).dtype for c in cols]
+        return Collection(self.scope, MapOp(self.scope, self.op, fn), dtypes)
+
+    def filter(self, pred: PredicateFn) -> Collection:
+        """Rows for which ``pred(columns, validity)`` is True."""
+        return Collection(self.scope, FilterOp(self.scope, self.op, pred), self.dtypes)
+
+    def project(self, positions: Sequence[int]) -> Collection:
+        """The columns at ``positions``."""
+        return Collection(
+            self.scope,
+            ProjectOp(self.scope, self.op, positions),
+            [self.dtypes[p] for p in positions],
+        )
+
+    def concat(self, *others: Collection) -> Collection:
+        """The sum of this and other collections with the same columns."""
+        self._same_scope(*others)
+        for o in others:
+            if o.dtypes != self.dtypes:
+                raise ValueError(f"concat of different column types: {self.dtypes} and {o.dtypes}")
+        op = ConcatOp(self.scope, [self.op] + [o.op for o in others])
+        return Collection(self.scope, op, self.dtypes)
+
+    def negate(self) -> Collection:
+        return Collection(self.scope, NegateOp(self.scope, self.op), self.dtypes)
+
+    # -- arranged ---------------------------------------------------------------------------------
+    def arrange(self, key: Sequence[int]) -> Arranged:
+        """This collection indexed by the columns ``key``: key columns first, then the others in order.
+
+        Arranging the same collection by the same key again returns the same arrangement.
+        """
+        key = tuple(key)
+        if key in self._arranged:
+            return self._arranged[key]
+        rest = [i for i in range(self.arity) if i not in key]
+        src = self if list(key) + rest == list(range(self.arity)) else self.project(list(key) + rest)
+        op = ArrangeOp(self.scope, src.op, len(key), src.dtypes)
+        arr = Arranged(self.scope, op, op.trace, src.dtypes)
+        self._arranged[key] = arr
+        return arr
+
+    def join(
+        self,
+        other: Collection,
+        key: Sequence[int],
+        other_key: Sequence[int],
+        positions: Sequence[int] | None = None,
+    ) -> Collection:
+        """Inner join on ``key = other_key`` (NULL keys never match). Output columns: the key, this
+        collection's other columns, the other collection's other columns (or ``positions`` of those)."""
+        return self.arrange(key).join(other.arrange(other_key), positions)
+
+    def semijoin(self, keys: Collection, key: Sequence[int]) -> Collection:
+        """Rows whose ``key`` columns appear in ``keys`` (a collection of distinct keys), original order."""
+        arr = self.arrange(key)
+        out = arr.join(keys.arrange(range(keys.arity)))
+        return out.project(_inverse_layout(key, self.arity))
+
+    def antijoin(self, keys: Collection, key: Sequence[int]) -> Collection:
+        """Rows whose ``key`` columns do not appear in ``keys`` (a collection of distinct keys)."""
+        return self.concat(self.semijoin(keys, key).negate())
+
+    def outer_join(
+        self, other: Collection, key: Sequence[int], other_key: Sequence[int], kind: str
+    ) -> Collection:
+        """``left``, ``right`` or ``full`` outer join: the inner join plus unmatched rows padded with NULLs.
+
+        Output columns: this collection's columns, then the other's (keys included on both sides).
+        """
+        if kind not in ("left", "right", "full"):
+            raise ValueError(f"unknown outer join kind {kind!r}")
+        nl, nr = self.arity, other.arity
+        k = len(key)
+        inner = self.join(other, key, other_key)
+        # inner rows are (key, left rest, right rest): restore both sides' own column orders
+        lrest = [i for i in range(nl) if i not in key]
+        rrest = [i for i in range(nr) if i not in other_key]
+        lpos = [0] * nl
+        for j, c in enumerate(key):
+            lpos[c] = j
+        for j, c in enumerate(lrest):
+            lpos[c] = k + j
+        rpos = [0] * nr
+        for j, c in enumerate(other_key):
+            rpos[c] = j
+        for j, c in enumerate(rrest):
+            rpos[c] = k + len(lrest) + j
+        parts = [inner.project(lpos + rpos)]
+        if kind in ("left", "full"):
+            rkeys = other.project(list(other_key)).distinct()
+            missing = self.antijoin(rkeys, key)
+            parts.append(missing.map(_pad_nulls(other.dtypes, after=True)))
+        if kind in ("right", "full"):
+            lkeys = self.project(list(key)).distinct()
+            missing = other.antijoin(lkeys, other_key)
+            parts.append(missing.map(_pad_nulls(self.dtypes, after=False)))
+        return parts[0].concat(*parts[1:])
+
+    def reduce(self, key: Sequence[int], reducer: Reducer) -> Arranged:
+        """Per distinct ``key``, the reducer's rows over the other columns; arranged by the key."""
+        return self.arrange(key).reduce(reducer)
+
+    def distinct(self) -> Collection:
+        """Each row present with positive multiplicity, once."""
+        return self.reduce(range(self.arity), distinct()).as_collection()
+
+    def threshold(self, fn: Callable[[np.ndarray], np.ndarray]) -> Collection:
+        """Each row with multiplicity ``fn(its multiplicity)`` (vectorized)."""
+        return self.reduce(range(self.arity), Threshold(fn)).as_collection()
+
+    def count(self, key: Sequence[int]) -> Arranged:
+        """``(key..., number of rows)`` per distinct key."""
+        return self.reduce(key, Aggregate([("count", None)]))
+
+    def aggregate(self, key: Sequence[int], specs: Sequence[tuple[str, int | None]]) -> Arranged:
+        """``(key..., aggregates...)``; positions in ``specs`` count the non-key columns in order."""
+        return self.reduce(key, Aggregate(specs))
+
+    def top_k(
+        self,
+        key: Sequence[int],
+        order: Sequence[tuple[int, bool]],
+        limit: int | None,
+        offset: int = 0,
+    ) -> Arranged:
+        """Per key, the rows ranked ``[offset, offset+limit)`` by ``order`` over the non-key columns."""
+        return self.reduce(key, TopK(order, limit, offset))
+
+    # -- observing --------------------------------------------------------------------------------
+    def capture(self) -> Capture:
+        """Record this collection's updates for inspection."""
+        return Capture(CaptureOp(self.scope, self.op), self.scope.dataflow, self.dtypes)
+
+    def probe(self) -> Probe:
+        return Probe(self.scope.dataflow)
+
+
+class Arranged:
+    """A collection indexed by its first ``nkey`` columns: a stream of sorted batches and a shared trace."""
+
+    def __init__(self, scope: Scope, op: Operator, trace: Spine, dtypes: Sequence) -> None:
+        self.scope = scope
+        self.op = op
+        self.trace = trace
+        self.dtypes = tuple(dtypes)
+        self.nkey = trace.nkey
+
+    def join(
+        self, other: Arranged, positions: Sequence[int] | None = None, nulls_match: bool = False
+    ) -> Collection:
+        """Inner join on the keys: columns key, this side's values, the other side's values."""
+        if other.scope is not self.scope:
+            raise ValueError("arrangements are in different scopes; enter them into the loop first")
+        if other.nkey != self.nkey:
+            raise ValueError("join keys differ in arity")
+        dtypes = self.dtypes + other.dtypes[other.nkey :]
+        if positions is not None:
+            dtypes = tuple(dtypes[p] for p in positions)
+        op = JoinOp(self.scope, self.op, self.trace, other.op, other.trace, positions, nulls_match)
+        return Collection(self.scope, op, dtypes)
+
+    def reduce(self, reducer: Reducer) -> Arranged:
+        op = ReduceOp(self.scope, self.op, self.trace, reducer)
+        out = op.output
+        return Arranged(self.scope, out, out.trace, out.dtypes)
+
+    def as_collection(self) -> Collection:
+        """The arranged updates as a plain collection (columns: key, then values)."""
+        op = _Flatten(self.scope, self.op)
+        return Collection(self.scope, op, self.dtypes)
+
+
+class _Flatten(Operator):
+    def __init__(self, scope: Scope, source: Operator) -> None:
+        super().__init__(scope, "flatten")
+        self.input = self.new_queue()
+        source.subscribe(self.input)
+
+    def run(self, point: Point) -> None:
+        for tb in self.input.take(point):
+            self.emit(tb.updates)
+
+
+class _EnterArranged(Operator):
+    """An outer arrangement's batches inside a loop at iteration 0; the trace itself stays shared."""
+
+    def __init__(self, scope: Scope, source: Operator) -> None:
+        super().__init__(scope, "enter_arranged")
+        self.outer = self.new_queue()
+        source.subscribe(self.outer)
+
+    def pending_points(self):
+        for p in self.outer.points():
+            yield (*p, 0)
+
+    def run(self, point: Point) -> None:
+        if point[-1] != 0:
+            return
+        for tb in self.outer.take(point[:-1]):
+            lifted = tb.updates.with_times(lift_times(tb.updates.times, self.scope.dim))
+            self.emit(TraceBatch(lifted, tb.hashes, tb.nkey))
+
+
+class Input(Collection):
+    """An input collection: stage updates at times not before its frontier, then advance the frontier."""
+
+    def __init__(self, dataflow: Dataflow, dtypes: list[np.dtype], name: str) -> None:
+        op = _InputOp(dataflow.scope, name or "input")
+        super().__init__(dataflow.scope, op, dtypes)
+        self.dataflow = dataflow
+        self.name = name
+        self.frontier = dataflow.frontier
+        self.staged: list[Batch] = []
+
+    def send(self, batch: Batch) -> None:
+        """Stage a batch of updates (columns, times, diffs)."""
+        if len(batch) == 0:
+            return
+        if batch.arity != self.arity:
+            raise ValueError(f"expected {self.arity} columns, got {batch.arity}")
+        if int(batch.times[:, 0].min()) < self.frontier:
+            raise ValueError(
+                f"update at time {int(batch.times[:, 0].min())} is before the input's frontier {self.frontier}"
+            )
+        cols = tuple(np.asarray(c, dtype=t) for c, t in zip(batch.columns, self.dtypes, strict=True))
+        self.staged.append(Batch(cols, batch.valid, batch.times, batch.diffs))
+
+    def update(
+        self,
+        rows: Iterable[tuple] | Sequence[np.ndarray],
+        time: int | np.ndarray | None = None,
+        diff: int | np.ndarray = 1,
+    ) -> None:
+        """Stage rows (tuples with ``None`` for NULL, or one array per column) with a multiplicity change."""
+        cols, valid, n = _columns(rows, self.dtypes)
+        t = self.frontier if time is None else time
+        times = np.broadcast_to(np.asarray(t, dtype=np.int64), (n,)).reshape(-1, 1)
+        diffs = np.broadcast_to(np.asarray(diff, dtype=np.int64), (n,)).copy()
+        self.send(Batch.build(cols, valid, times, diffs))
+
+    def insert(self, rows, time=None) -> None:
+        """Stage insertions of ``rows`` (at ``time``, default the frontier)."""
+        self.update(rows, time, 1)
+
+    def delete(self, rows, time=None) -> None:
+        """Stage deletions of ``rows``."""
+        self.update(rows, time, -1)
+
+    def replace(self, old_rows, new_rows, time=None) -> None:
+        """Stage an update: ``old_rows`` out and ``new_rows`` in, at the same time."""
+        self.update(old_rows, time, -1)
+        self.update(new_rows, time, 1)
+
+    def advance_to(self, time: int) -> None:
+        """Promise that no more updates come at times before ``time``."""
+        if time < self.frontier:
+            raise ValueError(f"cannot move the frontier back from {self.frontier} to {time}")
+        self.frontier = time
+
+    def _release(self, target: int) -> None:
+        if not self.staged:
+            return
+        batch = Batch.concat(self.staged)
+        early = batch.times[:, 0] < target
+        if early.all():
+            self.staged = []
+            self.op.emit(batch)
+        elif early.any():
+            self.staged = [batch.take(~early)]
+            self.op.emit(batch.take(early))
+
+
+class _InputOp(Operator):
+    def run(self, point: Point) -> None:
+        pass
+
+
+class Loop:
+    """A loop scope: ``enter`` outer collections, declare ``variable``s, ``set`` them, ``leave``."""
+
+    def __init__(self, outer: Scope, limit: int | None, on_limit: str) -> None:
+        if on_limit not in ("error", "return"):
+            raise ValueError("on_limit must be 'error' or 'return'")
+        self.outer = outer
+        self.inner = Scope(outer.dataflow, outer.dim + 1, outer)
+        self.op = LoopOp(outer, self.inner)
+        self.limit = limit
+        self.on_limit = on_limit
+        self._entered: dict[int, Collection] = {}
+
+    def __enter__(self) -> Loop:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def loop(self, limit: int | None = None, on_limit: str = "error") -> Loop:
+        """A loop nested in this one."""
+        return Loop(self.inner, limit, on_limit)
+
+    def _check_outer(self, c: Collection | Arranged) -> None:
+        if c.scope is not self.outer:
+            raise ValueError("only collections of the enclosing scope can be entered")
+        if c.op.index > self.op.index:
+            if any(leave.consumers for leave in self.op.leaves):
+                raise ValueError(
+                    "a collection created after the loop's results were used cannot be entered into it"
+                )
+            self.outer.move_to_end(self.op)
+
+    def enter(self, c: Collection) -> Collection:
+        """An outer collection inside the loop (unchanging across iterations)."""
+        if c.scope is self.inner:
+            return c
+        self._check_outer(c)
+        key = id(c)
+        if key not in self._entered:
+            self._entered[key] = Collection(self.inner, EnterOp(self.inner, c.op), c.dtypes)
+        return self._entered[key]
+
+    def enter_arranged(self, a: Arranged) -> Arranged:
+        """An outer arrangement inside the loop, reading the same trace."""
+        self._check_outer(a)
+        op = _EnterArranged(self.inner, a.op)
+        return Arranged(self.inner, op, a.trace, a.dtypes)
+
+    def variable(self, dtypes: Sequence | None = None, initial: Collection | None = None) -> Variable:
+        """A collection defined by what is ``set`` to it one iteration earlier (starting at ``initial``)."""
+        if initial is not None:
+            initial = self.enter(initial)
+            dtypes = initial.dtypes
+        if dtypes is None:
+            raise ValueError("a variable needs dtypes or an initial collection")
+        var = Variable(self, [np.dtype(t) for t in dtypes], initial)
+        self.outer.dataflow.variables.append(var)
+        return var
+
+    def leave(self, c: Collection) -> Collection:
+        """The loop collection's final value (every iteration's updates) in the enclosing scope."""
+        if c.scope is not self.inner:
+            raise ValueError("only collections of this loop can leave it")
+        op = LeaveOp(self.inner, c.op, self.outer)
+        self.op.leaves.append(op)
+        return Collection(self.outer, op, c.dtypes)
+
+
+class Variable(Collection):
+    """A loop variable; ``set`` it to the collection it takes at the next iteration."""
+
+    def __init__(self, loop: Loop, dtypes: list[np.dtype], initial: Collection | None) -> None:
+        self.var_op = VariableOp(loop.inner, loop.limit, loop.on_limit)
+        self.initial = initial
+        op = self.var_op
+        if initial is not None:
+            op = ConcatOp(loop.inner, [initial.op, self.var_op])
+        super().__init__(loop.inner, op, dtypes)
+        self.is_set = False
+
+    def set(self, result: Collection) -> None:
+        if self.is_set:
+            raise RuntimeError("variable already set")
+        self._same_scope(result)
+        if result.dtypes != self.dtypes:
+            raise ValueError(f"variable has columns {self.dtypes}, got {result.dtypes}")
+        self.var_op.feed(result.op)
+        if self.initial is not None:
+            self.var_op.feed(self.initial.op, negate=True)
+        self.is_set = True
+
+
+class Capture:
+    """The updates a collection produced, for inspection (tests, examples, sinks)."""
+
+    def __init__(self, op: CaptureOp, dataflow: Dataflow, dtypes: tuple) -> None:
+        self.op = op
+        self.dataflow = dataflow
+        self.dtypes = dtypes
+
+    def updates(self) -> Batch:
+        """All captured updates, consolidated."""
+        from ivm.batch import consolidate
+
+        if not self.op.batches:
+            return Batch.empty(self.dtypes, self.op.scope.dim)
+        out, _ = consolidate(Batch.concat(self.op.batches))
+        return out
+
+    def rows_at(self, time: int) -> dict[tuple, int]:
+        """The collection at ``time``: row tuple (``None`` for NULL) to multiplicity; not a hot path."""
+        u = self.updates()
+        sel = u.take(u.times[:, 0] <= time)
+        acc: dict[tuple, int] = {}
+        for row in sel.to_rows():
+            r = row[:-2]
+            acc[r] = acc.get(r, 0) + row[-1]
+        return {r: m for r, m in acc.items() if m != 0}
+
+    def on_batch(self, fn: Callable[[Batch], None]) -> None:
+        """Call ``fn`` with every batch of updates as it is produced."""
+        self.op.callbacks.append(fn)
+
+
+class Probe:
+    """Says whether a time is final in a dataflow: all its outputs are exact."""
+
+    def __init__(self, dataflow: Dataflow) -> None:
+        self.dataflow = dataflow
+
+    def done(self, time: int) -> bool:
+        return time < self.dataflow.frontier
+
+
+def _inverse_layout(key: Sequence[int], arity: int) -> list[int]:
+    """Positions that turn a (key, rest) layout back into the original column order."""
+    rest = [i for i in range(arity) if i not in key]
+    layout = list(key) + rest
+    inv = [0] * arity
+    for j, c in enumerate(layout):
+        inv[c] = j
+    return inv
+
+
+def _pad_nulls(dtypes: Sequence[np.dtype], after: bool) -> MapFn:
+    def pad(cols, valid):
+        n = len(cols[0]) if cols else 0
+        extra = tuple(np.zeros(n, dtype=t) for t in dtypes)
+        nulls = tuple(np.zeros(n, dtype=bool) for _ in dtypes)
+        if after:
+            return cols + extra, valid + nulls
+        return extra + cols, nulls + valid
+
+    return pad
+
+
+def _columns(rows, dtypes: Sequence[np.dtype]) -> tuple[list[np.ndarray], list[Mask], int]:
+    """Columns and validity masks from tuples (``None`` = NULL) or from one array per column."""
+    if isinstance(rows, (tuple, list)) and rows and isinstance(rows[0], np.ndarray):
+        cols = [np.asarray(c, dtype=t) for c, t in zip(rows, dtypes, strict=True)]
+        return cols, [None] * len(cols), len(cols[0]) if cols else 0
+    rows = list(rows)
+    n = len(rows)
+    cols, valid = [], []
+    for i, t in enumerate(dtypes):
+        vals = [r[i] for r in rows]
+        mask = np.array([v is not None for v in vals], dtype=bool)
+        filled = [v if v is not None else 0 for v in vals]
+        cols.append(np.asarray(filled, dtype=t).reshape(n))
+        valid.append(None if mask.all() else mask)
+    return cols, valid, n

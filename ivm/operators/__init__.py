@@ -1,0 +1,1 @@
+"""Dataflow operators: each consumes whole batches at a point and emits whole batches."""

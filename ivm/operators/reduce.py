@@ -1,0 +1,243 @@
+"""Reduce: per key, a function of the key's accumulated values, kept exact at every time.
+
+The operator keeps an output trace beside the input trace. When new input arrives for some keys at a point,
+it re-evaluates those keys at the *interesting* times: the epochs at which the key's accumulated input may have
+changed (the joins of the new times with the key's history). At each such time ``t`` the correction is
+``f(input accumulated at t) - (output accumulated at t)``, and the output update at ``t`` is that correction
+minus the correction already emitted at the key's previous interesting time, which telescopes the corrections
+into exact updates. Inside loops, history at later iterations (left by earlier epochs) makes later points
+interesting too; those are recorded and revisited when the loop reaches them.
+
+All keys and all their interesting times are evaluated together with sorting, cumulative sums and binary
+searches; nothing iterates over keys or times in Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ivm.batch import Batch, group_starts, lexsort, sort_keys
+from ivm.operators.arrange import ArrangeOp
+from ivm.operators.reducers import Groups, Reducer
+from ivm.scope import Operator, Point, Scope
+from ivm.trace import Spine
+from ivm.trace.batch import expand_ranges
+
+__all__ = ["ReduceOp"]
+
+
+class ReduceOp(Operator):
+    """Reduces an arrangement (keyed by its first ``nkey`` columns) with ``reducer``; the output is
+    arranged by the same key (key columns, then the reducer's columns)."""
+
+    def __init__(self, scope: Scope, source: Operator, trace: Spine, reducer: Reducer) -> None:
+        super().__init__(scope, "reduce")
+        self.nkey = trace.nkey
+        self.input = self.new_queue()
+        source.subscribe(self.input)
+        self.handle = trace.handle(scope.dataflow.frontier_in(trace.dim))
+        scope.dataflow.handles.append(self.handle)
+        self.reducer = reducer
+        key_dtypes = trace.dtypes[: self.nkey]
+        out_dtypes = key_dtypes + tuple(reducer.out_dtypes(trace.dtypes[self.nkey :]))
+        self.output = ArrangeOp(scope, None, self.nkey, out_dtypes)
+        self.pending: dict[Point, list[Batch]] = {}
+
+    def pending_points(self):
+        yield from super().pending_points()
+        yield from self.pending.keys()
+
+    def release(self) -> None:
+        self.handle.release()
+        self.output.release()
+
+    def run(self, point: Point) -> None:
+        deltas = self.input.take(point)
+        triggers = [tb.updates for tb in deltas] + self.pending.pop(point, [])
+        if not triggers:
+            return
+        keys = _unique_keys(Batch.concat([_keys_only(b, self.nkey) for b in triggers]), self.nkey)
+        out = self._evaluate(keys, point)
+        if out is not None:
+            self.output.insert(out)
+
+    def _evaluate(self, keys: tuple, point: Point) -> Batch | None:
+        hashes, kcols, kvalid, trig = keys
+        nk = len(hashes)
+        hist_in, q_in = self.handle.trace.gather(hashes, kcols, kvalid)
+        hist_out, q_out = self.output.trace.gather(hashes, kcols, kvalid)
+        dim = self.scope.dim
+        if dim > 1:
+            hist_in, q_in = self._split_future(hist_in, q_in, keys, point)
+            hist_out, q_out = self._split_future(hist_out, q_out, keys, point)
+
+        # interesting epochs per key: history epochs not before the key's first trigger, and the triggers
+        cq = [np.arange(nk)]
+        ce = [trig]
+        for h, q in ((hist_in, q_in), (hist_out, q_out)):
+            if h is not None:
+                e = h.times[:, 0]
+                late = e >= trig[q]
+                cq.append(q[late])
+                ce.append(e[late])
+        cand_q, cand_e = _unique_pairs(np.concatenate(cq), np.concatenate(ce))
+        cstart = np.searchsorted(cand_q, np.arange(nk), side="left")
+        cend = np.searchsorted(cand_q, np.arange(nk), side="right")
+
+        parts: list[tuple[np.ndarray, tuple, tuple, np.ndarray]] = []
+        if hist_in is not None:
+            g = _accumulate(hist_in, q_in, self.nkey, cstart, cend, cand_e)
+            if g is not None:
+                parts.append(self.reducer(g))
+        if hist_out is not None:
+            g = _accumulate(hist_out, q_out, self.nkey, cstart, cend, cand_e)
+            if g is not None:
+                parts.append((g.group, g.columns, g.valid, -g.weights))
+        if not parts:
+            return None
+        c = np.concatenate([p[0] for p in parts])
+        if len(c) == 0:
+            return None
+        ncol = len(parts[0][1])
+        cols = tuple(np.concatenate([p[1][i] for p in parts]) for i in range(ncol))
+        valid = tuple(_concat_masks([(p[1][i], p[2][i]) for p in parts]) for i in range(ncol))
+        mult = np.concatenate([p[3] for p in parts])
+
+        # target(c) at epoch e_c, and minus target(c) at the key's next interesting epoch
+        q = cand_q[c]
+        nxt = c + 1
+        has_next = nxt < cend[q]
+        rows = np.concatenate([c, nxt[has_next]])
+        diffs = np.concatenate([mult, -mult[has_next]])
+        pick = np.concatenate([np.arange(len(c)), np.flatnonzero(has_next)])
+        epochs = cand_e[rows]
+        times = np.empty((len(rows), dim), dtype=np.int64)
+        times[:, 0] = epochs
+        if dim > 1:
+            times[:, 1:] = point
+        kq = cand_q[rows]
+        out_cols = tuple(k[kq] for k in kcols) + tuple(x[pick] for x in cols)
+        out_valid = tuple(None if m is None else m[kq] for m in kvalid) + tuple(
+            None if m is None else m[pick] for m in valid
+        )
+        return Batch(out_cols, out_valid, times, diffs)
+
+    def _split_future(self, hist: Batch | None, q: np.ndarray, keys: tuple, point: Point):
+        """Keep history at iterations ``<= point``; schedule later iterations' joins with this point."""
+        if hist is None:
+            return hist, q
+        it = hist.times[:, 1:]
+        here = np.asarray(point, dtype=np.int64)
+        le = (it <= here).all(axis=1)
+        if le.all():
+            return hist, q
+        fut = np.flatnonzero(~le)
+        hashes, kcols, kvalid, trig = keys
+        fq = q[fut]
+        times = np.empty((len(fut), hist.dim), dtype=np.int64)
+        times[:, 0] = np.maximum(hist.times[fut, 0], trig[fq])
+        times[:, 1:] = np.maximum(it[fut], here)
+        trig_batch = Batch(
+            tuple(k[fq] for k in kcols),
+            tuple(None if m is None else m[fq] for m in kvalid),
+            times,
+            np.ones(len(fut), dtype=np.int64),
+        )
+        from ivm.scope import split_by_point
+
+        for p, sel in split_by_point(times):
+            self.pending.setdefault(p, []).append(trig_batch if sel is None else trig_batch.take(sel))
+        keep = np.flatnonzero(le)
+        return (hist.take(keep), q[keep]) if len(keep) else (None, q[:0])
+
+
+def _keys_only(b: Batch, nkey: int) -> Batch:
+    cols, valid = b.select(range(nkey))
+    return Batch(cols, valid, b.times, b.diffs)
+
+
+def _unique_keys(b: Batch, nkey: int) -> tuple:
+    """Distinct keys of ``b`` (hash, columns, validity) with the least epoch each was triggered at."""
+    from ivm.batch import key_hash
+
+    h = key_hash(b.columns, b.valid, len(b))
+    epochs = b.times[:, 0]
+    kk = [h] + sort_keys(b.columns, b.valid, None)
+    order = lexsort(kk + [epochs])
+    starts = np.flatnonzero(group_starts([k[order] for k in kk], len(b)))
+    first = order[starts]
+    return (
+        h[first],
+        tuple(c[first] for c in b.columns),
+        tuple(None if m is None else m[first] for m in b.valid),
+        epochs[first],
+    )
+
+
+def _unique_pairs(q: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.lexsort((e, q))
+    q, e = q[order], e[order]
+    new = np.ones(len(q), dtype=bool)
+    new[1:] = (q[1:] != q[:-1]) | (e[1:] != e[:-1])
+    return q[new], e[new]
+
+
+def _concat_masks(parts: Sequence[tuple[np.ndarray, np.ndarray | None]]):
+    if all(m is None for _, m in parts):
+        return None
+    return np.concatenate([np.ones(len(x), dtype=bool) if m is None else m for x, m in parts])
+
+
+def _accumulate(
+    hist: Batch,
+    q: np.ndarray,
+    nkey: int,
+    cstart: np.ndarray,
+    cend: np.ndarray,
+    cand_e: np.ndarray,
+) -> Groups | None:
+    """The accumulated values of each key at each of its interesting epochs, as groups by candidate.
+
+    ``hist`` holds a key's updates (key ``q[i]`` for row ``i``); candidate ``c`` of key ``k`` lies in
+    ``[cstart[k], cend[k])`` with epoch ``cand_e[c]``. The value rows of the key with nonzero accumulated
+    multiplicity at ``cand_e[c]`` form group ``c``.
+    """
+    vcols, vvalid = hist.select(range(nkey, hist.arity))
+    epochs = hist.times[:, 0]
+    vkeys = sort_keys(vcols, vvalid, None)
+    order = lexsort([q] + vkeys + [epochs])
+    qs = q[order]
+    es = epochs[order]
+    ds = hist.diffs[order]
+    starts = group_starts([qs] + [k[order] for k in vkeys], len(qs))
+    gid = np.cumsum(starts) - 1
+    cs = np.cumsum(ds)
+    sidx = np.flatnonzero(starts)
+    base = (cs[sidx] - ds[sidx])[gid]
+    within = cs - base
+    gq = qs[sidx]
+    pg, c = expand_ranges(cstart[gq], cend[gq])
+    if len(pg) == 0:
+        return None
+    all_e, inv = np.unique(np.concatenate([es, cand_e]), return_inverse=True)
+    inv = inv.reshape(-1)
+    width = len(all_e) + 1
+    comp_rows = gid * width + inv[: len(es)]
+    comp_pairs = pg * width + inv[len(es) :][c]
+    pos = np.searchsorted(comp_rows, comp_pairs, side="right") - 1
+    posc = np.maximum(pos, 0)
+    ok = (pos >= 0) & (gid[posc] == pg)
+    acc = np.where(ok, within[posc], 0)
+    nz = acc != 0
+    pg, c, acc = pg[nz], c[nz], acc[nz]
+    reorder = np.lexsort((pg, c))
+    pg, c, acc = pg[reorder], c[reorder], acc[reorder]
+    rep = order[sidx[pg]]
+    return Groups(
+        c,
+        tuple(x[rep] for x in vcols),
+        tuple(None if m is None else m[rep] for m in vvalid),
+        acc,
+    )

@@ -1,0 +1,218 @@
+"""Reducers: vectorized functions from the accumulated groups of a reduce to its output rows.
+
+A reducer receives ``Groups``: rows sorted by group, each with its accumulated (nonzero) multiplicity, and
+returns output rows tagged with their group and a multiplicity. Groups are processed all at once with numpy
+segment operations; a reducer never loops over groups in Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from ivm.batch import Mask, lexsort, sort_keys
+
+__all__ = ["Groups", "Reducer", "Aggregate", "Threshold", "TopK", "distinct"]
+
+
+@dataclass(frozen=True, eq=False)
+class Groups:
+    """Rows of many groups: ``group`` (ascending), value columns, validity and nonzero ``weights``."""
+
+    group: np.ndarray
+    columns: tuple[np.ndarray, ...]
+    valid: tuple[Mask, ...]
+    weights: np.ndarray
+    starts: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        g = self.group
+        n = len(g)
+        s = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1]))) if n else g[:0]
+        object.__setattr__(self, "starts", s)
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The group id of each segment."""
+        return self.group[self.starts]
+
+    def segment_sum(self, x: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(x, self.starts) if len(self.starts) else x[:0]
+
+
+Output = tuple[np.ndarray, tuple[np.ndarray, ...], tuple[Mask, ...], np.ndarray]
+
+
+class Reducer(Protocol):
+    """Maps groups to output rows ``(group ids, columns, validity, multiplicities)``."""
+
+    def out_dtypes(self, in_dtypes: Sequence[np.dtype]) -> tuple[np.dtype, ...]: ...
+
+    def __call__(self, groups: Groups) -> Output: ...
+
+
+class Threshold:
+    """The group's key (no value columns) with multiplicity ``fn(total weight)``; ``distinct`` is one."""
+
+    def __init__(self, fn: Callable[[np.ndarray], np.ndarray]) -> None:
+        self.fn = fn
+
+    def out_dtypes(self, in_dtypes):
+        return ()
+
+    def __call__(self, g: Groups) -> Output:
+        total = g.segment_sum(g.weights)
+        mult = np.asarray(self.fn(total), dtype=np.int64)
+        keep = mult != 0
+        return g.ids[keep], (), (), mult[keep]
+
+
+def distinct() -> Threshold:
+    """Multiplicity 1 for every row present with a positive count."""
+    return Threshold(lambda w: (w > 0).astype(np.int64))
+
+
+AGGREGATES = ("count", "count_col", "sum", "avg", "min", "max", "count_distinct")
+
+
+class Aggregate:
+    """SQL aggregates over value columns; one output row per group with a positive row count.
+
+    ``specs`` are ``(kind, column position)`` with kind in ``count`` (rows; position ignored), ``count_col``
+    (non-NULL values), ``sum``, ``avg``, ``min``, ``max``, ``count_distinct``. Sums of integers are exact int64;
+    ``avg`` is float64; an aggregate over no non-NULL value is NULL (``count`` variants are 0).
+    """
+
+    def __init__(self, specs: Sequence[tuple[str, int | None]]) -> None:
+        for kind, _ in specs:
+            if kind not in AGGREGATES:
+                raise ValueError(f"unknown aggregate {kind!r}")
+        self.specs = tuple(specs)
+
+    def out_dtypes(self, in_dtypes):
+        out = []
+        for kind, pos in self.specs:
+            if kind in ("count", "count_col", "count_distinct"):
+                out.append(np.dtype(np.int64))
+            elif kind == "avg":
+                out.append(np.dtype(np.float64))
+            elif kind == "sum":
+                t = np.dtype(in_dtypes[pos])
+                out.append(np.dtype(np.float64) if t.kind == "f" else np.dtype(np.int64))
+            else:
+                out.append(np.dtype(in_dtypes[pos]))
+        return tuple(out)
+
+    def __call__(self, g: Groups) -> Output:
+        w = g.weights
+        count = g.segment_sum(w)
+        keep = count > 0
+        cols: list[np.ndarray] = []
+        masks: list[Mask] = []
+        for kind, pos in self.specs:
+            if kind == "count":
+                cols.append(count)
+                masks.append(None)
+                continue
+            x, m = g.columns[pos], g.valid[pos]
+            present = w if m is None else w * m
+            nvalid = g.segment_sum(present)
+            if kind == "count_col":
+                cols.append(nvalid)
+                masks.append(None)
+            elif kind in ("sum", "avg"):
+                xs = x.astype(np.float64 if x.dtype.kind == "f" else np.int64)
+                s = g.segment_sum(xs * present)
+                if kind == "avg":
+                    with np.errstate(invalid="ignore", divide="ignore"):
+                        s = s / np.where(nvalid == 0, 1, nvalid)
+                cols.append(s)
+                masks.append(nvalid > 0)
+            elif kind in ("min", "max"):
+                use = (w > 0) if m is None else (w > 0) & m
+                cols.append(_extreme(x, use, g.starts, kind))
+                masks.append(g.segment_sum(use.astype(np.int64)) > 0)
+            else:  # count_distinct
+                use = (w > 0) if m is None else (w > 0) & m
+                cols.append(_count_distinct(g.group, x, use, g.starts))
+                masks.append(None)
+        return (
+            g.ids[keep],
+            tuple(c[keep] for c in cols),
+            tuple(None if m is None else m[keep] for m in masks),
+            np.ones(int(keep.sum()), dtype=np.int64),
+        )
+
+
+def _extreme(x: np.ndarray, use: np.ndarray, starts: np.ndarray, kind: str) -> np.ndarray:
+    if len(starts) == 0:
+        return x[:0]
+    if x.dtype.kind == "f":
+        fill = np.inf if kind == "min" else -np.inf
+    elif x.dtype.kind == "b":
+        fill = kind == "min"
+    else:
+        info = np.iinfo(x.dtype)
+        fill = info.max if kind == "min" else info.min
+    xv = np.where(use, x, np.array(fill, dtype=x.dtype))
+    fn = np.minimum if kind == "min" else np.maximum
+    out = fn.reduceat(xv, starts)
+    return out
+
+
+def _count_distinct(group: np.ndarray, x: np.ndarray, use: np.ndarray, starts: np.ndarray):
+    n_groups = len(starts)
+    gi = np.repeat(np.arange(n_groups), np.diff(np.append(starts, len(group))))
+    sel = np.flatnonzero(use)
+    if len(sel) == 0:
+        return np.zeros(n_groups, dtype=np.int64)
+    keys = [gi[sel]] + sort_keys((x[sel],), (None,), None)
+    order = lexsort(keys)
+    sk = [k[order] for k in keys]
+    new = np.ones(len(sel), dtype=bool)
+    new[1:] = (sk[0][1:] != sk[0][:-1]) | (sk[1][1:] != sk[1][:-1])
+    return np.bincount(sk[0][new], minlength=n_groups).astype(np.int64)
+
+
+class TopK:
+    """Per group, the rows ranked ``[offset, offset + limit)`` by ``order`` (``(position, descending)``
+    pairs; NULLs sort last ascending and first descending, as in PostgreSQL), counting multiplicities."""
+
+    def __init__(self, order: Sequence[tuple[int, bool]], limit: int | None, offset: int = 0) -> None:
+        self.order = tuple(order)
+        self.limit = limit
+        self.offset = offset
+
+    def out_dtypes(self, in_dtypes):
+        return tuple(in_dtypes)
+
+    def __call__(self, g: Groups) -> Output:
+        keys: list[np.ndarray] = [g.group]
+        for pos, desc in self.order:
+            x, m = g.columns[pos], g.valid[pos]
+            if m is not None:
+                keys.append(m if desc else ~m)  # NULLS LAST asc / FIRST desc
+            xk = (-x.astype(np.float64) if x.dtype.kind == "f" else -x.astype(np.int64)) if desc else x
+            keys.append(xk)
+        keys += sort_keys(g.columns, g.valid, None)
+        order = lexsort(keys)
+        group = g.group[order]
+        w = np.maximum(g.weights[order], 0)
+        cum = np.cumsum(w)
+        starts = np.flatnonzero(np.concatenate(([True], group[1:] != group[:-1])))
+        base = np.repeat(cum[starts] - w[starts], np.diff(np.append(starts, len(group))))
+        hi = cum - base
+        lo = hi - w
+        top = np.inf if self.limit is None else self.offset + self.limit
+        mult = np.clip(np.minimum(hi, top) - np.maximum(lo, self.offset), 0, None).astype(np.int64)
+        keep = mult > 0
+        sel = order[keep]
+        return (
+            group[keep],
+            tuple(c[sel] for c in g.columns),
+            tuple(None if m is None else m[sel] for m in g.valid),
+            mult[keep],
+        )

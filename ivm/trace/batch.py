@@ -1,0 +1,83 @@
+"""Immutable sorted batches of a trace.
+
+A ``TraceBatch`` holds consolidated updates whose first ``nkey`` columns are the key, sorted by (key hash, key,
+value, time), with the key hashes alongside so that a reader seeks a key by binary search instead of scanning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ivm.batch import Batch, consolidate, key_hash, rows_equal
+
+__all__ = ["TraceBatch", "expand_ranges"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TraceBatch:
+    """Consolidated updates sorted by (key hash, key, value, time); ``hashes[i]`` is row i's key hash."""
+
+    updates: Batch
+    hashes: np.ndarray
+    nkey: int
+
+    def __len__(self) -> int:
+        return len(self.updates)
+
+    @staticmethod
+    def from_updates(updates: Batch, nkey: int) -> TraceBatch:
+        """Sorts and consolidates ``updates`` keyed by their first ``nkey`` columns."""
+        cols, valid = updates.select(range(nkey))
+        h = key_hash(cols, valid, len(updates))
+        out, first = consolidate(updates, lead=(h,))
+        return TraceBatch(out, h[first], nkey)
+
+    @staticmethod
+    def from_sorted(updates: Batch, hashes: np.ndarray, nkey: int) -> TraceBatch:
+        return TraceBatch(updates, hashes, nkey)
+
+    def key_columns(self, index: np.ndarray | slice | None = None):
+        cols, valid = self.updates.select(range(self.nkey))
+        if index is None:
+            return cols, valid
+        return tuple(c[index] for c in cols), tuple(None if m is None else m[index] for m in valid)
+
+    def seek(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each query hash, the row range ``[lo, hi)`` holding it."""
+        lo = np.searchsorted(self.hashes, hashes, side="left")
+        hi = np.searchsorted(self.hashes, hashes, side="right")
+        return lo, hi
+
+    def match(self, hashes: np.ndarray, cols: tuple, valid: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """Pairs ``(query index, row index)`` of rows whose key equals query key ``i`` exactly.
+
+        Work is proportional to the number of queries times log of the batch, plus the matches.
+        """
+        lo, hi = self.seek(hashes)
+        q, r = expand_ranges(lo, hi)
+        if len(q) and not _identity_hash(cols, valid):
+            mine = self.key_columns(r)
+            theirs = (tuple(c[q] for c in cols), tuple(None if m is None else m[q] for m in valid))
+            ok = rows_equal(*theirs, *mine)
+            if not ok.all():
+                q, r = q[ok], r[ok]
+        return q, r
+
+
+def _identity_hash(cols: tuple, valid: tuple) -> bool:
+    """Whether the key hash is the key itself (one integer column without NULLs): equal hash = equal key."""
+    return len(cols) == 1 and cols[0].dtype.kind in "iub" and valid[0] is None
+
+
+def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(i, j)`` for every ``i`` and every ``j`` in ``range(lo[i], hi[i])``, vectorized."""
+    counts = hi - lo
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    q = np.repeat(np.arange(len(lo), dtype=np.int64), counts)
+    offsets = np.cumsum(counts) - counts
+    r = np.arange(total, dtype=np.int64) - np.repeat(offsets - lo, counts)
+    return q, r

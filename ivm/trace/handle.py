@@ -1,0 +1,37 @@
+"""Trace handles: a reader's claim on a trace, with the frontier of times it may still read at.
+
+A trace compacts its history only up to the meet of its handles' frontiers, and is freed when its last handle
+is released.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ivm.lattice import Antichain
+
+if TYPE_CHECKING:
+    from ivm.trace.spine import Spine
+
+__all__ = ["TraceHandle"]
+
+
+class TraceHandle:
+    """A reader of a ``Spine``; ``frontier`` bounds the times it will ask about (from below)."""
+
+    def __init__(self, trace: Spine, frontier: Antichain) -> None:
+        self.trace = trace
+        self.frontier = frontier
+        self.released = False
+        trace._attach(self)
+
+    def advance(self, frontier: Antichain) -> None:
+        """Promise to read only at times in advance of ``frontier`` from now on."""
+        self.frontier = frontier
+        self.trace._frontier_changed()
+
+    def release(self) -> None:
+        """Give up the claim; the trace is freed with its last handle."""
+        if not self.released:
+            self.released = True
+            self.trace._detach(self)

@@ -1,0 +1,214 @@
+"""The spine: a trace as an append-only list of immutable sorted batches, merged geometrically.
+
+Batches enter at the end. Whenever the newest batch is at least half as large as the one before it, the two
+are scheduled to merge. A merge proceeds in key ranges, a bounded amount of work per inserted update (its
+"fuel"), so that no insertion pays for a whole large merge; while it is under way readers see its two inputs.
+As a merge goes it advances every time by the meet of the readers' frontiers and cancels updates that became
+indistinguishable, which bounds the trace by the number of distinct live ``(row, time)`` pairs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ivm.batch import Batch, consolidate
+from ivm.lattice import Antichain
+from ivm.trace.batch import TraceBatch
+from ivm.trace.handle import TraceHandle
+
+__all__ = ["Spine"]
+
+FUEL_PER_UPDATE = 4
+CHUNK = 1 << 16
+
+
+class _Merge:
+    """An in-progress merge of two adjacent batches, done chunk by chunk into preallocated arrays."""
+
+    def __init__(self, older: TraceBatch, newer: TraceBatch, frontier: Antichain | None) -> None:
+        self.inputs = (older, newer)
+        self.frontier = frontier
+        self.pos = [0, 0]
+        self.parts: list[tuple[Batch, np.ndarray]] = []
+        self.result: TraceBatch | None = None
+        self.size = len(older) + len(newer)
+
+    def work(self, fuel: int) -> int:
+        """Merge at least ``fuel`` input updates (or all that remain); return the fuel left."""
+        a, b = self.inputs
+        while self.result is None and fuel > 0:
+            step = max(min(fuel, CHUNK), 1024)
+            ia, ib = self.pos
+            ea = min(len(a), ia + step)
+            if ea < len(a):
+                bound = a.hashes[ea]
+                ea = int(np.searchsorted(a.hashes, bound, side="left"))
+                eb = int(np.searchsorted(b.hashes, bound, side="left"))
+                if ea == ia and eb == ib:
+                    ea = int(np.searchsorted(a.hashes, bound, side="right"))
+                    eb = int(np.searchsorted(b.hashes, bound, side="right"))
+            else:
+                eb = len(b)
+            self._merge_range(ia, ea, ib, eb)
+            fuel -= (ea - ia) + (eb - ib)
+            self.pos = [ea, eb]
+            if ea == len(a) and eb == len(b):
+                self._finish()
+        return fuel
+
+    def _merge_range(self, ia: int, ea: int, ib: int, eb: int) -> None:
+        a, b = self.inputs
+        ua = a.updates.take(slice(ia, ea))
+        ub = b.updates.take(slice(ib, eb))
+        both = Batch.concat([ua, ub])
+        if len(both) == 0:
+            return
+        if self.frontier is not None and len(self.frontier):
+            both = both.with_times(self.frontier.advance(both.times))
+        h = np.concatenate([a.hashes[ia:ea], b.hashes[ib:eb]])
+        merged, first = consolidate(both, lead=(h,))
+        self.parts.append((merged, h[first]))
+
+    def _finish(self) -> None:
+        a = self.inputs[0]
+        if self.parts:
+            updates = Batch.concat([p[0] for p in self.parts])
+            hashes = np.concatenate([p[1] for p in self.parts])
+        else:
+            updates = a.updates.take(slice(0, 0))
+            hashes = a.hashes[:0]
+        self.result = TraceBatch(updates, hashes, a.nkey)
+        self.parts = []
+        self.inputs = ()
+
+    def readable(self) -> list[TraceBatch]:
+        return [self.result] if self.result is not None else list(self.inputs)
+
+
+class Spine:
+    """A trace: sorted batches of updates keyed by their first ``nkey`` columns, shared by handles."""
+
+    def __init__(self, nkey: int, dtypes: tuple, dim: int) -> None:
+        self.nkey = nkey
+        self.dtypes = dtypes
+        self.dim = dim
+        self.entries: list[TraceBatch | _Merge] = []
+        self.handles: list[TraceHandle] = []
+        self.freed = False
+        self.inserted = 0
+        self.since = Antichain(np.zeros((1, dim), dtype=np.int64))
+
+    # -- handles ---------------------------------------------------------------------------------
+    def handle(self, frontier: Antichain | None = None) -> TraceHandle:
+        """A new reader with the given frontier (default: the trace's current compaction frontier)."""
+        if self.freed:
+            raise RuntimeError("trace has been freed")
+        return TraceHandle(self, frontier if frontier is not None else self.since)
+
+    def _attach(self, handle: TraceHandle) -> None:
+        self.handles.append(handle)
+
+    def _detach(self, handle: TraceHandle) -> None:
+        self.handles.remove(handle)
+        if not self.handles:
+            self.entries = []
+            self.freed = True
+        else:
+            self._frontier_changed()
+
+    def _frontier_changed(self) -> None:
+        frontier = None
+        for h in self.handles:
+            frontier = h.frontier if frontier is None else frontier.meet(h.frontier)
+        if frontier is not None:
+            self.since = frontier
+
+    # -- writing ---------------------------------------------------------------------------------
+    def insert(self, batch: TraceBatch) -> None:
+        """Append a sorted batch and spend merge effort proportional to its size."""
+        if self.freed:
+            return
+        n = len(batch)
+        if n:
+            self.entries.append(batch)
+            self.inserted += n
+            self._schedule_merges()
+        self.exert(max(n, 1) * FUEL_PER_UPDATE)
+
+    def exert(self, fuel: int) -> None:
+        """Spend ``fuel`` on each merge under way, oldest (largest) first."""
+        for i, e in enumerate(self.entries):
+            if isinstance(e, _Merge):
+                e.work(fuel)
+                if e.result is not None:
+                    self.entries[i] = e.result
+        self.entries = [e for e in self.entries if isinstance(e, _Merge) or len(e)]
+
+    def _schedule_merges(self) -> None:
+        while len(self.entries) >= 2:
+            older, newer = self.entries[-2], self.entries[-1]
+            if _weight(newer) * 2 < _weight(older):
+                break
+            older_b, newer_b = self._complete(older), self._complete(newer)
+            self.entries[-2:] = [_Merge(older_b, newer_b, self.since)]
+            if len(self.entries) >= 2 and _weight(self.entries[-1]) * 2 >= _weight(self.entries[-2]):
+                continue
+            break
+
+    @staticmethod
+    def _complete(e: TraceBatch | _Merge) -> TraceBatch:
+        if isinstance(e, _Merge):
+            e.work(1 << 62)
+            return e.result
+        return e
+
+    def compact_fully(self) -> None:
+        """Merge everything into one batch now (for tests and explicit maintenance, not the hot path)."""
+        batches = self.batches()
+        self.entries = []
+        if batches:
+            m = batches[0]
+            for b in batches[1:]:
+                m = self._complete(_Merge(m, b, self.since))
+            if len(self.since):
+                m = self._complete(_Merge(m, _empty_like(m), self.since))
+            self.entries = [m] if len(m) else []
+
+    # -- reading ---------------------------------------------------------------------------------
+    def batches(self) -> list[TraceBatch]:
+        """The readable batches, oldest first; their union is the whole trace."""
+        out: list[TraceBatch] = []
+        for e in self.entries:
+            if isinstance(e, _Merge):
+                out.extend(b for b in e.readable() if len(b))
+            elif len(e):
+                out.append(e)
+        return out
+
+    def __len__(self) -> int:
+        """Updates currently stored (in all readable batches)."""
+        return sum(len(b) for b in self.batches())
+
+    def gather(self, hashes: np.ndarray, cols: tuple, valid: tuple) -> tuple[Batch | None, np.ndarray]:
+        """All updates whose key equals one of the query keys, with the index of that query key each.
+
+        The query keys must be distinct. Work is proportional to the queries' log-seeks and the matches.
+        """
+        parts = []
+        qidx = []
+        for b in self.batches():
+            q, r = b.match(hashes, cols, valid)
+            if len(r):
+                parts.append(b.updates.take(r))
+                qidx.append(q)
+        if not parts:
+            return None, np.zeros(0, dtype=np.int64)
+        return Batch.concat(parts), np.concatenate(qidx)
+
+
+def _weight(e: TraceBatch | _Merge) -> int:
+    return e.size if isinstance(e, _Merge) else len(e)
+
+
+def _empty_like(b: TraceBatch) -> TraceBatch:
+    return TraceBatch(b.updates.take(slice(0, 0)), b.hashes[:0], b.nkey)

@@ -1,0 +1,1 @@
+"""Logical plan to differential dataflow: arrangements, sharing, recursion, EXPLAIN."""

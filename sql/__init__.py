@@ -1,0 +1,1 @@
+"""SQL front end: parsing, catalog, name resolution, logical plans."""

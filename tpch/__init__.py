@@ -1,0 +1,1 @@
+"""TPC-H schema, queries, data and refresh streams, benchmark harness."""
