@@ -3,7 +3,8 @@
 A time is a vector of int64 coordinates. Outside loops it has one coordinate (the epoch: one per source
 transaction). Each enclosing loop adds one coordinate (its iteration counter), so a time inside a loop is
 ``(epoch, i_1, ..., i_k)``. Times are partially ordered coordinate-wise (the product order): ``s <= t``
-iff every coordinate of ``s`` is ``<=`` the one of ``t``. ``join`` is the coordinate-wise max and ``meet`` the min.
+iff every coordinate of ``s`` is ``<=`` the one of ``t``. ``join`` is the coordinate-wise max and
+``meet`` the min.
 
 Batches of times are int64 arrays of shape ``(n, d)``. A frontier is an ``Antichain``: a set of mutually
 incomparable times saying which times may still appear (those greater or equal to some element).
