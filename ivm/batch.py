@@ -217,13 +217,32 @@ def rows_equal(
 
 
 def lexsort(keys: Sequence[np.ndarray]) -> np.ndarray:
-    """Permutation sorting by ``keys[0]``, then ``keys[1]``, ... (most significant first), stably."""
+    """Permutation sorting by ``keys[0]``, then ``keys[1]``, ... (most significant first).
+
+    Sorts by the first key alone and then orders only the runs that tie on it by the remaining keys, which is
+    much cheaper than a full multi-key sort when the first key is nearly unique (as key hashes are).
+    Rows equal on every key come out in an unspecified order.
+    """
     keys = [k for k in keys if k is not None]
     if not keys:
         return np.zeros(0, dtype=np.int64)
-    if len(keys) == 1:
-        return np.argsort(keys[0], kind="stable")
-    return np.lexsort(tuple(reversed(keys)))
+    first = keys[0]
+    order = np.argsort(first)
+    if len(keys) == 1 or len(order) < 2:
+        return order
+    fs = first[order]
+    eq = fs[1:] == fs[:-1]
+    if not eq.any():
+        return order
+    tie = np.zeros(len(order), dtype=bool)
+    tie[1:] |= eq
+    tie[:-1] |= eq
+    idx = np.flatnonzero(tie)
+    if len(idx) * 2 > len(order):
+        return np.lexsort(tuple(reversed(keys)))
+    sub = order[idx]
+    order[idx] = sub[np.lexsort(tuple(k[sub] for k in reversed(keys)))]
+    return order
 
 
 def sort_keys(

@@ -207,17 +207,29 @@ def _accumulate(
     vcols, vvalid = hist.select(range(nkey, hist.arity))
     epochs = hist.times[:, 0]
     vkeys = sort_keys(vcols, vvalid, None)
-    order = lexsort([q] + vkeys + [epochs])
+    single = bool(np.all(cend - cstart == 1))
+    order = lexsort([q] + vkeys + ([] if single else [epochs]))
     qs = q[order]
-    es = epochs[order]
     ds = hist.diffs[order]
     starts = group_starts([qs] + [k[order] for k in vkeys], len(qs))
+    sidx = np.flatnonzero(starts)
+    gq = qs[sidx]
+    if single:
+        # one interesting epoch per key, not before any of its history: the totals are the accumulations
+        acc = np.add.reduceat(ds, sidx) if len(sidx) else ds[:0]
+        nz = acc != 0
+        rep = order[sidx[nz]]
+        return Groups(
+            cstart[gq[nz]],
+            tuple(x[rep] for x in vcols),
+            tuple(None if m is None else m[rep] for m in vvalid),
+            acc[nz],
+        )
+    es = epochs[order]
     gid = np.cumsum(starts) - 1
     cs = np.cumsum(ds)
-    sidx = np.flatnonzero(starts)
     base = (cs[sidx] - ds[sidx])[gid]
     within = cs - base
-    gq = qs[sidx]
     pg, c = expand_ranges(cstart[gq], cend[gq])
     if len(pg) == 0:
         return None

@@ -31,8 +31,17 @@ class TraceBatch:
         """Sorts and consolidates ``updates`` keyed by their first ``nkey`` columns."""
         cols, valid = updates.select(range(nkey))
         h = key_hash(cols, valid, len(updates))
-        out, first = consolidate(updates, lead=(h,))
-        return TraceBatch(out, h[first], nkey)
+        return TraceBatch.consolidated(updates, h, nkey)
+
+    @staticmethod
+    def consolidated(updates: Batch, hashes: np.ndarray, nkey: int) -> TraceBatch:
+        """Sorts and consolidates ``updates`` whose key hashes are ``hashes``."""
+        cols, valid = updates.select(range(nkey))
+        if _identity_hash(cols, valid):
+            out, _ = consolidate(updates)
+            return TraceBatch(out, key_hash(*out.select(range(nkey)), len(out)), nkey)
+        out, first = consolidate(updates, lead=(hashes,))
+        return TraceBatch(out, hashes[first], nkey)
 
     @staticmethod
     def from_sorted(updates: Batch, hashes: np.ndarray, nkey: int) -> TraceBatch:

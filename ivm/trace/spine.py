@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ivm.batch import Batch, consolidate
+from ivm.batch import Batch
 from ivm.lattice import Antichain
 from ivm.trace.batch import TraceBatch
 from ivm.trace.handle import TraceHandle
@@ -66,8 +66,8 @@ class _Merge:
         if self.frontier is not None and len(self.frontier):
             both = both.with_times(self.frontier.advance(both.times))
         h = np.concatenate([a.hashes[ia:ea], b.hashes[ib:eb]])
-        merged, first = consolidate(both, lead=(h,))
-        self.parts.append((merged, h[first]))
+        merged = TraceBatch.consolidated(both, h, a.nkey)
+        self.parts.append((merged.updates, merged.hashes))
 
     def _finish(self) -> None:
         a = self.inputs[0]
