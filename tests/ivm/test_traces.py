@@ -1,0 +1,115 @@
+"""Times and frontiers, spines (merging, compaction, freeing) and bounded memory under a sliding window."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ivm
+from ivm.batch import Batch
+from ivm.lattice import Antichain, advance, join, less_equal, meet
+from ivm.trace import Spine, TraceBatch
+
+times2 = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(t=st.tuples(st.integers(0, 6), st.integers(0, 6)), f=times2, probe=times2)
+def test_advance_preserves_comparisons_with_times_beyond_the_frontier(t, f, probe):
+    """advance(t, F) <= s exactly when t <= s, for every s in advance of F (Appendix A)."""
+    frontier = Antichain(np.array(f))
+    tt = np.array([t])
+    adv = advance(tt, frontier.elements)[0]
+    assert less_equal(tt[0], adv)
+    for s in probe:
+        s = np.array(s)
+        if frontier.less_equal(s):
+            assert bool(less_equal(adv, s)) == bool(less_equal(tt[0], s))
+
+
+def test_lattice_and_antichain_basics():
+    a, b = np.array([1, 5]), np.array([3, 2])
+    assert join(a, b).tolist() == [3, 5] and meet(a, b).tolist() == [1, 2]
+    ac = Antichain(np.array([[1, 5], [3, 2], [4, 6]]))
+    assert sorted(ac) == [(1, 5), (3, 2)]
+    assert ac.less_equal(np.array([3, 5])) and not ac.less_equal(np.array([0, 9]))
+    assert ac.meet(Antichain(np.array([[0, 9]]))) == Antichain(np.array([[1, 5], [3, 2], [0, 9]]))
+    assert len(Antichain(dim=2)) == 0
+
+
+def _batch(keys, vals, times, diffs):
+    return TraceBatch.from_updates(
+        Batch.build([np.asarray(keys, np.int64), np.asarray(vals, np.int64)], None, np.asarray(times), diffs),
+        1,
+    )
+
+
+def _contents(spine: Spine) -> dict:
+    acc: dict = {}
+    for b in spine.batches():
+        for row in b.updates.to_rows():
+            acc[row[:2]] = acc.get(row[:2], 0) + row[-1]
+    return {k: v for k, v in acc.items() if v}
+
+
+def test_spine_merges_compact_to_the_readers_frontier():
+    spine = Spine(1, (np.dtype(np.int64), np.dtype(np.int64)), 1)
+    h = spine.handle(Antichain([0]))
+    rng = np.random.default_rng(0)
+    live: dict = {}
+    for t in range(200):
+        k = rng.integers(0, 50, 20)
+        v = rng.integers(0, 3, 20)
+        d = rng.choice([-1, 1], 20)
+        spine.insert(_batch(k, v, np.full(20, t), d))
+        for kk, vv, dd in zip(k.tolist(), v.tolist(), d.tolist(), strict=True):
+            live[(kk, vv)] = live.get((kk, vv), 0) + dd
+        h.advance(Antichain([t + 1]))
+    assert _contents(spine) == {k: v for k, v in live.items() if v}
+    spine.compact_fully()
+    assert len(spine) == len({k for k, v in live.items() if v})
+    for b in spine.batches():
+        assert (b.updates.times[:, 0] == 200).all()
+    h.release()
+    assert spine.freed and len(spine) == 0
+
+
+def test_sliding_window_keeps_traces_bounded():
+    """10,000 live records over 1,000,000 updates: stored updates stay within a small factor of live.
+
+    Updates come 1,000 logical times per step (one record in, the oldest out, at each time). Updates at times
+    the frontier has not yet passed cannot be compacted, so the bound is over the live count plus one step.
+    """
+    engine = ivm.Engine()
+    df = engine.dataflow()
+    inp = df.input([np.int64, np.int64])
+    arranged = inp.arrange([0])
+    counts = arranged.reduce(ivm.Aggregate([("count", None)]))
+    window, per_step, total = 10_000, 1_000, 1_000_000
+    rng = np.random.default_rng(1)
+    keys = rng.integers(0, 5_000, total)
+    vals = np.arange(total, dtype=np.int64)
+    t = 0
+    sent = 0
+    worst = 0.0
+    ins = 0
+    while sent < total:
+        n = per_step // 2 if ins >= window else per_step
+        lo, hi = ins, ins + n
+        cols = [keys[lo:hi], vals[lo:hi]]
+        times = t + np.arange(n)
+        batches = [Batch.build(cols, None, times, np.ones(n, np.int64))]
+        if ins >= window:
+            old = [keys[lo - window : hi - window], vals[lo - window : hi - window]]
+            batches.append(Batch.build(old, None, times, -np.ones(n, np.int64)))
+        for b in batches:
+            inp.send(b)
+        sent += n * len(batches)
+        ins = hi
+        t += n
+        inp.advance_to(t)
+        engine.step()
+        live_in = min(ins, window)
+        live_out = len(np.unique(keys[max(0, ins - window) : ins]))
+        worst = max(worst, len(arranged.trace) / live_in, len(counts.trace) / live_out)
+    assert sent >= total
+    assert worst <= 3.0, worst
