@@ -39,6 +39,12 @@ def split_by_point(times: np.ndarray) -> list[tuple[Point, np.ndarray | None]]:
     p = points_of(times)
     if p is not None:
         return [(p, None)]
+    if times.shape[1] == 2:
+        it = times[:, 1]
+        order = np.argsort(it, kind="stable")
+        sorted_it = it[order]
+        cuts = np.flatnonzero(sorted_it[1:] != sorted_it[:-1]) + 1
+        return [((int(it[g[0]]),), g) for g in np.split(order, cuts)]
     uniq, inv = np.unique(times[:, 1:], axis=0, return_inverse=True)
     inv = inv.reshape(-1)
     return [(tuple(int(x) for x in u), np.flatnonzero(inv == i)) for i, u in enumerate(uniq)]
