@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 Mask = np.ndarray | None
+NULL_HASH = np.int64(np.iinfo(np.int64).min)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -176,14 +177,18 @@ def _mix(x: np.ndarray) -> np.ndarray:
 def key_hash(columns: Sequence[np.ndarray], valid: Sequence[Mask], n: int | None = None) -> np.ndarray:
     """An int64 per row summarizing the key columns; equal keys give equal hashes.
 
-    A single integer column is its own hash (order-preserving, and cheap); other keys are mixed with
-    splitmix64. An empty key hashes every row to 0.
+    A single integer column is its own hash (order-preserving, and cheap; NULL hashes to ``NULL_HASH``); other
+    keys are mixed with splitmix64. An empty key hashes every row to 0. The hash of a key never depends on
+    the other rows of its batch.
     """
     if not columns:
         return np.zeros(n or 0, dtype=np.int64)
-    if len(columns) == 1 and columns[0].dtype.kind in "iub" and valid[0] is None:
+    if len(columns) == 1 and columns[0].dtype.kind in "iub":
         c = columns[0]
-        return c if c.dtype == np.int64 else c.astype(np.int64)
+        h = c if c.dtype == np.int64 else c.astype(np.int64)
+        if valid[0] is not None:
+            h = np.where(valid[0], h, NULL_HASH)
+        return h
     with np.errstate(over="ignore"):
         h = np.full(len(columns[0]), _GOLD, dtype=np.uint64)
         for i, (col, mask) in enumerate(zip(columns, valid, strict=True)):

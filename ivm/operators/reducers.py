@@ -64,6 +64,8 @@ class Threshold:
         return ()
 
     def __call__(self, g: Groups) -> Output:
+        if len(g.group) == 0:
+            return g.group, (), (), g.weights
         total = g.segment_sum(g.weights)
         mult = np.asarray(self.fn(total), dtype=np.int64)
         keep = mult != 0
@@ -190,6 +192,8 @@ class TopK:
         return tuple(in_dtypes)
 
     def __call__(self, g: Groups) -> Output:
+        if len(g.group) == 0:
+            return g.group, g.columns, g.valid, g.weights
         keys: list[np.ndarray] = [g.group]
         for pos, desc in self.order:
             x, m = g.columns[pos], g.valid[pos]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ivm.batch import Batch, consolidate, key_hash, rows_equal
+from ivm.batch import NULL_HASH, Batch, consolidate, key_hash, rows_equal
 
 __all__ = ["TraceBatch", "expand_ranges"]
 
@@ -66,7 +66,7 @@ class TraceBatch:
         """
         lo, hi = self.seek(hashes)
         q, r = expand_ranges(lo, hi)
-        if len(q) and not _identity_hash(cols, valid):
+        if len(q) and not _identity_hash(cols, valid, hashes):
             mine = self.key_columns(r)
             theirs = (tuple(c[q] for c in cols), tuple(None if m is None else m[q] for m in valid))
             ok = rows_equal(*theirs, *mine)
@@ -75,9 +75,12 @@ class TraceBatch:
         return q, r
 
 
-def _identity_hash(cols: tuple, valid: tuple) -> bool:
-    """Whether the key hash is the key itself (one integer column without NULLs): equal hash = equal key."""
-    return len(cols) == 1 and cols[0].dtype.kind in "iub" and valid[0] is None
+def _identity_hash(cols: tuple, valid: tuple, hashes: np.ndarray | None = None) -> bool:
+    """Whether equal hashes imply equal keys: one integer key column without NULLs (whose hashes then
+    cannot meet the hash of a NULL)."""
+    if not (len(cols) == 1 and cols[0].dtype.kind in "iub" and valid[0] is None):
+        return False
+    return hashes is None or not (hashes == NULL_HASH).any()
 
 
 def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
