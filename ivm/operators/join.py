@@ -40,12 +40,10 @@ def match_batches(a: TraceBatch, b: TraceBatch, nulls_match: bool) -> tuple[np.n
         return z, z
     if len(a) <= len(b):
         ha, sa, ea = _runs(a.hashes)
-        sb = np.searchsorted(b.hashes, ha, side="left")
-        eb = np.searchsorted(b.hashes, ha, side="right")
+        sb, eb = b.seek(ha)
     else:
         hb, sb, eb = _runs(b.hashes)
-        sa = np.searchsorted(a.hashes, hb, side="left")
-        ea = np.searchsorted(a.hashes, hb, side="right")
+        sa, ea = a.seek(hb)
     # (sa, ea) and (sb, eb): aligned row ranges of equal key hashes; expand to all row pairs
     p, j = expand_ranges(sb, eb)
     q, i = expand_ranges(sa[p], ea[p])

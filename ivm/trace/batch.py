@@ -6,11 +6,12 @@ value, time), with the key hashes alongside so that a reader seeks a key by bina
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ivm.batch import NULL_HASH, Batch, consolidate, key_hash, rows_equal
+from ivm.trace.seek import FENCE_MIN, Fence, seek_ranges
 
 __all__ = ["TraceBatch", "expand_ranges"]
 
@@ -22,6 +23,7 @@ class TraceBatch:
     updates: Batch
     hashes: np.ndarray
     nkey: int
+    _fence: Fence | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.updates)
@@ -55,9 +57,15 @@ class TraceBatch:
 
     def seek(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each query hash, the row range ``[lo, hi)`` holding it."""
-        lo = np.searchsorted(self.hashes, hashes, side="left")
-        hi = np.searchsorted(self.hashes, hashes, side="right")
-        return lo, hi
+        return seek_ranges(self.hashes, hashes, self.fence())
+
+    def fence(self) -> Fence | None:
+        """A sparse index of the hashes for large batches (built on first use, then kept)."""
+        if len(self.hashes) < FENCE_MIN:
+            return None
+        if self._fence is None:
+            object.__setattr__(self, "_fence", Fence(self.hashes))
+        return self._fence
 
     def match(self, hashes: np.ndarray, cols: tuple, valid: tuple) -> tuple[np.ndarray, np.ndarray]:
         """Pairs ``(query index, row index)`` of rows whose key equals query key ``i`` exactly.
