@@ -221,32 +221,68 @@ def rows_equal(
     return eq
 
 
+def _pack(keys: Sequence[np.ndarray]) -> np.ndarray | None:
+    """One int64 per row ordering rows like ``keys`` lexicographically, when the keys' value ranges allow
+    (mixed radix over each key's ``[min, max]``); ``None`` when they do not fit in 63 bits."""
+    spans = []
+    total = 1
+    for k in keys:
+        if k.dtype.kind == "b":
+            lo, span = 0, 2
+        elif k.dtype.kind in "iu":
+            lo = int(k.min())
+            span = int(k.max()) - lo + 1
+        else:
+            return None
+        total *= span
+        if total >= 1 << 63:
+            return None
+        spans.append((lo, span))
+    packed = np.zeros(len(keys[0]), dtype=np.int64)
+    mult = 1
+    for k, (lo, span) in zip(reversed(keys), reversed(spans), strict=True):
+        part = k.astype(np.int64) - np.int64(lo) if lo else k.astype(np.int64, copy=False)
+        packed += part * np.int64(mult) if mult != 1 else part
+        mult *= span
+    return packed
+
+
 def lexsort(keys: Sequence[np.ndarray]) -> np.ndarray:
     """Permutation sorting by ``keys[0]``, then ``keys[1]``, ... (most significant first).
 
-    Sorts by the first key alone and then orders only the runs that tie on it by the remaining keys, which is
-    much cheaper than a full multi-key sort when the first key is nearly unique (as key hashes are).
-    Rows equal on every key come out in an unspecified order.
+    Keys whose value ranges fit together in 63 bits are packed into one integer and sorted once. Otherwise the
+    rows are sorted by the first key alone and only the runs that tie on it are ordered by the remaining keys,
+    which is cheap when the first key is nearly unique (as key hashes are). Rows equal on every key come out in
+    an unspecified order.
     """
     keys = [k for k in keys if k is not None]
     if not keys:
         return np.zeros(0, dtype=np.int64)
+    n = len(keys[0])
+    if n < 2:
+        return np.arange(n, dtype=np.int64)
+    if len(keys) > 1:
+        packed = _pack(keys)
+        if packed is not None:
+            return np.argsort(packed)
     first = keys[0]
     order = np.argsort(first)
-    if len(keys) == 1 or len(order) < 2:
+    if len(keys) == 1:
         return order
     fs = first[order]
     eq = fs[1:] == fs[:-1]
     if not eq.any():
         return order
-    tie = np.zeros(len(order), dtype=bool)
+    tie = np.zeros(n, dtype=bool)
     tie[1:] |= eq
     tie[:-1] |= eq
     idx = np.flatnonzero(tie)
-    if len(idx) * 2 > len(order):
-        return np.lexsort(tuple(reversed(keys)))
     sub = order[idx]
-    order[idx] = sub[np.lexsort(tuple(k[sub] for k in reversed(keys)))]
+    run = np.cumsum(np.concatenate(([True], ~eq))[idx])  # dense run ids, ordered like the first key
+    rest = [run] + [k[sub] for k in keys[1:]]
+    packed = _pack(rest)
+    sub_order = np.argsort(packed) if packed is not None else np.lexsort(tuple(reversed(rest)))
+    order[idx] = sub[sub_order]
     return order
 
 

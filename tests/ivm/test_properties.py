@@ -693,6 +693,42 @@ def test_mutual_recursion_even_odd(history):
     drive(engine, [edges, roots], checks, history)
 
 
+weighted_edges = st.tuples(small, small, st.integers(0, 3))
+
+
+def _shortest(edges: Multiset, roots: Multiset) -> Multiset:
+    """(node, distance from the nearest root) by Bellman-Ford over edges (src, dst, weight)."""
+    dist = {r: 0 for (r,), m in roots.items() if m > 0}
+    changed = True
+    while changed:
+        changed = False
+        for (s, d, w), m in edges.items():
+            if m > 0 and s in dist and dist[s] + w < dist.get(d, math.inf):
+                dist[d] = dist[s] + w
+                changed = True
+    return {(x, dx): 1 for x, dx in dist.items()}
+
+
+@SETTINGS
+@given(histories([weighted_edges, root_rows], max_ops=6))
+def test_shortest_paths(history):
+    """A min aggregate inside a loop: distances relaxed over edges until they no longer change."""
+    engine = ivm.Engine()
+    df = engine.dataflow()
+    edges = df.input([I64, I64, I64])  # (src, dst, weight)
+    roots = df.input([I64])
+    with df.loop() as loop:
+        e = loop.enter_arranged(edges.arrange([0]))
+        start = roots.map(lambda c, v: ((c[0], np.zeros_like(c[0])), (None, None)))  # (node, 0)
+        dist = loop.variable(initial=start)
+        relaxed = dist.arrange([0]).join(e).map(lambda c, v: ((c[2], c[1] + c[3]), (None, None)))
+        nxt = relaxed.concat(loop.enter(start)).aggregate([0], [("min", 0)]).as_collection()
+        dist.set(nxt)
+        result = loop.leave(nxt)
+    checks = [Check("shortest_paths", result.capture(), lambda s: _shortest(s[0], s[1]))]
+    drive(engine, [edges, roots], checks, history)
+
+
 # -- 5. nested loops ----------------------------------------------------------------------------------
 
 
