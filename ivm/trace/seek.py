@@ -13,7 +13,7 @@ import numpy as np
 __all__ = ["Fence", "seek_ranges"]
 
 STRIDE = 16
-FENCE_MIN = 1 << 18
+FENCE_MIN = 1 << 22
 
 
 class Fence:
