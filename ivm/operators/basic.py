@@ -48,7 +48,8 @@ class MapOp(_Unary):
 
 
 class FilterOp(_Unary):
-    """The rows for which a vectorized predicate is True (NULL counts as False)."""
+    """The rows for which a vectorized predicate is True. The predicate receives the validity masks and
+    decides what a NULL means (SQL's WHERE keeps only rows whose condition is TRUE)."""
 
     def __init__(self, scope: Scope, source: Operator, pred: PredicateFn) -> None:
         super().__init__(scope, "filter", source)

@@ -4,7 +4,9 @@ Each history is a list of physical steps. A step stages insertions and deletions
 and insertions cancelled by deletions at the same time) at several consecutive logical times ``t .. t+k``,
 advances every input to ``t+k+1`` and calls ``engine.step()`` once. After each step, and again at the end, the
 captured output at every retired time must equal a plain-Python evaluation of the same computation over the
-inputs accumulated up to that time (multisets as ``dict`` row -> count).
+inputs accumulated up to that time (multisets as ``dict`` row -> count). Steps vary how they stage their
+updates: in one call per input (mixed times), one call per time, newest time first, or ahead of time (during
+the previous step, so the inputs must hold them back); some steps are followed by an idle ``engine.step()``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ Row = tuple
 Multiset = dict[Row, int]
 Oracle = Callable[[list[Multiset]], Multiset]
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # -- update histories ---------------------------------------------------------------------------------
 
