@@ -247,13 +247,22 @@ def _pack(keys: Sequence[np.ndarray]) -> np.ndarray | None:
     return packed
 
 
-def lexsort(keys: Sequence[np.ndarray]) -> np.ndarray:
+def merge_order(values: np.ndarray, split: int) -> np.ndarray:
+    """Permutation sorting ``values`` whose parts ``[:split]`` and ``[split:]`` are each sorted already.
+
+    numpy's stable sort is a run-detecting merge sort for these, so this is a linear merge of the two runs.
+    """
+    return np.argsort(values, kind="stable")
+
+
+def lexsort(keys: Sequence[np.ndarray], split: int | None = None) -> np.ndarray:
     """Permutation sorting by ``keys[0]``, then ``keys[1]``, ... (most significant first).
 
     Keys whose value ranges fit together in 63 bits are packed into one integer and sorted once. Otherwise the
     rows are sorted by the first key alone and only the runs that tie on it are ordered by the remaining keys,
-    which is cheap when the first key is nearly unique (as key hashes are). Rows equal on every key come out in
-    an unspecified order.
+    which is cheap when the first key is nearly unique (as key hashes are). With ``split``, rows ``[:split]``
+    and ``[split:]`` are each sorted already and are merged rather than sorted. Rows equal on every key come
+    out in an unspecified order.
     """
     keys = [k for k in keys if k is not None]
     if not keys:
@@ -264,9 +273,9 @@ def lexsort(keys: Sequence[np.ndarray]) -> np.ndarray:
     if len(keys) > 1:
         packed = _pack(keys)
         if packed is not None:
-            return np.argsort(packed)
+            return merge_order(packed, split) if split is not None else np.argsort(packed)
     first = keys[0]
-    order = np.argsort(first)
+    order = merge_order(first, split) if split is not None else np.argsort(first)
     if len(keys) == 1:
         return order
     fs = first[order]
@@ -313,22 +322,32 @@ def group_starts(keys: Sequence[np.ndarray], n: int) -> np.ndarray:
     return starts
 
 
-def consolidate(batch: Batch, lead: Sequence[np.ndarray] = ()) -> tuple[Batch, np.ndarray]:
+def consolidate(
+    batch: Batch, lead: Sequence[np.ndarray] = (), split: int | None = None
+) -> tuple[Batch, np.ndarray]:
     """Sort by (``lead`` arrays, row, time), sum diffs of equal (row, time) runs and drop zero sums.
 
-    Returns the consolidated batch and the permutation-gathered ``lead`` columns' row selection (indices into
-    the input of the first update of each surviving run), so callers can carry per-row data such as key hashes.
+    Returns the consolidated batch and, for each surviving run, the index in the input of one of its updates, so
+    callers can carry per-row data such as key hashes. With ``split``, the updates ``[:split]`` and ``[split:]``
+    are each sorted in that order already (as the two inputs of a merge are) and are merged, not sorted.
     """
     n = len(batch)
     stats.rows_sorted += n
     if n == 0:
         return batch, np.zeros(0, dtype=np.int64)
     keys = list(lead) + sort_keys(batch.columns, batch.valid, batch.times)
-    order = lexsort(keys)
-    sorted_keys = [k[order] for k in keys]
-    starts = group_starts(sorted_keys, n)
+    packed = _pack(keys) if len(keys) > 1 else None
+    if packed is not None:
+        order = merge_order(packed, split) if split is not None else np.argsort(packed)
+        sp = packed[order]
+        starts = np.empty(n, dtype=bool)
+        starts[0] = True
+        np.not_equal(sp[1:], sp[:-1], out=starts[1:])
+    else:
+        order = lexsort(keys, split)
+        starts = group_starts([k[order] for k in keys], n)
     idx = np.flatnonzero(starts)
-    sums = np.add.reduceat(batch.diffs[order], idx) if n else batch.diffs
+    sums = np.add.reduceat(batch.diffs[order], idx)
     keep = sums != 0
     first = order[idx[keep]]
     out = batch.take(first).with_diffs(sums[keep])

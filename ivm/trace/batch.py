@@ -36,13 +36,14 @@ class TraceBatch:
         return TraceBatch.consolidated(updates, h, nkey)
 
     @staticmethod
-    def consolidated(updates: Batch, hashes: np.ndarray, nkey: int) -> TraceBatch:
-        """Sorts and consolidates ``updates`` whose key hashes are ``hashes``."""
+    def consolidated(updates: Batch, hashes: np.ndarray, nkey: int, split: int | None = None) -> TraceBatch:
+        """Sorts and consolidates ``updates`` whose key hashes are ``hashes`` (``split``: see
+        ``consolidate``)."""
         cols, valid = updates.select(range(nkey))
         if _identity_hash(cols, valid):
-            out, _ = consolidate(updates)
+            out, _ = consolidate(updates, split=split)
             return TraceBatch(out, key_hash(*out.select(range(nkey)), len(out)), nkey)
-        out, first = consolidate(updates, lead=(hashes,))
+        out, first = consolidate(updates, lead=(hashes,), split=split)
         return TraceBatch(out, hashes[first], nkey)
 
     @staticmethod

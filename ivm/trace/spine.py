@@ -66,7 +66,9 @@ class _Merge:
         if self.frontier is not None and len(self.frontier):
             both = both.with_times(self.frontier.advance(both.times))
         h = np.concatenate([a.hashes[ia:ea], b.hashes[ib:eb]])
-        merged = TraceBatch.consolidated(both, h, a.nkey)
+        # advancing single-coordinate times keeps each input sorted; product times may reorder
+        presorted = len(ua) and len(ub) and both.dim == 1
+        merged = TraceBatch.consolidated(both, h, a.nkey, split=len(ua) if presorted else None)
         self.parts.append((merged.updates, merged.hashes))
 
     def _finish(self) -> None:
