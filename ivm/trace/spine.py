@@ -29,9 +29,9 @@ class _Merge:
         self.inputs = (older, newer)
         self.frontier = frontier
         self.pos = [0, 0]
-        self.parts: list[tuple[Batch, np.ndarray]] = []
         self.result: TraceBatch | None = None
         self.size = len(older) + len(newer)
+        self.out = _Buffer(older, newer)
 
     def work(self, fuel: int) -> int:
         """Merge at least ``fuel`` input updates (or all that remain); return the fuel left."""
@@ -69,22 +69,62 @@ class _Merge:
         # advancing single-coordinate times keeps each input sorted; product times may reorder
         presorted = len(ua) and len(ub) and both.dim == 1
         merged = TraceBatch.consolidated(both, h, a.nkey, split=len(ua) if presorted else None)
-        self.parts.append((merged.updates, merged.hashes))
+        self.out.append(merged)
 
     def _finish(self) -> None:
-        a = self.inputs[0]
-        if self.parts:
-            updates = Batch.concat([p[0] for p in self.parts])
-            hashes = np.concatenate([p[1] for p in self.parts])
-        else:
-            updates = a.updates.take(slice(0, 0))
-            hashes = a.hashes[:0]
-        self.result = TraceBatch(updates, hashes, a.nkey)
-        self.parts = []
+        self.result = self.out.result(self.inputs[0].nkey)
+        self.out = None
         self.inputs = ()
 
     def readable(self) -> list[TraceBatch]:
         return [self.result] if self.result is not None else list(self.inputs)
+
+
+class _Buffer:
+    """The output of a merge, written chunk by chunk into arrays sized for both inputs, so that finishing the
+    merge copies nothing."""
+
+    def __init__(self, a: TraceBatch, b: TraceBatch) -> None:
+        n = len(a) + len(b)
+        ua, ub = a.updates, b.updates
+        self.columns = [np.empty(n, dtype=c.dtype) for c in ua.columns]
+        self.valid = [
+            None if ma is None and mb is None else np.empty(n, dtype=bool)
+            for ma, mb in zip(ua.valid, ub.valid, strict=True)
+        ]
+        self.times = np.empty((n, ua.times.shape[1]), dtype=np.int64)
+        self.diffs = np.empty(n, dtype=np.int64)
+        # a key that is its own hash (one int64 column) shares its array with the hashes
+        self.identity = a.hashes is ua.columns[0] and b.hashes is ub.columns[0]
+        self.hashes = self.columns[0] if self.identity else np.empty(n, dtype=np.int64)
+        self.filled = 0
+
+    def append(self, tb: TraceBatch) -> None:
+        s, m = self.filled, len(tb)
+        e = s + m
+        u = tb.updates
+        for buf, col in zip(self.columns, u.columns, strict=True):
+            buf[s:e] = col
+        for buf, mask in zip(self.valid, u.valid, strict=True):
+            if buf is not None:
+                buf[s:e] = True if mask is None else mask
+        self.times[s:e] = u.times
+        self.diffs[s:e] = u.diffs
+        if not self.identity:
+            self.hashes[s:e] = tb.hashes
+        self.filled = e
+
+    def result(self, nkey: int) -> TraceBatch:
+        n = self.filled
+        shrink = n * 2 < len(self.diffs)  # much cancelled: do not keep the large buffers alive
+
+        def cut(x: np.ndarray) -> np.ndarray:
+            return x[:n].copy() if shrink else x[:n]
+
+        valid = tuple(None if m is None or m[:n].all() else cut(m) for m in self.valid)
+        columns = tuple(cut(c) for c in self.columns)
+        updates = Batch(columns, valid, cut(self.times), cut(self.diffs))
+        return TraceBatch(updates, columns[0] if self.identity else cut(self.hashes), nkey)
 
 
 class Spine:
