@@ -22,7 +22,7 @@ from ivm.batch import Batch, group_starts, lexsort, sort_keys
 from ivm.operators.arrange import ArrangeOp
 from ivm.operators.reducers import Groups, Reducer
 from ivm.scope import Operator, Point, Scope
-from ivm.trace import Spine
+from ivm.trace import Spine, TraceBatch
 from ivm.trace.batch import expand_ranges
 
 __all__ = ["ReduceOp"]
@@ -55,10 +55,14 @@ class ReduceOp(Operator):
 
     def run(self, point: Point) -> None:
         deltas = self.input.take(point)
-        triggers = [tb.updates for tb in deltas] + self.pending.pop(point, [])
-        if not triggers:
+        pending = self.pending.pop(point, [])
+        if not deltas and not pending:
             return
-        keys = _unique_keys(Batch.concat([_keys_only(b, self.nkey) for b in triggers]), self.nkey)
+        if len(deltas) == 1 and not pending:
+            keys = _sorted_unique_keys(deltas[0])
+        else:
+            triggers = [tb.updates for tb in deltas] + pending
+            keys = _unique_keys(Batch.concat([_keys_only(b, self.nkey) for b in triggers]), self.nkey)
         out = self._evaluate(keys, point)
         if out is not None:
             self.output.insert(out)
@@ -156,6 +160,19 @@ class ReduceOp(Operator):
 def _keys_only(b: Batch, nkey: int) -> Batch:
     cols, valid = b.select(range(nkey))
     return Batch(cols, valid, b.times, b.diffs)
+
+
+def _sorted_unique_keys(tb: TraceBatch) -> tuple:
+    """``_unique_keys`` of one trace batch, which is sorted by key already."""
+    cols, valid = tb.key_columns()
+    starts = np.flatnonzero(group_starts([tb.hashes, *sort_keys(cols, valid, None)], len(tb)))
+    epochs = np.minimum.reduceat(tb.updates.times[:, 0], starts)
+    return (
+        tb.hashes[starts],
+        tuple(c[starts] for c in cols),
+        tuple(None if m is None else m[starts] for m in valid),
+        epochs,
+    )
 
 
 def _unique_keys(b: Batch, nkey: int) -> tuple:
