@@ -40,7 +40,7 @@ class TraceBatch:
         """Sorts and consolidates ``updates`` whose key hashes are ``hashes`` (``split``: see
         ``consolidate``)."""
         cols, valid = updates.select(range(nkey))
-        if _identity_hash(cols, valid):
+        if identity_hash(cols, valid):
             out, _ = consolidate(updates, split=split)
             return TraceBatch(out, key_hash(*out.select(range(nkey)), len(out)), nkey)
         out, first = consolidate(updates, lead=(hashes,), split=split)
@@ -75,7 +75,7 @@ class TraceBatch:
         """
         lo, hi = self.seek(hashes)
         q, r = expand_ranges(lo, hi)
-        if len(q) and not _identity_hash(cols, valid, hashes):
+        if len(q) and not identity_hash(cols, valid, hashes):
             mine = self.key_columns(r)
             theirs = (tuple(c[q] for c in cols), tuple(None if m is None else m[q] for m in valid))
             ok = rows_equal(*theirs, *mine)
@@ -84,7 +84,7 @@ class TraceBatch:
         return q, r
 
 
-def _identity_hash(cols: tuple, valid: tuple, hashes: np.ndarray | None = None) -> bool:
+def identity_hash(cols: tuple, valid: tuple, hashes: np.ndarray | None = None) -> bool:
     """Whether equal hashes imply equal keys: one integer key column without NULLs (whose hashes then
     cannot meet the hash of a NULL)."""
     if not (len(cols) == 1 and cols[0].dtype.kind in "iub" and valid[0] is None):

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ivm.batch import Batch
+from ivm.batch import Batch, rows_equal
 from ivm.lattice import Antichain
-from ivm.trace.batch import TraceBatch
+from ivm.trace.batch import TraceBatch, expand_ranges, identity_hash
 from ivm.trace.handle import TraceHandle
 
 __all__ = ["Spine"]
@@ -239,13 +239,22 @@ class Spine:
         parts = []
         qidx = []
         for b in self.batches():
-            q, r = b.match(hashes, cols, valid)
-            if len(r):
-                parts.append(b.updates.take(r))
-                qidx.append(q)
+            lo, hi = b.seek(hashes)
+            if not (hi > lo).any():
+                continue
+            q, r = expand_ranges(lo, hi)
+            parts.append(b.updates.take(r))
+            qidx.append(q)
         if not parts:
             return None, np.zeros(0, dtype=np.int64)
-        return Batch.concat(parts), np.concatenate(qidx)
+        out, q = Batch.concat(parts), np.concatenate(qidx)
+        if not identity_hash(cols, valid, hashes):
+            mine = out.select(range(self.nkey))
+            theirs = (tuple(c[q] for c in cols), tuple(None if m is None else m[q] for m in valid))
+            ok = rows_equal(*theirs, *mine)
+            if not ok.all():
+                out, q = out.take(ok), q[ok]
+        return out, q
 
 
 def _weight(e: TraceBatch | _Merge) -> int:
