@@ -255,6 +255,21 @@ def merge_order(values: np.ndarray, split: int) -> np.ndarray:
     return np.argsort(values, kind="stable")
 
 
+RUNS_FOR_MERGING = 16
+
+
+def argsort(values: np.ndarray) -> np.ndarray:
+    """Sorting permutation that takes advantage of input made of a few sorted runs (as concatenated sorted
+    batches are): those are merged by the run-detecting stable sort; anything else gets a quicksort."""
+    if len(values) > 64:
+        descents = np.count_nonzero(values[1:] < values[:-1])
+        if descents == 0:
+            return np.arange(len(values))
+        if descents < RUNS_FOR_MERGING:
+            return np.argsort(values, kind="stable")
+    return np.argsort(values)
+
+
 def lexsort(keys: Sequence[np.ndarray], split: int | None = None) -> np.ndarray:
     """Permutation sorting by ``keys[0]``, then ``keys[1]``, ... (most significant first).
 
@@ -273,9 +288,9 @@ def lexsort(keys: Sequence[np.ndarray], split: int | None = None) -> np.ndarray:
     if len(keys) > 1:
         packed = _pack(keys)
         if packed is not None:
-            return merge_order(packed, split) if split is not None else np.argsort(packed)
+            return merge_order(packed, split) if split is not None else argsort(packed)
     first = keys[0]
-    order = merge_order(first, split) if split is not None else np.argsort(first)
+    order = merge_order(first, split) if split is not None else argsort(first)
     if len(keys) == 1:
         return order
     fs = first[order]
@@ -338,7 +353,7 @@ def consolidate(
     keys = list(lead) + sort_keys(batch.columns, batch.valid, batch.times)
     packed = _pack(keys) if len(keys) > 1 else None
     if packed is not None:
-        order = merge_order(packed, split) if split is not None else np.argsort(packed)
+        order = merge_order(packed, split) if split is not None else argsort(packed)
         sp = packed[order]
         starts = np.empty(n, dtype=bool)
         starts[0] = True

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ivm.batch import NULL_HASH, Batch, consolidate, key_hash, rows_equal
-from ivm.trace.seek import FENCE_MIN, Fence, seek_ranges
+from ivm.trace.seek import DirectIndex, Fence, build_index, seek_ranges
 
 __all__ = ["TraceBatch", "expand_ranges"]
 
@@ -23,7 +23,7 @@ class TraceBatch:
     updates: Batch
     hashes: np.ndarray
     nkey: int
-    _fence: Fence | None = field(default=None, repr=False)
+    _index: Fence | DirectIndex | None | bool = field(default=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.updates)
@@ -58,15 +58,14 @@ class TraceBatch:
 
     def seek(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each query hash, the row range ``[lo, hi)`` holding it."""
-        return seek_ranges(self.hashes, hashes, self.fence())
+        return seek_ranges(self.hashes, hashes, self.index())
 
-    def fence(self) -> Fence | None:
-        """A sparse index of the hashes for large batches (built on first use, then kept)."""
-        if len(self.hashes) < FENCE_MIN:
-            return None
-        if self._fence is None:
-            object.__setattr__(self, "_fence", Fence(self.hashes))
-        return self._fence
+    def index(self) -> Fence | DirectIndex | None:
+        """An index of the hashes for large or dense batches (built on first use, then kept)."""
+        if self._index is False:
+            identity = self.nkey == 1 and self.hashes is self.updates.columns[0]
+            object.__setattr__(self, "_index", build_index(self.hashes, identity))
+        return self._index
 
     def match(self, hashes: np.ndarray, cols: tuple, valid: tuple) -> tuple[np.ndarray, np.ndarray]:
         """Pairs ``(query index, row index)`` of rows whose key equals query key ``i`` exactly.
