@@ -173,9 +173,9 @@ def bench_join(arranged_rows: int, delta: int, rounds: int) -> dict:
     engine.step()
     build = time.perf_counter() - t0
     counted[0] = 0
+    deltas = [rng.integers(0, arranged_rows, delta) for _ in range(rounds)]
     t0 = time.perf_counter()
-    for i in range(rounds):
-        k = rng.integers(0, arranged_rows, delta)
+    for i, k in enumerate(deltas):
         small.send(Batch.build([k, k], None, np.full((delta, 1), i + 1), np.ones(delta, np.int64)))
         big.advance_to(i + 2)
         small.advance_to(i + 2)
