@@ -27,4 +27,12 @@ __all__ = [
     "TopK",
     "distinct",
     "IterationLimitError",
+    "connect",
 ]
+
+
+def connect():
+    """A new in-memory database (see ``ivm.connection``)."""
+    from ivm.connection import connect as _connect
+
+    return _connect()

@@ -91,9 +91,14 @@ class Dataflow:
         self.dropped = False
 
     # -- building -------------------------------------------------------------------------------
-    def input(self, dtypes: Sequence, name: str = "") -> Input:
-        """A new input collection with columns of the given numpy dtypes."""
+    def input(self, dtypes: Sequence, name: str = "", frontier: int | None = None) -> Input:
+        """A new input collection with columns of the given numpy dtypes.
+
+        Its frontier starts at the dataflow's, or earlier at ``frontier`` to give it contents from the start of
+        time (as a constant collection in a dataflow created late needs)."""
         inp = Input(self, [np.dtype(t) for t in dtypes], name)
+        if frontier is not None:
+            inp.frontier = min(inp.frontier, frontier)
         self.inputs.append(inp)
         return inp
 

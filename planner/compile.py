@@ -1,0 +1,215 @@
+"""Logical plans to differential dataflows, with one arrangement per (collection, key) across all views.
+
+A view is compiled into its own dataflow. Every arrangement built is entered in the ``Registry`` under the
+logical plan of the arranged collection and the key columns. Compiling a later view that needs the same
+(plan, key) imports the existing arrangement instead of building another, so each (collection, key) is indexed
+once in the engine; within one dataflow identical sub-plans compile to one fragment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import ivm
+from ivm.dataflow import Arranged, Collection, Dataflow
+from planner.expr import compile_exprs, compile_predicate
+from sql.logical import Aggregate, Distinct, Filter, Join, Plan, Project, Scan, TopK, UnionAll
+
+__all__ = ["Registry", "compile_view"]
+
+
+@dataclass
+class Entry:
+    arranged: Arranged
+    built_by: str
+
+
+@dataclass
+class Registry:
+    """Arrangements by (plan, key columns), and what each view built or reused."""
+
+    entries: dict[tuple, Entry] = field(default_factory=dict)
+
+    def lookup(self, plan: Plan, key: tuple[int, ...]) -> Entry | None:
+        e = self.entries.get((plan, key))
+        if e is not None and e.arranged.trace.freed:
+            del self.entries[(plan, key)]
+            return None
+        return e
+
+    def add(self, plan: Plan, key: tuple[int, ...], arranged: Arranged, owner: str) -> None:
+        self.entries[(plan, key)] = Entry(arranged, owner)
+
+    def forget(self, owner: str) -> None:
+        self.entries = {k: e for k, e in self.entries.items() if e.built_by != owner}
+
+
+class _Compiler:
+    def __init__(self, df: Dataflow, registry: Registry, owner: str) -> None:
+        self.df = df
+        self.registry = registry
+        self.owner = owner
+        self.memo: dict[Plan, Collection] = {}
+        self.imported: dict[tuple, Arranged] = {}
+        self.used: list[tuple[Plan, tuple[int, ...], str]] = []
+
+    def arranged(self, plan: Plan, key: tuple[int, ...]) -> Arranged:
+        """``plan``'s collection arranged by ``key`` (columns: key, then the others in order)."""
+        k = (plan, key)
+        if k in self.imported:
+            return self.imported[k]
+        entry = self.registry.lookup(plan, key)
+        if entry is not None:
+            arr = self.df.import_arranged(entry.arranged)
+            self.used.append((plan, key, "reused"))
+        else:
+            arr = self.collection(plan).arrange(key)
+            self.registry.add(plan, key, arr, self.owner)
+            self.used.append((plan, key, "built"))
+        self.imported[k] = arr
+        return arr
+
+    def collection(self, plan: Plan) -> Collection:
+        if plan in self.memo:
+            return self.memo[plan]
+        out = self._build(plan)
+        self.memo[plan] = out
+        return out
+
+    def _build(self, plan: Plan) -> Collection:
+        if isinstance(plan, Scan):
+            key = self.registry_key_of(plan)
+            arr = self.arranged(plan, key)
+            return _restore_order(arr.as_collection(), key, len(plan.columns))
+        if isinstance(plan, Filter):
+            return self.collection(plan.input).filter(compile_predicate(plan.predicate))
+        if isinstance(plan, Project):
+            return self.collection(plan.input).map(
+                compile_exprs(plan.exprs), [c.type.dtype for c in plan.columns]
+            )
+        if isinstance(plan, Join):
+            return self._join(plan)
+        if isinstance(plan, Aggregate):
+            return self._aggregate(plan)
+        if isinstance(plan, Distinct):
+            return self.collection(plan.input).distinct()
+        if isinstance(plan, UnionAll):
+            parts = [self.collection(p) for p in plan.inputs]
+            return parts[0].concat(*parts[1:])
+        if isinstance(plan, TopK):
+            src = self.collection(plan.input)
+            keyed = src.map(_prepend_zero, (np.dtype(np.int64), *src.dtypes))
+            order = tuple((p, desc) for p, desc in plan.order)
+            out = keyed.top_k([0], order, plan.limit, plan.offset).as_collection()
+            return out.project(range(1, len(plan.columns) + 1))
+        raise NotImplementedError(type(plan).__name__)
+
+    def registry_key_of(self, scan: Scan) -> tuple[int, ...]:
+        """Scans read the relation's own arrangement, registered under its primary key or all columns."""
+        for plan, key in self.registry.entries:
+            if plan == scan:
+                return key
+        raise KeyError(scan.table)
+
+    def _join(self, plan: Join) -> Collection:
+        nl, nr = len(plan.left.columns), len(plan.right.columns)
+        lk, rk = plan.left_keys, plan.right_keys
+        if plan.kind == "inner":
+            left = self.arranged(plan.left, lk)
+            right = self.arranged(plan.right, rk)
+            k = len(lk)
+            lrest = [i for i in range(nl) if i not in lk]
+            rrest = [j for j in range(nr) if j not in rk]
+            pos = [lk.index(i) if i in lk else k + lrest.index(i) for i in range(nl)]
+            pos += [rk.index(j) if j in rk else k + len(lrest) + rrest.index(j) for j in range(nr)]
+            return left.join(right, positions=pos)
+        left = self.collection(plan.left)
+        right = self.collection(plan.right)
+        return left.outer_join(right, lk, rk, plan.kind)
+
+    def _aggregate(self, plan: Aggregate) -> Collection:
+        src = self.collection(plan.input)
+        ng = len(plan.group)
+        if ng == 0:
+            src = src.map(_prepend_zero, (np.dtype(np.int64), *src.dtypes))
+            group = (0,)
+            shift = 1
+        else:
+            group = plan.group
+            shift = 0
+        width = len(src.dtypes)
+        rest = [i for i in range(width) if i not in group]
+        specs = []
+        for a in plan.aggs:
+            kind = {"count_star": "count", "count": "count_col"}.get(a.func, a.func)
+            if a.func == "count" and a.distinct:
+                kind = "count_distinct"
+            specs.append((kind, None if a.arg is None else rest.index(a.arg + shift)))
+        out = src.aggregate(group, specs).as_collection()
+        # averages of decimals come out in scaled units
+        in_types = [c.type for c in plan.input.columns]
+        fixes = {
+            len(group) + j: 10.0 ** in_types[a.arg].scale
+            for j, a in enumerate(plan.aggs)
+            if a.func == "avg" and in_types[a.arg].kind == "decimal"
+        }
+        if fixes:
+            out = out.map(_divide_columns(fixes), out.dtypes)
+        if ng:
+            return out
+        counts = [a.func in ("count_star", "count") for a in plan.aggs]
+        default = _constant_row(self.df, out.dtypes, counts)
+        nonempty = src.project([0]).distinct()
+        out = out.concat(default.antijoin(nonempty, [0]))
+        return out.project(range(1, 1 + len(plan.aggs)))
+
+
+def _prepend_zero(cols, valid):
+    n = len(cols[0]) if cols else 0
+    return (np.zeros(n, dtype=np.int64), *cols), (None, *valid)
+
+
+def _divide_columns(fixes: dict[int, float]):
+    def fn(cols, valid):
+        cols = list(cols)
+        for i, d in fixes.items():
+            cols[i] = cols[i] / d
+        return tuple(cols), valid
+
+    return fn
+
+
+def _constant_row(df: Dataflow, dtypes, counts: list[bool]) -> Collection:
+    """A collection holding one row forever: key 0, then 0 for counts and NULL for other aggregates."""
+    inp = df.input(dtypes, frontier=0)
+    row = [0] + [0 if c else None for c in counts]
+    inp.insert([tuple(row)], time=0)
+    inp.advance_to(2**62)
+    return inp
+
+
+def _restore_order(c: Collection, key: tuple[int, ...], width: int) -> Collection:
+    rest = [i for i in range(width) if i not in key]
+    layout = list(key) + rest
+    if layout == list(range(width)):
+        return c
+    inv = [layout.index(i) for i in range(width)]
+    return c.project(inv)
+
+
+def compile_view(
+    engine: ivm.Engine, registry: Registry, name: str, plan: Plan
+) -> tuple[Dataflow, Arranged, list[tuple[Plan, tuple[int, ...], str]]]:
+    """A new dataflow maintaining ``plan``; its result is arranged by all columns and registered as the
+    relation ``name``. Returns the dataflow, the result arrangement and which arrangements it built or
+    reused."""
+    df = engine.dataflow(name)
+    comp = _Compiler(df, registry, name)
+    result = comp.collection(plan)
+    key = tuple(range(len(plan.columns)))
+    arr = result.arrange(key)
+    registry.add(Scan(name, plan.columns), key, arr, name)
+    comp.used.append((Scan(name, plan.columns), key, "built"))
+    return df, arr, comp.used

@@ -1,0 +1,61 @@
+"""The catalog: tables (columns, NOT NULL, primary key), views (their plans) and named indexes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from sql.errors import error_at
+from sql.logical import Column, Plan, Scan
+
+__all__ = ["Catalog", "Table", "View"]
+
+
+@dataclass
+class Table:
+    name: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[int, ...] = ()
+
+    def position(self, name: str) -> int | None:
+        for i, c in enumerate(self.columns):
+            if c.name == name:
+                return i
+        return None
+
+
+@dataclass
+class View:
+    name: str
+    plan: Plan
+    sql: str
+    columns: tuple[Column, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.columns = self.plan.columns
+
+
+class Catalog:
+    """Names of tables and views (one namespace, case-insensitive as in PostgreSQL for unquoted names)."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, Table] = {}
+        self.views: dict[str, View] = {}
+        self.indexes: dict[str, tuple[str, tuple[int, ...]]] = {}
+
+    def exists(self, name: str) -> bool:
+        return name in self.tables or name in self.views
+
+    def relation_plan(self, name: str, node: exp.Expression | None = None) -> Plan:
+        if name in self.tables:
+            return Scan(name, self.tables[name].columns)
+        if name in self.views:
+            return Scan(name, self.views[name].columns)
+        raise error_at(node, f"relation {name!r} does not exist")
+
+    def sqlglot_schema(self) -> dict:
+        out = {}
+        for name, rel in list(self.tables.items()) + list(self.views.items()):
+            out[name] = {c.name: str(c.type) for c in rel.columns}
+        return out

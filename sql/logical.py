@@ -1,0 +1,178 @@
+"""The logical plan: a small relational algebra the planner turns into dataflows.
+
+Plans are trees of frozen dataclasses; every node knows its output columns (name and SqlType). Scalar
+expressions refer to input columns by position. Two plans that are equal as values compute the same collection,
+which is how the planner finds sub-plans that different views can share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sql.types import SqlType
+
+__all__ = [
+    "Expr",
+    "ColRef",
+    "Const",
+    "Call",
+    "Plan",
+    "Scan",
+    "Filter",
+    "Project",
+    "Join",
+    "Aggregate",
+    "AggCall",
+    "Distinct",
+    "UnionAll",
+    "Negate",
+    "TopK",
+    "Column",
+]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: SqlType
+    nullable: bool = True
+
+
+# -- scalar expressions ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ColRef:
+    index: int
+    type: SqlType
+
+
+@dataclass(frozen=True)
+class Const:
+    """A constant in the engine's representation (``None`` is NULL)."""
+
+    value: object
+    type: SqlType
+
+
+@dataclass(frozen=True)
+class Call:
+    """An operator or function: ``op`` names it (add, eq, and, is_null, like, case, coalesce, cast, ...)."""
+
+    op: str
+    args: tuple[Expr, ...]
+    type: SqlType
+    param: object = None  # e.g. the pattern of LIKE, the target type of CAST
+
+
+Expr = ColRef | Const | Call
+
+
+# -- plans -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scan:
+    table: str
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True)
+class Filter:
+    input: Plan
+    predicate: Expr
+    columns: tuple[Column, ...] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "columns", self.input.columns)
+
+
+@dataclass(frozen=True)
+class Project:
+    input: Plan
+    exprs: tuple[Expr, ...]
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True)
+class Join:
+    """``kind`` in inner, left, right, full; equality of ``left_keys`` and ``right_keys`` (positions in each
+    input); output columns are the left's then the right's."""
+
+    kind: str
+    left: Plan
+    right: Plan
+    left_keys: tuple[int, ...]
+    right_keys: tuple[int, ...]
+    columns: tuple[Column, ...] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        left = self.left.columns
+        right = self.right.columns
+        if self.kind in ("right", "full"):
+            left = tuple(Column(c.name, c.type, True) for c in left)
+        if self.kind in ("left", "full"):
+            right = tuple(Column(c.name, c.type, True) for c in right)
+        object.__setattr__(self, "columns", left + right)
+
+
+@dataclass(frozen=True)
+class AggCall:
+    """``func`` in count_star, count, sum, avg, min, max; ``arg`` a position of the input."""
+
+    func: str
+    arg: int | None
+    distinct: bool
+    type: SqlType
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """Groups by the ``group`` positions; output columns are the group columns then one per aggregate. Without
+    group columns the result has exactly one row, also over empty input (SQL's global aggregate)."""
+
+    input: Plan
+    group: tuple[int, ...]
+    aggs: tuple[AggCall, ...]
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True)
+class Distinct:
+    input: Plan
+    columns: tuple[Column, ...] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "columns", self.input.columns)
+
+
+@dataclass(frozen=True)
+class UnionAll:
+    inputs: tuple[Plan, ...]
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True)
+class Negate:
+    input: Plan
+    columns: tuple[Column, ...] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "columns", self.input.columns)
+
+
+@dataclass(frozen=True)
+class TopK:
+    """The rows ranked ``[offset, offset + limit)`` by ``order`` (position, descending) pairs."""
+
+    input: Plan
+    order: tuple[tuple[int, bool], ...]
+    limit: int | None
+    offset: int
+    columns: tuple[Column, ...] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "columns", self.input.columns)
+
+
+Plan = Scan | Filter | Project | Join | Aggregate | Distinct | UnionAll | Negate | TopK

@@ -1,0 +1,279 @@
+"""Scalar expressions: sqlglot expression trees to typed logical expressions, with SQL's typing rules.
+
+Numbers: integer op integer stays integer (division truncates, as in PostgreSQL); decimals keep exact scaled
+integers for + - * (the result scale is the larger scale, or the sum of scales for *); anything with a float,
+and any division involving a decimal, is double precision. Comparisons bring both sides to one representation
+first.
+"""
+
+from __future__ import annotations
+
+import decimal
+import re
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from sql.errors import error_at
+from sql.logical import Call, Const, Expr
+from sql.types import (
+    BOOL,
+    DATE,
+    FLOAT,
+    INT,
+    TEXT,
+    TIMESTAMP,
+    SqlType,
+    decimal_type,
+    from_sqlglot,
+    to_engine_value,
+)
+
+__all__ = ["translate_scalar", "Resolver"]
+
+Resolver = Callable[[exp.Expression], Expr | None]
+NULL_TYPE = SqlType("int", 0, -1)  # the type of a bare NULL until context gives it one
+
+_ARITH = {exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul", exp.Div: "div", exp.Mod: "mod"}
+_CMP = {exp.EQ: "eq", exp.NEQ: "ne", exp.LT: "lt", exp.LTE: "le", exp.GT: "gt", exp.GTE: "ge"}
+
+
+def is_null_const(e: Expr) -> bool:
+    return isinstance(e, Const) and e.value is None
+
+
+def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
+    """The logical expression of ``node``; ``resolve`` maps columns (and other nodes it knows, such as
+    aggregates or GROUP BY expressions) to expressions, returning None for nodes it does not handle."""
+    known = resolve(node)
+    if known is not None:
+        return known
+    if isinstance(node, exp.Paren):
+        return translate_scalar(node.this, resolve)
+    if isinstance(node, exp.Column):
+        raise error_at(node, f"column {node.sql()!r} does not exist")
+    if isinstance(node, exp.Literal):
+        return _literal(node)
+    if isinstance(node, exp.Null):
+        return Const(None, NULL_TYPE)
+    if isinstance(node, exp.Boolean):
+        return Const(bool(node.this), BOOL)
+    if isinstance(node, exp.Neg):
+        inner = translate_scalar(node.this, resolve)
+        if isinstance(inner, Const) and inner.value is not None and inner.type.numeric:
+            return Const(-inner.value, inner.type)
+        _need_numeric(node, inner)
+        return Call("neg", (inner,), inner.type)
+    for cls, op in _ARITH.items():
+        if isinstance(node, cls):
+            return arithmetic(
+                node, op, translate_scalar(node.this, resolve), translate_scalar(node.expression, resolve)
+            )
+    for cls, op in _CMP.items():
+        if isinstance(node, cls):
+            return compare(
+                node, op, translate_scalar(node.this, resolve), translate_scalar(node.expression, resolve)
+            )
+    if isinstance(node, (exp.And, exp.Or)):
+        a = boolean(node.this, translate_scalar(node.this, resolve))
+        b = boolean(node.expression, translate_scalar(node.expression, resolve))
+        return Call("and" if isinstance(node, exp.And) else "or", (a, b), BOOL)
+    if isinstance(node, exp.Not):
+        return Call("not", (boolean(node.this, translate_scalar(node.this, resolve)),), BOOL)
+    if isinstance(node, exp.Is):
+        if not isinstance(node.expression, exp.Null):
+            raise error_at(node, f"IS {node.expression.sql()} is not supported", unsupported=True)
+        return Call("is_null", (translate_scalar(node.this, resolve),), BOOL)
+    if isinstance(node, exp.Between):
+        x = translate_scalar(node.this, resolve)
+        lo = compare(node, "ge", x, translate_scalar(node.args["low"], resolve))
+        hi = compare(node, "le", x, translate_scalar(node.args["high"], resolve))
+        return Call("and", (lo, hi), BOOL)
+    if isinstance(node, exp.In):
+        if node.args.get("query") is not None:
+            raise error_at(node, "IN (subquery) is not supported yet", unsupported=True)
+        x = translate_scalar(node.this, resolve)
+        out: Expr | None = None
+        for item in node.expressions:
+            c = compare(item, "eq", x, translate_scalar(item, resolve))
+            out = c if out is None else Call("or", (out, c), BOOL)
+        return out
+    if isinstance(node, exp.Like):
+        x = translate_scalar(node.this, resolve)
+        pat = node.expression
+        if not (isinstance(pat, exp.Literal) and pat.is_string):
+            raise error_at(pat, "LIKE needs a constant pattern", unsupported=True)
+        if x.type.kind != "text":
+            raise error_at(node, f"LIKE needs text, got {x.type}")
+        return Call("like", (x,), BOOL, _like_regex(pat.this))
+    if isinstance(node, exp.Case):
+        return _case(node, resolve)
+    if isinstance(node, exp.Coalesce):
+        args = [translate_scalar(a, resolve) for a in [node.this, *node.expressions]]
+        t = common_type(node, [a.type for a in args])
+        return Call("coalesce", tuple(coerce(node, a, t) for a in args), t)
+    if isinstance(node, exp.Nullif):
+        a, b = translate_scalar(node.this, resolve), translate_scalar(node.expression, resolve)
+        return Call("nullif", (a, compare(node, "eq", a, b)), a.type)
+    if isinstance(node, exp.Cast):
+        return cast(node, translate_scalar(node.this, resolve))
+    raise error_at(node, f"{node.key.upper()} is not supported", unsupported=True)
+
+
+def _literal(node: exp.Literal) -> Const:
+    if node.is_string:
+        return Const(to_engine_value(node.this, TEXT), TEXT)
+    text = node.this
+    if re.fullmatch(r"\d+", text):
+        return Const(int(text), INT)
+    if re.fullmatch(r"\d*\.\d*", text):
+        d = decimal.Decimal(text)
+        scale = max(-d.as_tuple().exponent, 0)
+        digits = max(len(d.as_tuple().digits), scale + 1)
+        if digits <= 18:
+            t = decimal_type(digits, scale)
+            return Const(to_engine_value(d, t), t)
+    return Const(float(text), FLOAT)
+
+
+def _need_numeric(node: exp.Expression, *args: Expr) -> None:
+    for a in args:
+        if not (a.type.numeric or is_null_const(a)):
+            raise error_at(node, f"operator {node.key.upper()} needs numbers, got {a.type}")
+
+
+def coerce(node: exp.Expression, e: Expr, t: SqlType) -> Expr:
+    """``e`` in type ``t`` (integers to decimals or floats, decimals to other scales or floats)."""
+    if e.type == t:
+        return e
+    if is_null_const(e):
+        return Const(None, t)
+    s = e.type
+    if isinstance(e, Const):
+        if s.kind == "int" and t.kind == "decimal":
+            return Const(e.value * 10**t.scale, t)
+        if s.kind == "decimal" and t.kind == "decimal" and t.scale >= s.scale:
+            return Const(e.value * 10 ** (t.scale - s.scale), t)
+        if s.kind in ("int", "decimal") and t.kind == "float":
+            return Const(e.value / 10**s.scale if s.kind == "decimal" else float(e.value), t)
+    if (s.kind, t.kind) in (("int", "decimal"), ("decimal", "decimal"), ("int", "float"), ("decimal", "float")):
+        return Call("to_type", (e,), t, s)
+    raise error_at(node, f"cannot use {s} as {t}")
+
+
+def common_type(node: exp.Expression, types: list[SqlType]) -> SqlType:
+    real = [t for t in types if t != NULL_TYPE]
+    if not real:
+        return INT
+    kinds = {t.kind for t in real}
+    if len(kinds) == 1 and kinds != {"decimal"}:
+        return real[0]
+    if kinds <= {"int", "decimal", "float"}:
+        if "float" in kinds:
+            return FLOAT
+        scale = max(t.scale for t in real if t.kind == "decimal")
+        return decimal_type(18, scale)
+    raise error_at(node, "incompatible types: " + ", ".join(sorted(str(t) for t in real)))
+
+
+def arithmetic(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
+    if op in ("add", "sub") and {a.type.kind, b.type.kind} & {"date"}:
+        return _date_arith(node, op, a, b)
+    _need_numeric(node, a, b)
+    kinds = {a.type.kind, b.type.kind}
+    if is_null_const(a) or is_null_const(b):
+        t = common_type(node, [a.type, b.type])
+        return Const(None, FLOAT if op == "div" and t.kind == "decimal" else t)
+    if "float" in kinds or (op == "div" and "decimal" in kinds):
+        return Call(op, (coerce(node, a, FLOAT), coerce(node, b, FLOAT)), FLOAT)
+    if kinds == {"int"}:
+        return Call(op, (a, b), INT)
+    if op == "mod":
+        raise error_at(node, "% on decimals is not supported", unsupported=True)
+    if op == "mul":
+        sa = a.type.scale if a.type.kind == "decimal" else 0
+        sb = b.type.scale if b.type.kind == "decimal" else 0
+        return Call("mul", (a, b), decimal_type(18, sa + sb))
+    t = common_type(node, [a.type, b.type])
+    return Call(op, (coerce(node, a, t), coerce(node, b, t)), t)
+
+
+def _date_arith(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
+    raise error_at(node, "date arithmetic is not supported yet", unsupported=True)
+
+
+def compare(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
+    ta, tb = a.type, b.type
+    if ta.kind == "text" or tb.kind == "text":
+        if not ({ta.kind, tb.kind} <= {"text"} or is_null_const(a) or is_null_const(b)):
+            raise error_at(node, f"cannot compare {ta} with {tb}")
+        return Call(op, (coerce(node, a, TEXT), coerce(node, b, TEXT)), BOOL)
+    if ta == tb or is_null_const(a) or is_null_const(b):
+        t = tb if ta == NULL_TYPE else ta
+        return Call(op, (coerce(node, a, t), coerce(node, b, t)), BOOL)
+    if ta.kind in ("date", "timestamp", "bool") or tb.kind in ("date", "timestamp", "bool"):
+        raise error_at(node, f"cannot compare {ta} with {tb}")
+    t = common_type(node, [ta, tb])
+    return Call(op, (coerce(node, a, t), coerce(node, b, t)), BOOL)
+
+
+def boolean(node: exp.Expression, e: Expr) -> Expr:
+    if e.type.kind != "bool" and not is_null_const(e):
+        raise error_at(node, f"argument of {node.key.upper()} must be boolean, not {e.type}")
+    return e if e.type == BOOL else Const(None, BOOL)
+
+
+def _case(node: exp.Case, resolve: Resolver) -> Expr:
+    if node.this is not None:
+        base = translate_scalar(node.this, resolve)
+        conds = [compare(i, "eq", base, translate_scalar(i.this, resolve)) for i in node.args["ifs"]]
+    else:
+        conds = [boolean(i.this, translate_scalar(i.this, resolve)) for i in node.args["ifs"]]
+    values = [translate_scalar(i.args["true"], resolve) for i in node.args["ifs"]]
+    default = node.args.get("default")
+    values.append(translate_scalar(default, resolve) if default is not None else Const(None, NULL_TYPE))
+    t = common_type(node, [v.type for v in values])
+    values = [coerce(node, v, t) for v in values]
+    return Call("case", tuple(conds) + tuple(values), t)
+
+
+def cast(node: exp.Cast, e: Expr) -> Expr:
+    t = from_sqlglot(node.to)
+    if t is None:
+        raise error_at(node, f"type {node.to.sql()} is not supported", unsupported=True)
+    if isinstance(e, Const) and e.type.kind == "text" and t.kind in ("date", "timestamp"):
+        from ivm.strings import POOL
+
+        text = POOL.decode(__import__("numpy").array([e.value]))[0]
+        try:
+            return Const(to_engine_value(text, t), t)
+        except ValueError as err:
+            raise error_at(node, f"invalid {t} literal {text!r}") from err
+    if e.type == t:
+        return e
+    if is_null_const(e):
+        return Const(None, t)
+    if e.type.numeric and t.numeric:
+        if t.kind == "int" and e.type.kind != "int":
+            return Call("to_int", (e,), t, e.type)
+        if t.kind == "decimal" and e.type.kind == "float":
+            return Call("float_to_decimal", (e,), t)
+        if t.kind == "decimal" and e.type.kind == "decimal" and t.scale < e.type.scale:
+            return Call("round_decimal", (e,), t, e.type)
+        return coerce(node, e, t)
+    raise error_at(node, f"CAST from {e.type} to {t} is not supported", unsupported=True)
+
+
+def _like_regex(pattern: str) -> str:
+    out = []
+    for ch in pattern:
+        if ch == "%":
+            out.append(".*")
+        elif ch == "_":
+            out.append(".")
+        else:
+            out.append(re.escape(ch))
+    return "".join(out)
+
+
+__all__ += ["coerce", "common_type", "compare", "arithmetic", "boolean", "NULL_TYPE", "DATE", "TIMESTAMP"]

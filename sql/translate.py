@@ -1,0 +1,336 @@
+"""SELECT statements to logical plans.
+
+sqlglot's ``qualify`` first resolves every column to its source (and rejects unknown ones); the translator then
+builds the FROM clause as joins, pushes equality conditions into join keys, and puts grouping, aggregation,
+HAVING, DISTINCT, set operations and ORDER BY ... LIMIT on top.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+from sqlglot.errors import OptimizeError
+from sqlglot.optimizer.qualify import qualify
+
+from sql.catalog import Catalog
+from sql.errors import SqlError, error_at
+from sql.logical import (
+    AggCall,
+    Aggregate,
+    Call,
+    ColRef,
+    Column,
+    Const,
+    Distinct,
+    Expr,
+    Filter,
+    Join,
+    Plan,
+    Project,
+    TopK,
+    UnionAll,
+)
+from sql.scalar import boolean, translate_scalar
+from sql.types import BOOL, FLOAT, INT, decimal_type
+
+__all__ = ["translate_query"]
+
+
+@dataclass
+class Scope:
+    """Columns visible in a FROM clause: (source alias, column name) -> position."""
+
+    names: dict[tuple[str, str], int]
+    plan: Plan
+
+    def resolve(self, node: exp.Expression) -> Expr | None:
+        if isinstance(node, exp.Column):
+            key = (node.table, node.name)
+            if key in self.names:
+                i = self.names[key]
+                return ColRef(i, self.plan.columns[i].type)
+            raise error_at(node, f"column {node.sql()!r} does not exist")
+        return None
+
+
+def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
+    """The logical plan of a query (SELECT or set operation), checked against the catalog."""
+    try:
+        tree = qualify(
+            tree.copy(),
+            schema=catalog.sqlglot_schema(),
+            dialect="postgres",
+            validate_qualify_columns=True,
+            quote_identifiers=False,
+        )
+    except OptimizeError as err:
+        raise SqlError(str(err)) from err
+    return _query(tree, catalog)
+
+
+def _query(node: exp.Expression, catalog: Catalog) -> Plan:
+    if isinstance(node, exp.Subquery):
+        return _query(node.this, catalog)
+    if isinstance(node, exp.Union):
+        left, right = _query(node.left, catalog), _query(node.right, catalog)
+        _check_union(node, left, right)
+        plan: Plan = UnionAll((left, right), left.columns)
+        if node.args.get("distinct"):
+            plan = Distinct(plan)
+        return _order_limit(node, plan, None)
+    if isinstance(node, (exp.Except, exp.Intersect)):
+        raise error_at(node, f"{node.key.upper()} is not supported yet", unsupported=True)
+    if isinstance(node, exp.Select):
+        return _select(node, catalog)
+    raise error_at(node, f"{node.key.upper()} is not a query", unsupported=True)
+
+
+def _check_union(node: exp.Expression, left: Plan, right: Plan) -> None:
+    if len(left.columns) != len(right.columns):
+        raise error_at(node, "each side of UNION must have the same number of columns")
+    for a, b in zip(left.columns, right.columns, strict=True):
+        if a.type != b.type:
+            raise error_at(node, f"UNION of {a.type} and {b.type} is not supported yet", unsupported=True)
+
+
+def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Expression]]:
+    """The FROM clause joined as far as possible by equality conditions; returns the conditions left over."""
+    from_ = select.args.get("from_") or select.args.get("from")
+    if from_ is None:
+        raise error_at(select, "SELECT without FROM is not supported yet", unsupported=True)
+    sources = [(from_.this, "inner", None)]
+    for j in select.args.get("joins") or []:
+        if j.args.get("using"):
+            raise error_at(j, "JOIN ... USING is not supported yet", unsupported=True)
+        side = (j.side or "").lower()
+        kind = j.kind.lower() if j.kind else ""
+        if kind in ("semi", "anti", "lateral") or j.method:
+            raise error_at(j, f"{kind or j.method} joins are not supported", unsupported=True)
+        sources.append((j.this, side or "inner", j.args.get("on")))
+    where = select.args.get("where")
+    pending = _conjuncts(where.this) if where is not None else []
+    scope: Scope | None = None
+    for src, kind, on in sources:
+        plan, alias = _source(src, catalog)
+        names = {(alias, c.name): i for i, c in enumerate(plan.columns)}
+        if scope is None:
+            scope = Scope(names, plan)
+            continue
+        offset = len(scope.plan.columns)
+        right = Scope(names, plan)
+        both = Scope({**scope.names, **{k: v + offset for k, v in names.items()}}, None)  # type: ignore[arg-type]
+        conds = _conjuncts(on) if on is not None else []
+        if kind == "inner":
+            conds += pending
+            pending = []
+        lk, rk, rest = [], [], []
+        for c in conds:
+            pair = _equi(c, scope, right)
+            if pair is None:
+                rest.append(c)
+            else:
+                lk.append(pair[0])
+                rk.append(pair[1])
+        if kind != "inner" and rest:
+            raise error_at(
+                rest[0], "outer join conditions other than column equalities are not supported yet", True
+            )
+        joined = Join(kind, scope.plan, plan, tuple(lk), tuple(rk))
+        both.plan = joined
+        scope = both
+        pending = rest if kind == "inner" else pending
+    return scope, pending
+
+
+def _equi(cond: exp.Expression, left: Scope, right: Scope) -> tuple[int, int] | None:
+    if not isinstance(cond, exp.EQ):
+        return None
+    a, b = cond.this, cond.expression
+    if not (isinstance(a, exp.Column) and isinstance(b, exp.Column)):
+        return None
+    ka, kb = (a.table, a.name), (b.table, b.name)
+    if ka in left.names and kb in right.names:
+        i, j = left.names[ka], right.names[kb]
+    elif kb in left.names and ka in right.names:
+        i, j = left.names[kb], right.names[ka]
+    else:
+        return None
+    ti, tj = left.plan.columns[i].type, right.plan.columns[j].type
+    return (i, j) if ti == tj else None
+
+
+def _source(src: exp.Expression, catalog: Catalog) -> tuple[Plan, str]:
+    if isinstance(src, exp.Table):
+        name = src.name
+        alias = src.alias_or_name
+        return catalog.relation_plan(name, src), alias
+    if isinstance(src, exp.Subquery):
+        plan = _query(src.this, catalog)
+        names = [s.alias_or_name for s in src.this.selects] if isinstance(src.this, exp.Select) else None
+        if names:
+            plan = Project(
+                plan,
+                tuple(ColRef(i, c.type) for i, c in enumerate(plan.columns)),
+                tuple(Column(n, c.type, c.nullable) for n, c in zip(names, plan.columns, strict=True)),
+            )
+        return plan, src.alias_or_name
+    raise error_at(src, f"{src.key.upper()} in FROM is not supported", unsupported=True)
+
+
+def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
+    if isinstance(node, exp.Paren):
+        return _conjuncts(node.this)
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    return [node]
+
+
+_AGGS = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
+
+
+def _select(select: exp.Select, catalog: Catalog) -> Plan:
+    for key in ("with", "windows", "qualify"):
+        if select.args.get(key):
+            raise error_at(select, f"{key.upper()} is not supported yet", unsupported=True)
+    scope, pending = _from(select, catalog)
+    plan = scope.plan
+    if pending:
+        pred = None
+        for c in pending:
+            e = boolean(c, translate_scalar(c, scope.resolve))
+            pred = e if pred is None else Call("and", (pred, e), BOOL)
+        plan = Filter(plan, pred)
+        scope = Scope(scope.names, plan)
+    group = select.args.get("group")
+    having = select.args.get("having")
+    aggs = [a for s in select.selects for a in s.find_all(*_AGGS)]
+    if having is not None:
+        aggs += list(having.find_all(*_AGGS))
+    if group is not None or aggs:
+        plan, resolve = _aggregate(select, scope, group, aggs)
+    else:
+        resolve = scope.resolve
+    if having is not None:
+        plan = Filter(plan, boolean(having, translate_scalar(having.this, resolve)))
+    exprs = []
+    cols = []
+    for s in select.selects:
+        node = s.this if isinstance(s, exp.Alias) else s
+        e = translate_scalar(node, resolve)
+        exprs.append(e)
+        cols.append(Column(s.alias_or_name, e.type))
+    plan = Project(plan, tuple(exprs), tuple(cols))
+    if select.args.get("distinct"):
+        plan = Distinct(plan)
+    return _order_limit(select, plan, select.selects)
+
+
+def _aggregate(select: exp.Select, scope: Scope, group: exp.Group | None, aggs: list[exp.Expression]):
+    keys = list(group.expressions) if group is not None else []
+    key_exprs = [translate_scalar(k, scope.resolve) for k in keys]
+    args: list[Expr] = []
+    calls: list[AggCall] = []
+    agg_index: dict[str, int] = {}
+    for a in aggs:
+        sql = a.sql()
+        if sql in agg_index:
+            continue
+        func = a.key  # count, sum, avg, min, max
+        arg = a.this
+        distinct = isinstance(arg, exp.Distinct)
+        if distinct:
+            if len(arg.expressions) != 1:
+                raise error_at(a, "COUNT(DISTINCT ...) of several columns is not supported", unsupported=True)
+            arg = arg.expressions[0]
+            if func != "count":
+                raise error_at(a, f"{func.upper()}(DISTINCT ...) is not supported yet", unsupported=True)
+        if isinstance(arg, exp.Star):
+            agg_index[sql] = len(calls)
+            calls.append(AggCall("count_star", None, False, INT))
+            continue
+        if list(arg.find_all(*_AGGS)):
+            raise error_at(a, "aggregate calls cannot be nested")
+        e = translate_scalar(arg, scope.resolve)
+        pos = len(key_exprs) + len(args)
+        args.append(e)
+        agg_index[sql] = len(calls)
+        calls.append(AggCall(func, pos, distinct, _agg_type(a, func, e)))
+    pre = Project(
+        scope.plan,
+        tuple(key_exprs + args),
+        tuple(Column(f"g{i}", e.type) for i, e in enumerate(key_exprs + args)),
+    )
+    out_cols = tuple(Column(f"g{i}", e.type) for i, e in enumerate(key_exprs)) + tuple(
+        Column(f"a{i}", c.type) for i, c in enumerate(calls)
+    )
+    plan = Aggregate(pre, tuple(range(len(key_exprs))), tuple(calls), out_cols)
+    key_sql = {k.sql(): i for i, k in enumerate(keys)}
+
+    def resolve(node: exp.Expression) -> Expr | None:
+        if isinstance(node, _AGGS):
+            j = agg_index[node.sql()]
+            return ColRef(len(key_exprs) + j, calls[j].type)
+        i = key_sql.get(node.sql())
+        if i is not None:
+            return ColRef(i, key_exprs[i].type)
+        if isinstance(node, exp.Column):
+            raise error_at(node, f"column {node.sql()!r} must appear in GROUP BY or be used in an aggregate")
+        return None
+
+    return plan, resolve
+
+
+def _agg_type(node: exp.Expression, func: str, e: Expr):
+    t = e.type
+    if func == "count":
+        return INT
+    if func in ("sum", "avg") and not t.numeric:
+        raise error_at(node, f"{func.upper()} needs numbers, got {t}")
+    if func == "avg":
+        return FLOAT
+    if func in ("min", "max") and t.kind == "text":
+        raise error_at(node, f"{func.upper()} of text is not supported yet", unsupported=True)
+    if func == "sum" and t.kind == "decimal":
+        return decimal_type(18, t.scale)
+    return t
+
+
+def _order_limit(node: exp.Expression, plan: Plan, selects) -> Plan:
+    order = node.args.get("order")
+    limit = node.args.get("limit")
+    offset = node.args.get("offset")
+    if limit is None and offset is None:
+        return plan  # ORDER BY alone does not change a view's contents
+    keys: list[tuple[int, bool]] = []
+    if order is not None:
+        names = [c.name for c in plan.columns]
+        sqls = [s.sql() for s in selects] if selects else []
+        for o in order.expressions:
+            target = o.this
+            idx = None
+            if isinstance(target, exp.Literal) and not target.is_string:
+                idx = int(target.this) - 1
+            elif isinstance(target, exp.Column) and target.name in names:
+                idx = names.index(target.name)
+            elif target.sql() in sqls:
+                idx = sqls.index(target.sql())
+            if idx is None or not 0 <= idx < len(names):
+                raise error_at(o, "ORDER BY with LIMIT must name output columns", unsupported=True)
+            if plan.columns[idx].type.kind == "text":
+                raise error_at(o, "ORDER BY text with LIMIT is not supported yet", unsupported=True)
+            keys.append((idx, bool(o.args.get("desc"))))
+    n = _count(limit.expression if limit is not None else None)
+    off = _count(offset.expression if offset is not None else None) or 0
+    return TopK(plan, tuple(keys), n, off)
+
+
+def _count(node: exp.Expression | None) -> int | None:
+    if node is None:
+        return None
+    if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
+        return int(node.this)
+    raise error_at(node, "LIMIT and OFFSET need integer constants", unsupported=True)
+
+
+__all__ += ["Const"]

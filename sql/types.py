@@ -1,0 +1,191 @@
+"""SQL types and how their values are held by the engine.
+
+| SQL | engine |
+| --- | --- |
+| SMALLINT, INTEGER, BIGINT | int64 |
+| NUMERIC/DECIMAL(p, s), p <= 18 | int64 scaled by 10**s (exact sums) |
+| REAL, DOUBLE PRECISION | float64 |
+| TEXT, VARCHAR, CHAR | int64 code into the engine's string pool |
+| DATE | int32 days since 1970-01-01 |
+| TIMESTAMP | int64 microseconds since 1970-01-01 |
+| BOOLEAN | bool |
+
+NULL is a validity mask beside each column.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from sqlglot import exp
+
+from ivm.strings import POOL
+from sql.errors import SqlError
+
+__all__ = ["SqlType", "INT", "FLOAT", "TEXT", "DATE", "TIMESTAMP", "BOOL", "decimal_type", "from_sqlglot"]
+
+EPOCH = dt.date(1970, 1, 1)
+EPOCH_TS = dt.datetime(1970, 1, 1)
+
+
+@dataclass(frozen=True)
+class SqlType:
+    """A column type: ``kind`` is one of int, decimal, float, text, date, timestamp, bool."""
+
+    kind: str
+    precision: int = 0
+    scale: int = 0
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(
+            {
+                "int": np.int64,
+                "decimal": np.int64,
+                "float": np.float64,
+                "text": np.int64,
+                "date": np.int32,
+                "timestamp": np.int64,
+                "bool": np.bool_,
+            }[self.kind]
+        )
+
+    @property
+    def numeric(self) -> bool:
+        return self.kind in ("int", "decimal", "float")
+
+    def __str__(self) -> str:
+        if self.kind == "decimal":
+            return f"DECIMAL({self.precision},{self.scale})"
+        return {
+            "int": "BIGINT",
+            "float": "DOUBLE",
+            "text": "TEXT",
+            "date": "DATE",
+            "timestamp": "TIMESTAMP",
+            "bool": "BOOLEAN",
+        }[self.kind]
+
+
+INT = SqlType("int")
+FLOAT = SqlType("float")
+TEXT = SqlType("text")
+DATE = SqlType("date")
+TIMESTAMP = SqlType("timestamp")
+BOOL = SqlType("bool")
+
+
+def decimal_type(precision: int, scale: int) -> SqlType:
+    if precision > 18:
+        raise SqlError(f"DECIMAL({precision},{scale}) exceeds the supported precision of 18 digits")
+    return SqlType("decimal", precision, scale)
+
+
+_INTS = {exp.DataType.Type.SMALLINT, exp.DataType.Type.INT, exp.DataType.Type.BIGINT, exp.DataType.Type.TINYINT}
+_FLOATS = {exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE}
+_TEXTS = {
+    exp.DataType.Type.TEXT,
+    exp.DataType.Type.VARCHAR,
+    exp.DataType.Type.CHAR,
+    exp.DataType.Type.NCHAR,
+    exp.DataType.Type.NVARCHAR,
+}
+
+
+def from_sqlglot(dtype: exp.DataType) -> SqlType | None:
+    """The SqlType of a sqlglot data type, or None when ivm cannot represent it."""
+    t = dtype.this
+    if t in _INTS:
+        return INT
+    if t in _FLOATS:
+        return FLOAT
+    if t in _TEXTS:
+        return TEXT
+    if t == exp.DataType.Type.DATE:
+        return DATE
+    if t == exp.DataType.Type.TIMESTAMP:
+        return TIMESTAMP
+    if t == exp.DataType.Type.BOOLEAN:
+        return BOOL
+    if t == exp.DataType.Type.DECIMAL:
+        params = [int(p.this.this) for p in dtype.expressions]
+        precision = params[0] if params else 18
+        scale = params[1] if len(params) > 1 else 0
+        return decimal_type(precision, scale)
+    return None
+
+
+def to_engine_value(value: object, t: SqlType) -> object:
+    """One Python value as the engine holds it (raises ValueError/TypeError when it does not fit)."""
+    if value is None:
+        return None
+    k = t.kind
+    if k == "int":
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            if isinstance(value, (float, decimal.Decimal)) and value == int(value):
+                return int(value)
+            raise TypeError(f"{value!r} is not an integer")
+        v = int(value)
+        if not -(2**63) <= v < 2**63:
+            raise ValueError(f"{v} is out of range for BIGINT")
+        return v
+    if k == "decimal":
+        d = decimal.Decimal(str(value)) if not isinstance(value, decimal.Decimal) else value
+        scaled = d.scaleb(t.scale).quantize(decimal.Decimal(1), rounding=decimal.ROUND_HALF_UP)
+        if abs(scaled) >= 10**t.precision:
+            raise ValueError(f"{value} does not fit in {t}")
+        return int(scaled)
+    if k == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float, decimal.Decimal, np.number)):
+            raise TypeError(f"{value!r} is not a number")
+        return float(value)
+    if k == "text":
+        if not isinstance(value, str):
+            raise TypeError(f"{value!r} is not text")
+        return POOL.code(value)
+    if k == "date":
+        if isinstance(value, str):
+            value = dt.date.fromisoformat(value)
+        if isinstance(value, dt.datetime) or not isinstance(value, dt.date):
+            raise TypeError(f"{value!r} is not a date")
+        return (value - EPOCH).days
+    if k == "timestamp":
+        if isinstance(value, str):
+            value = dt.datetime.fromisoformat(value)
+        if not isinstance(value, dt.datetime):
+            raise TypeError(f"{value!r} is not a timestamp")
+        return (value - EPOCH_TS) // dt.timedelta(microseconds=1)
+    if k == "bool":
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{value!r} is not a boolean")
+        return bool(value)
+    raise AssertionError(k)
+
+
+def column_from_values(values: Sequence[object], t: SqlType) -> tuple[np.ndarray, np.ndarray | None]:
+    """An engine column and validity mask from Python values already converted by ``to_engine_value``."""
+    mask = np.array([v is not None for v in values], dtype=bool)
+    data = np.array([0 if v is None else v for v in values], dtype=t.dtype)
+    return data, None if mask.all() else mask
+
+
+def to_python(data: np.ndarray, mask: np.ndarray | None, t: SqlType) -> list[object]:
+    """Python values of an engine column (for fetchall and display; not a hot path)."""
+    k = t.kind
+    if k == "text":
+        vals = list(POOL.decode(data))
+    elif k == "decimal":
+        vals = [decimal.Decimal(int(v)).scaleb(-t.scale) for v in data]
+    elif k == "date":
+        vals = [EPOCH + dt.timedelta(days=int(v)) for v in data]
+    elif k == "timestamp":
+        vals = [EPOCH_TS + dt.timedelta(microseconds=int(v)) for v in data]
+    else:
+        vals = data.tolist()
+    if mask is not None:
+        vals = [v if ok else None for v, ok in zip(vals, mask.tolist(), strict=True)]
+    return vals
