@@ -1,4 +1,4 @@
-"""Views maintained through random transactions equal DuckDB's full recompute of the same SQL, after each one."""
+"""Views maintained through random transactions equal DuckDB's recompute of the same SQL after each one."""
 
 import decimal
 import math
