@@ -204,7 +204,10 @@ class Connection:
 
     def _drop(self, stmt: exp.Drop) -> None:
         kind = (stmt.args.get("kind") or "").upper()
-        name = stmt.this.name
+        targets = stmt.args.get("tables") or ([stmt.this] if stmt.this is not None else [])
+        if len(targets) != 1:
+            raise error_at(stmt, "DROP of several relations at once is not supported", unsupported=True)
+        name = targets[0].name
         if kind not in ("TABLE", "VIEW", "MATERIALIZED VIEW"):
             raise error_at(stmt, f"DROP {kind} is not supported", unsupported=True)
         is_view = kind != "TABLE"
@@ -213,6 +216,8 @@ class Connection:
                 return
             raise error_at(stmt, f"{'view' if is_view else 'table'} {name!r} does not exist")
         for v in self.views.values():
+            if v.view.name == name:
+                continue
             if any(isinstance(p, Scan) and p.table == name for p, _, _ in v.used):
                 raise error_at(stmt, f"cannot drop {name!r}: view {v.view.name!r} depends on it")
         if is_view:

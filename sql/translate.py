@@ -7,6 +7,7 @@ HAVING, DISTINCT, set operations and ORDER BY ... LIMIT on top.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -65,8 +66,18 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
             quote_identifiers=False,
         )
     except OptimizeError as err:
-        raise SqlError(str(err)) from err
+        raise _locate(tree, str(err)) from err
     return _query(tree, catalog)
+
+
+def _locate(tree: exp.Expression, message: str) -> SqlError:
+    """sqlglot's resolution error, pointed at the column it names."""
+    m = re.search(r"Column '([^']+)' could not be resolved", message)
+    if m:
+        for col in tree.find_all(exp.Column):
+            if col.name == m.group(1) or col.sql() == m.group(1):
+                return error_at(col, f"column {m.group(1)!r} does not exist")
+    return SqlError(message.split(". Line:")[0])
 
 
 def _query(node: exp.Expression, catalog: Catalog) -> Plan:
