@@ -4,6 +4,10 @@ import ivm
 from sql.logical import Scan
 
 
+def _used(db, view):
+    return {(p.table if isinstance(p, Scan) else type(p).__name__, k, how) for p, k, how in db.views[view].used}
+
+
 def test_views_reuse_table_and_join_arrangements():
     db = ivm.connect()
     db.execute("CREATE TABLE orders (o_key INTEGER PRIMARY KEY, cust INTEGER)")
