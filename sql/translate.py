@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 
 from sql.catalog import Catalog
 from sql.errors import SqlError, error_at
@@ -67,6 +68,8 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
         )
     except OptimizeError as err:
         raise _locate(tree, str(err)) from err
+    # correlated and uncorrelated EXISTS, IN and scalar subqueries become joins with grouped derived tables
+    tree = unnest_subqueries(tree)
     return _query(tree, catalog)
 
 
