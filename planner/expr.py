@@ -202,6 +202,8 @@ def _nullif(e: Call, cols, valid, n):
 def _to_type(e: Call, cols, valid, n):
     a, m = evaluate(e.args[0], cols, valid, n)
     src, dst = e.param, e.type
+    if src.kind == "date" and dst.kind == "int":
+        return a.astype(np.int64), m
     if dst.kind == "float":
         out = a.astype(np.float64)
         return (out / 10**src.scale if src.kind == "decimal" else out), m
@@ -230,7 +232,55 @@ def _float_to_decimal(e: Call, cols, valid, n):
     return (np.sign(x) * np.floor(np.abs(x) + 0.5)).astype(np.int64), m
 
 
+def _date_parts(days: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    d = days.astype("datetime64[D]")
+    y = d.astype("datetime64[Y]")
+    m = d.astype("datetime64[M]")
+    year = y.astype(np.int64) + 1970
+    month = (m - y).astype(np.int64) + 1
+    day = (d - m).astype(np.int64) + 1
+    return year, month, day
+
+
+def _extract(e: Call, cols, valid, n):
+    a, m = evaluate(e.args[0], cols, valid, n)
+    year, month, day = _date_parts(a)
+    return {"year": year, "month": month, "day": day}[e.param], m
+
+
+def _date_add(e: Call, cols, valid, n):
+    (a, ma), (d, md) = _args(e, cols, valid, n)
+    months = e.param
+    out = a.astype(np.int64)
+    if months:
+        year, month, day = _date_parts(a)
+        total = (year - 1970) * 12 + (month - 1) + months
+        first = total.astype("datetime64[M]").astype("datetime64[D]")
+        nxt = (total + 1).astype("datetime64[M]").astype("datetime64[D]")
+        last_day = (nxt - first).astype(np.int64)
+        out = first.astype(np.int64) + np.minimum(day, last_day) - 1
+    return (out + d).astype(np.int32), _and_masks(ma, md)
+
+
+def _substring(e: Call, cols, valid, n):
+    a, m = evaluate(e.args[0], cols, valid, n)
+    start, length = e.param
+    lo = max(start - 1, 0)
+    hi = None if length is None else max(start - 1 + length, 0)
+    return POOL.map_codes(a, lambda s: s[lo:hi]), m
+
+
+def _case_fold(e: Call, cols, valid, n):
+    a, m = evaluate(e.args[0], cols, valid, n)
+    return POOL.map_codes(a, str.upper if e.op == "upper" else str.lower), m
+
+
 _CALLS = {
+    "extract": _extract,
+    "date_add": _date_add,
+    "substring": _substring,
+    "upper": _case_fold,
+    "lower": _case_fold,
     "add": _arith,
     "sub": _arith,
     "mul": _arith,

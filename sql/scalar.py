@@ -117,7 +117,58 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
         return Call("nullif", (a, compare(node, "eq", a, b)), a.type)
     if isinstance(node, exp.Cast):
         return cast(node, translate_scalar(node.this, resolve))
+    if isinstance(node, exp.Interval):
+        return _interval(node)
+    if isinstance(node, exp.Extract):
+        field = node.this.name.lower()
+        x = translate_scalar(node.expression, resolve)
+        if x.type.kind != "date" or field not in ("year", "month", "day"):
+            raise error_at(
+                node, f"EXTRACT({field.upper()} FROM {x.type}) is not supported yet", unsupported=True
+            )
+        return Call("extract", (x,), INT, field)
+    if isinstance(node, exp.Substring):
+        x = translate_scalar(node.this, resolve)
+        if x.type.kind != "text":
+            raise error_at(node, f"SUBSTRING needs text, got {x.type}")
+        start = _const_int(node.args.get("start"), 1)
+        length = _const_int(node.args.get("length"), None)
+        return Call("substring", (x,), TEXT, (start, length))
+    if isinstance(node, (exp.Upper, exp.Lower)):
+        x = translate_scalar(node.this, resolve)
+        if x.type.kind != "text":
+            raise error_at(node, f"{node.key.upper()} needs text, got {x.type}")
+        return Call(node.key.lower(), (x,), TEXT)
     raise error_at(node, f"{node.key.upper()} is not supported", unsupported=True)
+
+
+INTERVAL = SqlType("interval")
+
+
+def _const_int(node: exp.Expression | None, default: int | None) -> int | None:
+    if node is None:
+        return default
+    if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
+        return int(node.this)
+    raise error_at(node, "only constant integer arguments are supported here", unsupported=True)
+
+
+def _interval(node: exp.Interval) -> Const:
+    """An interval constant as (months, days)."""
+    text = node.this.this if isinstance(node.this, exp.Literal) else None
+    unit = node.unit.name.lower() if node.unit is not None else None
+    parts = str(text).split() if text is not None else []
+    if unit is None and len(parts) == 2:
+        parts, unit = [parts[0]], parts[1].lower()
+    if len(parts) != 1 or not parts[0].lstrip("-").isdigit():
+        raise error_at(node, f"interval {node.sql()} is not supported", unsupported=True)
+    n = int(parts[0])
+    unit = unit.rstrip("s")
+    months = {"year": 12 * n, "month": n}.get(unit, 0)
+    days = {"day": n, "week": 7 * n}.get(unit, 0)
+    if months == 0 and days == 0 and n != 0:
+        raise error_at(node, f"interval unit {unit!r} is not supported", unsupported=True)
+    return Const((months, days), INTERVAL)
 
 
 def _literal(node: exp.Literal) -> Const:
@@ -199,7 +250,42 @@ def arithmetic(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
 
 
 def _date_arith(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
-    raise error_at(node, "date arithmetic is not supported yet", unsupported=True)
+    """date +/- interval (or integer days); date - date is the number of days between them."""
+    if a.type.kind == "date" and b.type.kind == "date" and op == "sub":
+        return Call("sub", (Call("to_type", (a,), INT, DATE), Call("to_type", (b,), INT, DATE)), INT)
+    if b.type.kind == "date" and op == "add":
+        a, b = b, a
+    if a.type.kind != "date":
+        raise error_at(node, f"cannot {op} {a.type} and {b.type}")
+    if b.type.kind == "int":
+        months, days = 0, b
+    elif b.type == INTERVAL and isinstance(b, Const):
+        months, days = b.value
+        days = Const(days, INT)
+    else:
+        raise error_at(node, f"cannot {op} DATE and {b.type}")
+    if op == "sub":
+        months = -months
+        days = Call("neg", (days,), INT) if not isinstance(days, Const) else Const(-days.value, INT)
+    if isinstance(a, Const) and isinstance(days, Const):
+        if a.value is None or days.value is None:
+            return Const(None, DATE)
+        return Const(add_months_days(a.value, months, days.value), DATE)
+    return Call("date_add", (a, days), DATE, months)
+
+
+def add_months_days(day: int, months: int, days: int) -> int:
+    """Days since 1970-01-01 after adding months (clamped to the month's end, as PostgreSQL) then days."""
+    import datetime as dt
+
+    d = dt.date(1970, 1, 1) + dt.timedelta(days=day)
+    if months:
+        m = d.month - 1 + months
+        y, m = d.year + m // 12, m % 12 + 1
+        import calendar
+
+        d = dt.date(y, m, min(d.day, calendar.monthrange(y, m)[1]))
+    return (d - dt.date(1970, 1, 1)).days + days
 
 
 def compare(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
