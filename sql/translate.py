@@ -8,7 +8,7 @@ HAVING, DISTINCT, set operations and ORDER BY ... LIMIT on top.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlglot import exp
 from sqlglot.errors import OptimizeError
@@ -41,12 +41,17 @@ __all__ = ["translate_query"]
 
 @dataclass
 class Scope:
-    """Columns visible in a FROM clause: (source alias, column name) -> position."""
+    """Columns visible in a FROM clause: (source alias, column name) -> position; ``extra`` maps other nodes
+    (uncorrelated EXISTS) to the columns that hold their values."""
 
     names: dict[tuple[str, str], int]
     plan: Plan
+    extra: dict[int, int] = field(default_factory=dict)
 
     def resolve(self, node: exp.Expression) -> Expr | None:
+        if id(node) in self.extra:
+            i = self.extra[id(node)]
+            return ColRef(i, self.plan.columns[i].type)
         if isinstance(node, exp.Column):
             key = (node.table, node.name)
             if key in self.names:
@@ -58,6 +63,7 @@ class Scope:
 
 def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     """The logical plan of a query (SELECT or set operation), checked against the catalog."""
+    tree = _not_in_subqueries(tree)
     try:
         tree = qualify(
             tree.copy(),
@@ -157,6 +163,59 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
     return scope, pending
 
 
+def _uncorrelated_exists(scope: Scope, conds: list[exp.Expression], catalog: Catalog) -> Scope:
+    """Each EXISTS left in the conditions (those sqlglot did not turn into joins: uncorrelated ones) becomes a
+    one-row boolean column ``COUNT(*) > 0`` of its query, cross-joined into the FROM clause."""
+    for cond in conds:
+        for node in cond.find_all(exp.Exists):
+            sub = _query(node.this, catalog)
+            counted = Aggregate(sub, (), (AggCall("count_star", None, False, INT),), (Column("n", INT),))
+            flag = Project(
+                counted,
+                (Call("gt", (ColRef(0, INT), Const(0, INT)), BOOL),),
+                (Column("exists", BOOL, False),),
+            )
+            joined = Join("inner", scope.plan, flag, (), ())
+            extra = dict(scope.extra)
+            extra[id(node)] = len(scope.plan.columns)
+            scope = Scope(scope.names, joined, extra)
+    return scope
+
+
+def _not_in_subqueries(tree: exp.Expression) -> exp.Expression:
+    """``x NOT IN (SELECT y ...)`` as the EXISTS conditions that give SQL's answer with NULLs: no y equals x,
+    and x is not NULL unless the subquery is empty, and no y is NULL."""
+
+    def rewrite(node: exp.Expression) -> exp.Expression:
+        if not (isinstance(node, exp.Not) and isinstance(node.this, exp.In) and node.this.args.get("query")):
+            return node
+        x = node.this.this
+        query = node.this.args["query"]
+        query = query.this if isinstance(query, exp.Subquery) else query
+        if not isinstance(query, exp.Select) or len(query.selects) != 1:
+            raise error_at(node, "NOT IN needs a subquery of one column", unsupported=True)
+        col = query.selects[0].alias_or_name
+        alias = "_not_in"
+
+        def inner(where: str | None) -> exp.Expression:
+            sub = exp.select("*").from_(
+                exp.Subquery(this=query.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias)))
+            )
+            return exp.Exists(this=sub.where(where) if where else sub)
+
+        ref = exp.column(col, table=alias)
+        match = inner(exp.EQ(this=ref.copy(), expression=x.copy()))
+        has_null = inner(exp.Is(this=ref.copy(), expression=exp.Null()))
+        empty = exp.Not(this=inner(None))
+        return exp.and_(
+            exp.Not(this=match),
+            exp.or_(exp.Not(this=exp.Is(this=x.copy(), expression=exp.Null())), empty),
+            exp.Not(this=has_null),
+        )
+
+    return tree.transform(rewrite)
+
+
 def _equi(cond: exp.Expression, left: Scope, right: Scope) -> tuple[int, int] | None:
     if not isinstance(cond, exp.EQ):
         return None
@@ -208,6 +267,7 @@ def _select(select: exp.Select, catalog: Catalog) -> Plan:
         if select.args.get(key):
             raise error_at(select, f"{key.upper()} is not supported yet", unsupported=True)
     scope, pending = _from(select, catalog)
+    scope = _uncorrelated_exists(scope, pending, catalog)
     plan = scope.plan
     if pending:
         pred = None
@@ -345,6 +405,3 @@ def _count(node: exp.Expression | None) -> int | None:
     if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
         return int(node.this)
     raise error_at(node, "LIMIT and OFFSET need integer constants", unsupported=True)
-
-
-__all__ += ["Const"]

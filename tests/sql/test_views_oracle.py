@@ -34,6 +34,13 @@ VIEWS = {
     "v_topk": "SELECT a, c FROM t ORDER BY c DESC, a LIMIT 3",
     "v_view_on_view": "SELECT c, n FROM v_group WHERE n > 1",
     "v_cross": "SELECT t.a, u.y FROM t CROSS JOIN u WHERE t.c = u.y",
+    "v_exists": "SELECT a FROM t WHERE EXISTS (SELECT * FROM u WHERE u.x = t.a AND u.y > 1)",
+    "v_not_exists": "SELECT a FROM t WHERE NOT EXISTS (SELECT * FROM u WHERE u.x = t.a)",
+    "v_in_sub": "SELECT a FROM t WHERE c IN (SELECT y FROM u)",
+    "v_not_in": "SELECT a FROM t WHERE c NOT IN (SELECT y FROM u WHERE x > 3)",
+    "v_scalar": "SELECT a FROM t WHERE b > (SELECT AVG(z) FROM u)",
+    "v_corr_scalar": "SELECT x, y FROM u WHERE z < (SELECT AVG(z) FROM u u2 WHERE u2.x = u.x)",
+    "v_uncorr_exists": "SELECT x FROM u WHERE EXISTS (SELECT * FROM t WHERE c = 5)",
 }
 
 
