@@ -42,6 +42,16 @@ class StringPool:
         table = np.array([self._strings[c] for c in uniq.tolist()], dtype=object)
         return table[inv.reshape(-1)] if len(codes) else np.zeros(0, dtype=object)
 
+    def ranks(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each code, its rank in string order among the distinct codes given; and the code of each rank.
+        Sorting by rank sorts by string (code order is arrival order, not string order)."""
+        uniq, inv = np.unique(codes, return_inverse=True)
+        strings = np.array([self._strings[c] for c in uniq.tolist()], dtype=object)
+        order = np.argsort(strings.astype(str), kind="stable") if len(uniq) else np.zeros(0, dtype=np.int64)
+        rank = np.empty(len(uniq), dtype=np.int64)
+        rank[order] = np.arange(len(uniq))
+        return rank[inv.reshape(-1)], uniq[order]
+
     def apply(self, codes: np.ndarray, fn: Callable[[str], object], dtype) -> np.ndarray:
         """``fn`` of each code's string, evaluated once per distinct code."""
         if len(codes) == 0:

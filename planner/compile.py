@@ -101,7 +101,8 @@ class _Compiler:
         if isinstance(plan, TopK):
             src = self.collection(plan.input)
             keyed = src.map(_prepend_zero, (np.dtype(np.int64), *src.dtypes))
-            order = tuple((p, desc) for p, desc in plan.order)
+            types = [c.type.kind for c in plan.input.columns]
+            order = tuple((p, desc, "text") if types[p] == "text" else (p, desc) for p, desc in plan.order)
             out = keyed.top_k([0], order, plan.limit, plan.offset).as_collection()
             return out.project(range(1, len(plan.columns) + 1))
         raise NotImplementedError(type(plan).__name__)
@@ -146,6 +147,8 @@ class _Compiler:
             kind = {"count_star": "count", "count": "count_col"}.get(a.func, a.func)
             if a.func == "count" and a.distinct:
                 kind = "count_distinct"
+            if a.func in ("min", "max") and a.type.kind == "text":
+                kind = a.func + "_text"
             specs.append((kind, None if a.arg is None else rest.index(a.arg + shift)))
         out = src.aggregate(group, specs).as_collection()
         # averages of decimals come out in scaled units

@@ -363,8 +363,6 @@ def _agg_type(node: exp.Expression, func: str, e: Expr):
         raise error_at(node, f"{func.upper()} needs numbers, got {t}")
     if func == "avg":
         return FLOAT
-    if func in ("min", "max") and t.kind == "text":
-        raise error_at(node, f"{func.upper()} of text is not supported yet", unsupported=True)
     if func == "sum" and t.kind == "decimal":
         return decimal_type(18, t.scale)
     return t
@@ -391,8 +389,6 @@ def _order_limit(node: exp.Expression, plan: Plan, selects) -> Plan:
                 idx = sqls.index(target.sql())
             if idx is None or not 0 <= idx < len(names):
                 raise error_at(o, "ORDER BY with LIMIT must name output columns", unsupported=True)
-            if plan.columns[idx].type.kind == "text":
-                raise error_at(o, "ORDER BY text with LIMIT is not supported yet", unsupported=True)
             keys.append((idx, bool(o.args.get("desc"))))
     n = _count(limit.expression if limit is not None else None)
     off = _count(offset.expression if offset is not None else None) or 0

@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from ivm.batch import Mask, lexsort, sort_keys
+from ivm.strings import POOL
 
 __all__ = ["Groups", "Reducer", "Aggregate", "Threshold", "TopK", "distinct"]
 
@@ -77,14 +78,15 @@ def distinct() -> Threshold:
     return Threshold(lambda w: (w > 0).astype(np.int64))
 
 
-AGGREGATES = ("count", "count_col", "sum", "avg", "min", "max", "count_distinct")
+AGGREGATES = ("count", "count_col", "sum", "avg", "min", "max", "min_text", "max_text", "count_distinct")
 
 
 class Aggregate:
     """SQL aggregates over value columns; one output row per group with a positive row count.
 
     ``specs`` are ``(kind, column position)`` with kind in ``count`` (rows; position ignored), ``count_col``
-    (non-NULL values), ``sum``, ``avg``, ``min``, ``max``, ``count_distinct``. Sums of integers are exact int64;
+    (non-NULL values), ``sum``, ``avg``, ``min``, ``max``, ``min_text`` and ``max_text`` (string-pool codes
+    compared as strings), ``count_distinct``. Sums of integers are exact int64;
     ``avg`` is float64; an aggregate over no non-NULL value is NULL (``count`` variants are 0).
     """
 
@@ -97,7 +99,7 @@ class Aggregate:
     def out_dtypes(self, in_dtypes):
         out = []
         for kind, pos in self.specs:
-            if kind in ("count", "count_col", "count_distinct"):
+            if kind in ("count", "count_col", "count_distinct", "min_text", "max_text"):
                 out.append(np.dtype(np.int64))
             elif kind == "avg":
                 out.append(np.dtype(np.float64))
@@ -137,6 +139,14 @@ class Aggregate:
                 use = (w > 0) if m is None else (w > 0) & m
                 cols.append(_extreme(x, use, g.starts, kind))
                 masks.append(g.segment_sum(use.astype(np.int64)) > 0)
+            elif kind in ("min_text", "max_text"):
+                # string-pool codes: compare by string, through ranks among the codes present
+                use = (w > 0) if m is None else (w > 0) & m
+                rank, code_of = POOL.ranks(x)
+                best = _extreme(rank, use, g.starts, kind[:3])
+                found = g.segment_sum(use.astype(np.int64)) > 0
+                cols.append(np.where(found, code_of[np.where(found, best, 0)] if len(code_of) else 0, 0))
+                masks.append(found)
             else:  # count_distinct
                 use = (w > 0) if m is None else (w > 0) & m
                 cols.append(_count_distinct(g.group, x, use, g.starts))
@@ -181,7 +191,8 @@ def _count_distinct(group: np.ndarray, x: np.ndarray, use: np.ndarray, starts: n
 
 class TopK:
     """Per group, the rows ranked ``[offset, offset + limit)`` by ``order`` (``(position, descending)``
-    pairs; NULLs sort last ascending and first descending, as in PostgreSQL), counting multiplicities."""
+    pairs, or ``(position, descending, "text")`` for string-pool codes ordered as strings; NULLs sort last
+    ascending and first descending, as in PostgreSQL), counting multiplicities."""
 
     def __init__(self, order: Sequence[tuple[int, bool]], limit: int | None, offset: int = 0) -> None:
         self.order = tuple(order)
@@ -195,8 +206,10 @@ class TopK:
         if len(g.group) == 0:
             return g.group, g.columns, g.valid, g.weights
         keys: list[np.ndarray] = [g.group]
-        for pos, desc in self.order:
+        for pos, desc, *kind in self.order:
             x, m = g.columns[pos], g.valid[pos]
+            if kind == ["text"]:
+                x = POOL.ranks(x)[0]
             if m is not None:
                 keys.append(m if desc else ~m)  # NULLS LAST asc / FIRST desc
             xk = (-x.astype(np.float64) if x.dtype.kind == "f" else -x.astype(np.int64)) if desc else x

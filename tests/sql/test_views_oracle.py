@@ -32,6 +32,8 @@ VIEWS = {
     "v_union_all": "SELECT a AS k FROM t UNION ALL SELECT x AS k FROM u",
     "v_union": "SELECT a AS k FROM t UNION SELECT x AS k FROM u",
     "v_topk": "SELECT a, c FROM t ORDER BY c DESC, a LIMIT 3",
+    "v_topk_text": "SELECT s, a FROM t ORDER BY s, a DESC LIMIT 4 OFFSET 1",
+    "v_minmax_text": "SELECT c, MIN(s) AS lo, MAX(s) AS hi FROM t GROUP BY c",
     "v_view_on_view": "SELECT c, n FROM v_group WHERE n > 1",
     "v_cross": "SELECT t.a, u.y FROM t CROSS JOIN u WHERE t.c = u.y",
     "v_exists": "SELECT a FROM t WHERE EXISTS (SELECT * FROM u WHERE u.x = t.a AND u.y > 1)",
