@@ -15,7 +15,7 @@ import numpy as np
 import ivm
 from ivm.dataflow import Arranged, Collection, Dataflow
 from planner.expr import compile_exprs, compile_predicate
-from sql.logical import Aggregate, Distinct, Filter, Join, Plan, Project, Scan, TopK, UnionAll
+from sql.logical import Aggregate, Distinct, Filter, Join, Negate, Plan, Positive, Project, Scan, TopK, UnionAll
 
 __all__ = ["Registry", "compile_view"]
 
@@ -98,6 +98,10 @@ class _Compiler:
         if isinstance(plan, UnionAll):
             parts = [self.collection(p) for p in plan.inputs]
             return parts[0].concat(*parts[1:])
+        if isinstance(plan, Negate):
+            return self.collection(plan.input).negate()
+        if isinstance(plan, Positive):
+            return self.collection(plan.input).threshold(_positive)
         if isinstance(plan, TopK):
             src = self.collection(plan.input)
             keyed = src.map(_prepend_zero, (np.dtype(np.int64), *src.dtypes))
@@ -167,6 +171,10 @@ class _Compiler:
         nonempty = src.project([0]).distinct()
         out = out.concat(default.antijoin(nonempty, [0]))
         return out.project(range(1, 1 + len(plan.aggs)))
+
+
+def _positive(w: np.ndarray) -> np.ndarray:
+    return np.maximum(w, 0)
 
 
 def _prepend_zero(cols, valid):

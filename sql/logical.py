@@ -26,6 +26,7 @@ __all__ = [
     "Distinct",
     "UnionAll",
     "Negate",
+    "Positive",
     "TopK",
     "Column",
 ]
@@ -162,6 +163,17 @@ class Negate:
 
 
 @dataclass(frozen=True)
+class Positive:
+    """Each row with multiplicity max(m, 0): what set difference needs."""
+
+    input: Plan
+    columns: tuple[Column, ...] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "columns", self.input.columns)
+
+
+@dataclass(frozen=True)
 class TopK:
     """The rows ranked ``[offset, offset + limit)`` by ``order`` (position, descending) pairs."""
 
@@ -175,4 +187,4 @@ class TopK:
         object.__setattr__(self, "columns", self.input.columns)
 
 
-Plan = Scan | Filter | Project | Join | Aggregate | Distinct | UnionAll | Negate | TopK
+Plan = Scan | Filter | Project | Join | Aggregate | Distinct | UnionAll | Negate | Positive | TopK

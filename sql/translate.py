@@ -28,7 +28,9 @@ from sql.logical import (
     Expr,
     Filter,
     Join,
+    Negate,
     Plan,
+    Positive,
     Project,
     TopK,
     UnionAll,
@@ -100,7 +102,14 @@ def _query(node: exp.Expression, catalog: Catalog) -> Plan:
             plan = Distinct(plan)
         return _order_limit(node, plan, None)
     if isinstance(node, (exp.Except, exp.Intersect)):
-        raise error_at(node, f"{node.key.upper()} is not supported yet", unsupported=True)
+        left, right = _query(node.left, catalog), _query(node.right, catalog)
+        _check_union(node, left, right)
+        if node.args.get("distinct", True):
+            left, right = Distinct(left), Distinct(right)
+        # EXCEPT ALL keeps max(m_left - m_right, 0) copies; INTERSECT ALL min(m_left, m_right) = m_left - that
+        excess = Positive(UnionAll((left, Negate(right)), left.columns))
+        plan = excess if isinstance(node, exp.Except) else UnionAll((left, Negate(excess)), left.columns)
+        return _order_limit(node, plan, None)
     if isinstance(node, exp.Select):
         return _select(node, catalog)
     raise error_at(node, f"{node.key.upper()} is not a query", unsupported=True)
@@ -111,7 +120,9 @@ def _check_union(node: exp.Expression, left: Plan, right: Plan) -> None:
         raise error_at(node, "each side of UNION must have the same number of columns")
     for a, b in zip(left.columns, right.columns, strict=True):
         if a.type != b.type:
-            raise error_at(node, f"UNION of {a.type} and {b.type} is not supported yet", unsupported=True)
+            raise error_at(
+                node, f"{node.key.upper()} of {a.type} and {b.type} is not supported yet", unsupported=True
+            )
 
 
 def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Expression]]:
@@ -152,9 +163,27 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
             else:
                 lk.append(pair[0])
                 rk.append(pair[1])
+        if kind in ("left", "right") and rest:
+            # conditions on the side that is not preserved only restrict which of its rows can match
+            inner_side = right if kind == "left" else scope
+            preds = []
+            for c in rest:
+                if not all((col.table, col.name) in inner_side.names for col in c.find_all(exp.Column)) or list(
+                    c.find_all(exp.Exists, exp.Subquery)
+                ):
+                    raise error_at(c, f"this {kind.upper()} JOIN condition is not supported yet", True)
+                preds.append(boolean(c, translate_scalar(c, inner_side.resolve)))
+            pred = preds[0]
+            for p2 in preds[1:]:
+                pred = Call("and", (pred, p2), BOOL)
+            if kind == "left":
+                plan = Filter(plan, pred)
+            else:
+                scope = Scope(scope.names, Filter(scope.plan, pred), scope.extra)
+            rest = []
         if kind != "inner" and rest:
             raise error_at(
-                rest[0], "outer join conditions other than column equalities are not supported yet", True
+                rest[0], "FULL JOIN conditions other than column equalities are not supported yet", True
             )
         joined = Join(kind, scope.plan, plan, tuple(lk), tuple(rk))
         both.plan = joined

@@ -23,6 +23,7 @@ VIEWS = {
     "v_left": "SELECT t.a, u.y FROM t LEFT JOIN u ON t.a = u.x",
     "v_right": "SELECT t.a, u.x, u.y FROM t RIGHT JOIN u ON t.a = u.x",
     "v_full": "SELECT t.a, u.x FROM t FULL JOIN u ON t.a = u.x",
+    "v_left_on_filter": "SELECT t.a, COUNT(u.y) AS n FROM t LEFT JOIN u ON t.a = u.x AND u.z > 0 GROUP BY t.a",
     "v_group": "SELECT c, COUNT(*) AS n, SUM(b) AS sb, MIN(b) AS mn, MAX(a) AS mx, AVG(b) AS ab, "
     "COUNT(b) AS nb, COUNT(DISTINCT s) AS ds FROM t GROUP BY c",
     "v_having": "SELECT x, SUM(y) AS sy FROM u GROUP BY x HAVING COUNT(*) > 1",
@@ -31,6 +32,10 @@ VIEWS = {
     "v_distinct": "SELECT DISTINCT x FROM u",
     "v_union_all": "SELECT a AS k FROM t UNION ALL SELECT x AS k FROM u",
     "v_union": "SELECT a AS k FROM t UNION SELECT x AS k FROM u",
+    "v_except": "SELECT c AS k FROM t EXCEPT SELECT y AS k FROM u",
+    "v_except_all": "SELECT c AS k FROM t EXCEPT ALL SELECT y AS k FROM u",
+    "v_intersect": "SELECT c AS k FROM t INTERSECT SELECT y AS k FROM u",
+    "v_intersect_all": "SELECT c AS k FROM t INTERSECT ALL SELECT y AS k FROM u",
     "v_topk": "SELECT a, c FROM t ORDER BY c DESC, a LIMIT 3",
     "v_topk_text": "SELECT s, a FROM t ORDER BY s, a DESC LIMIT 4 OFFSET 1",
     "v_minmax_text": "SELECT c, MIN(s) AS lo, MAX(s) AS hi FROM t GROUP BY c",
