@@ -88,6 +88,34 @@ class Connection:
         rows, self._rows = self._rows, []
         return rows
 
+    def insert_arrow(self, table: str, data) -> None:
+        """Insert the rows of a ``pyarrow.Table`` (columns matched by name) as one transaction step."""
+        from sql.arrow import to_engine_column
+
+        if table not in self.tables:
+            raise SqlError(f"table {table!r} does not exist")
+        st = self.tables[table]
+        names = set(data.column_names)
+        cols, masks = [], []
+        for c in st.table.columns:
+            if c.name not in names:
+                if not c.nullable:
+                    raise SqlError(f"column {c.name!r} of table {table!r} is missing and may not be NULL")
+                cols.append(np.zeros(data.num_rows, dtype=c.type.dtype))
+                masks.append(np.zeros(data.num_rows, dtype=bool))
+                continue
+            col, mask = to_engine_column(data.column(c.name), c.type, c.name)
+            cols.append(col)
+            masks.append(mask)
+        n = data.num_rows
+        batch = Batch.build(cols, masks, np.full(n, self.time), np.ones(n, np.int64))
+        try:
+            self._write((st, batch))
+        except SqlError:
+            if self.in_transaction:
+                self._rollback()
+            raise
+
     def cursor(self) -> Connection:
         return self
 

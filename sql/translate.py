@@ -91,7 +91,32 @@ def _locate(tree: exp.Expression, message: str) -> SqlError:
     return SqlError(message.split(". Line:")[0])
 
 
+class _WithCatalog:
+    """A catalog seen from inside a WITH clause: its common table expressions shadow relations."""
+
+    def __init__(self, outer, ctes: dict[str, Plan]) -> None:
+        self.outer = outer
+        self.ctes = ctes
+
+    def relation_plan(self, name: str, node: exp.Expression | None = None) -> Plan:
+        if name in self.ctes:
+            return self.ctes[name]
+        return self.outer.relation_plan(name, node)
+
+
 def _query(node: exp.Expression, catalog: Catalog) -> Plan:
+    with_key = "with_" if "with_" in node.args else "with"
+    with_ = node.args.get(with_key)
+    if with_ is not None:
+        if with_.args.get("recursive"):
+            raise error_at(with_, "WITH RECURSIVE is not supported yet", unsupported=True)
+        ctes: dict[str, Plan] = {}
+        scoped = _WithCatalog(catalog, ctes)
+        for cte in with_.expressions:
+            ctes[cte.alias_or_name] = _query(cte.this, scoped)
+        node = node.copy()
+        node.set(with_key, None)
+        catalog = scoped
     if isinstance(node, exp.Subquery):
         return _query(node.this, catalog)
     if isinstance(node, exp.Union):
@@ -281,10 +306,31 @@ def _source(src: exp.Expression, catalog: Catalog) -> tuple[Plan, str]:
 
 
 def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
+    """The AND-ed conditions of ``node``; conditions common to every branch of an OR are factored out, so
+    that a join condition repeated in each branch still becomes a join key."""
     if isinstance(node, exp.Paren):
         return _conjuncts(node.this)
     if isinstance(node, exp.And):
         return _conjuncts(node.this) + _conjuncts(node.expression)
+    if isinstance(node, exp.Or):
+        branches = [_conjuncts(b) for b in _disjuncts(node)]
+        common = [c for c in branches[0] if all(any(c == d for d in b) for b in branches[1:])]
+        if common:
+            rest = []
+            for b in branches:
+                left = [d for d in b if not any(d == c for c in common)]
+                if not left:
+                    return common  # one branch is implied by the common part: the OR is true
+                rest.append(exp.and_(*left) if len(left) > 1 else left[0])
+            return common + [exp.or_(*[exp.Paren(this=r) for r in rest])]
+    return [node]
+
+
+def _disjuncts(node: exp.Expression) -> list[exp.Expression]:
+    if isinstance(node, exp.Paren):
+        return _disjuncts(node.this)
+    if isinstance(node, exp.Or):
+        return _disjuncts(node.this) + _disjuncts(node.expression)
     return [node]
 
 
@@ -292,7 +338,7 @@ _AGGS = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 
 
 def _select(select: exp.Select, catalog: Catalog) -> Plan:
-    for key in ("with", "windows", "qualify"):
+    for key in ("windows", "qualify"):
         if select.args.get(key):
             raise error_at(select, f"{key.upper()} is not supported yet", unsupported=True)
     scope, pending = _from(select, catalog)
