@@ -89,7 +89,14 @@ class Connection:
         return rows
 
     def insert_arrow(self, table: str, data) -> None:
-        """Insert the rows of a ``pyarrow.Table`` (columns matched by name) as one transaction step."""
+        """Insert the rows of a ``pyarrow.Table`` (columns matched by name)."""
+        self._arrow_write(table, data, 1)
+
+    def delete_arrow(self, table: str, data) -> None:
+        """Delete the rows of a ``pyarrow.Table`` (whole rows, columns matched by name); each must exist."""
+        self._arrow_write(table, data, -1)
+
+    def _arrow_write(self, table: str, data, sign: int) -> None:
         from sql.arrow import to_engine_column
 
         if table not in self.tables:
@@ -108,8 +115,10 @@ class Connection:
             cols.append(col)
             masks.append(mask)
         n = data.num_rows
-        batch = Batch.build(cols, masks, np.full(n, self.time), np.ones(n, np.int64))
+        batch = Batch.build(cols, masks, np.full(n, self.time), np.full(n, sign, np.int64))
         try:
+            if sign < 0:
+                self._check_present(st, batch)
             self._write((st, batch))
         except SqlError:
             if self.in_transaction:
@@ -392,6 +401,21 @@ class Connection:
                 for p, c in zip(pk, total.columns, strict=True)
             )
             raise SqlError(f"duplicate key value violates the primary key of {table.name!r} ({shown})")
+
+    def _check_present(self, st: _TableState, batch: Batch) -> None:
+        """Every row deleted by ``batch`` must be in the table (with this transaction's changes)."""
+        key = _layout(st.table, len(st.table.columns), st.arranged.nkey)
+        cols, valid = batch.select(key[: st.arranged.nkey])
+        found, _ = st.arranged.trace.gather(*_unique(key_hash(cols, valid, len(batch)), cols, valid))
+        zero = np.zeros((len(batch), 1), np.int64)
+        parts = [Batch(*batch.select(key), zero, batch.diffs)]
+        if found is not None:
+            parts.append(found.with_times(np.zeros((len(found), 1), np.int64)))
+        for b in self.pending.get(st.table.name, []):
+            parts.append(Batch(*b.select(key), np.zeros((len(b), 1), np.int64), b.diffs))
+        total, _ = consolidate(Batch.concat(parts))
+        if (total.diffs < 0).any():
+            raise SqlError(f"a deleted row is not in table {st.table.name!r}")
 
     def _commit(self) -> None:
         for name, batches in self.pending.items():

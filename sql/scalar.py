@@ -48,6 +48,10 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
     known = resolve(node)
     if known is not None:
         return known
+    if node.args.get("negate") and isinstance(node, (exp.Like, exp.ILike, exp.Is, exp.In, exp.Between)):
+        positive = node.copy()
+        positive.set("negate", False)
+        return Call("not", (boolean(node, translate_scalar(positive, resolve)),), BOOL)
     if isinstance(node, exp.Paren):
         return translate_scalar(node.this, resolve)
     if isinstance(node, exp.Column):

@@ -241,10 +241,14 @@ def _not_in_subqueries(tree: exp.Expression) -> exp.Expression:
     and x is not NULL unless the subquery is empty, and no y is NULL."""
 
     def rewrite(node: exp.Expression) -> exp.Expression:
-        if not (isinstance(node, exp.Not) and isinstance(node.this, exp.In) and node.this.args.get("query")):
+        if isinstance(node, exp.In) and node.args.get("negate") and node.args.get("query"):
+            target = node
+        elif isinstance(node, exp.Not) and isinstance(node.this, exp.In) and node.this.args.get("query"):
+            target = node.this
+        else:
             return node
-        x = node.this.this
-        query = node.this.args["query"]
+        x = target.this
+        query = target.args["query"]
         query = query.this if isinstance(query, exp.Subquery) else query
         if not isinstance(query, exp.Select) or len(query.selects) != 1:
             raise error_at(node, "NOT IN needs a subquery of one column", unsupported=True)

@@ -1,1 +1,5 @@
-"""TPC-H schema, queries, data and refresh streams, benchmark harness."""
+"""TPC-H schema, the 22 queries, data and refresh-stream generation, and the benchmark harness."""
+
+from pathlib import Path
+
+SCHEMA = (Path(__file__).parent / "schema.sql").read_text()
