@@ -15,7 +15,20 @@ import numpy as np
 import ivm
 from ivm.dataflow import Arranged, Collection, Dataflow
 from planner.expr import compile_exprs, compile_predicate
-from sql.logical import Aggregate, Distinct, Filter, Join, Negate, Plan, Positive, Project, Scan, TopK, UnionAll
+from sql.logical import (
+    Aggregate,
+    Distinct,
+    Filter,
+    Join,
+    Negate,
+    Plan,
+    Positive,
+    Project,
+    Scan,
+    SemiJoin,
+    TopK,
+    UnionAll,
+)
 
 __all__ = ["Registry", "compile_view"]
 
@@ -91,6 +104,13 @@ class _Compiler:
             )
         if isinstance(plan, Join):
             return self._join(plan)
+        if isinstance(plan, SemiJoin):
+            key = tuple(range(len(plan.columns)))
+            left = self.arranged(plan.left, key)
+            found = left.join(self.arranged(plan.right, key), nulls_match=True)
+            if not plan.anti:
+                return found
+            return self.collection(plan.left).concat(found.negate())
         if isinstance(plan, Aggregate):
             return self._aggregate(plan)
         if isinstance(plan, Distinct):

@@ -21,6 +21,7 @@ __all__ = [
     "Filter",
     "Project",
     "Join",
+    "SemiJoin",
     "Aggregate",
     "AggCall",
     "Distinct",
@@ -118,6 +119,20 @@ class Join:
 
 
 @dataclass(frozen=True)
+class SemiJoin:
+    """The rows of ``left`` equal (all columns, NULL equal to NULL) to some row of ``right`` (the distinct rows
+    to look for), or with ``anti`` those equal to none."""
+
+    left: Plan
+    right: Plan
+    anti: bool
+    columns: tuple[Column, ...] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "columns", self.left.columns)
+
+
+@dataclass(frozen=True)
 class AggCall:
     """``func`` in count_star, count, sum, avg, min, max; ``arg`` a position of the input."""
 
@@ -187,4 +202,4 @@ class TopK:
         object.__setattr__(self, "columns", self.input.columns)
 
 
-Plan = Scan | Filter | Project | Join | Aggregate | Distinct | UnionAll | Negate | Positive | TopK
+Plan = Scan | Filter | Project | Join | SemiJoin | Aggregate | Distinct | UnionAll | Negate | Positive | TopK

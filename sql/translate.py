@@ -32,6 +32,7 @@ from sql.logical import (
     Plan,
     Positive,
     Project,
+    SemiJoin,
     TopK,
     UnionAll,
 )
@@ -77,6 +78,7 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     except OptimizeError as err:
         raise _locate(tree, str(err)) from err
     # correlated and uncorrelated EXISTS, IN and scalar subqueries become joins with grouped derived tables
+    _stash_inequality_exists(tree)
     tree = unnest_subqueries(tree)
     return _query(tree, catalog)
 
@@ -274,6 +276,97 @@ def _not_in_subqueries(tree: exp.Expression) -> exp.Expression:
     return tree.transform(rewrite)
 
 
+def _sources(select: exp.Select) -> set[str]:
+    names = set()
+    from_ = select.args.get("from_") or select.args.get("from")
+    items = ([from_.this] if from_ is not None else []) + [j.this for j in select.args.get("joins") or []]
+    for item in items:
+        names.add(item.alias_or_name)
+    return names
+
+
+def _stash_inequality_exists(tree: exp.Expression) -> None:
+    """Take out of each WHERE the [NOT] EXISTS conditions correlated by more than column equalities (which
+    sqlglot would turn into array aggregates) and keep them on the SELECT, to be planned as joins."""
+    for select in list(tree.find_all(exp.Select)):
+        where = select.args.get("where")
+        if where is None:
+            continue
+        keep, stash = [], []
+        for c in _conjuncts(where.this):
+            negated = isinstance(c, exp.Not)
+            node = c.this if negated else c
+            if isinstance(node, exp.Exists) and isinstance(node.this, exp.Select):
+                inner = node.this
+                local = _sources(inner)
+                sub_where = inner.args.get("where")
+                conds = _conjuncts(sub_where.this) if sub_where is not None else []
+                correlated = [d for d in conds if any(col.table not in local for col in d.find_all(exp.Column))]
+                if any(not _is_column_equality(d) for d in correlated):
+                    stash.append((negated, node))
+                    continue
+            keep.append(c)
+        if stash:
+            select.meta["ivm_exists"] = stash
+            select.set("where", exp.Where(this=exp.and_(*keep)) if keep else None)
+
+
+def _is_column_equality(cond: exp.Expression) -> bool:
+    return (
+        isinstance(cond, exp.EQ)
+        and isinstance(cond.this, exp.Column)
+        and isinstance(cond.expression, exp.Column)
+    )
+
+
+def _exists_by_join(scope: Scope, node: exp.Exists, negated: bool, catalog: Catalog) -> Scope:
+    """``[NOT] EXISTS (SELECT ... WHERE correlated conditions)``: join the outer rows with the subquery's rows
+    on the correlated equalities, keep the pairs meeting the other correlated conditions, and semijoin
+    (antijoin) the outer rows with the distinct outer rows found."""
+    inner_select = node.this
+    if inner_select.args.get("group") or inner_select.args.get("having") or inner_select.args.get("limit"):
+        raise error_at(node, "this correlated EXISTS is not supported yet", unsupported=True)
+    local = _sources(inner_select)
+    sub_where = inner_select.args.get("where")
+    conds = _conjuncts(sub_where.this) if sub_where is not None else []
+    correlated = [d for d in conds if any(col.table not in local for col in d.find_all(exp.Column))]
+    plain = inner_select.copy()
+    inner_only = [d for d in conds if d not in correlated]
+    plain.set("where", exp.Where(this=exp.and_(*inner_only)) if inner_only else None)
+    inner_scope, inner_pending = _from(plain, catalog)
+    inner_plan = inner_scope.plan
+    if inner_pending:
+        pred = None
+        for c in inner_pending:
+            e = boolean(c, translate_scalar(c, inner_scope.resolve))
+            pred = e if pred is None else Call("and", (pred, e), BOOL)
+        inner_plan = Filter(inner_plan, pred)
+        inner_scope = Scope(inner_scope.names, inner_plan)
+    outer_plan = scope.plan
+    width = len(outer_plan.columns)
+    lk, rk, residual = [], [], []
+    for d in correlated:
+        pair = _equi(d, scope, inner_scope) if _is_column_equality(d) else None
+        if pair is None:
+            residual.append(d)
+        else:
+            lk.append(pair[0])
+            rk.append(pair[1])
+    if not lk:
+        raise error_at(node, "a correlated EXISTS needs an equality with the outer query", unsupported=True)
+    joined = Join("inner", outer_plan, inner_plan, tuple(lk), tuple(rk))
+    both = Scope({**scope.names, **{k: v + width for k, v in inner_scope.names.items()}}, joined)
+    pred = None
+    for d in residual:
+        e = boolean(d, translate_scalar(d, both.resolve))
+        pred = e if pred is None else Call("and", (pred, e), BOOL)
+    matched = Filter(joined, pred) if pred is not None else joined
+    outer_cols = tuple(ColRef(i, c.type) for i, c in enumerate(outer_plan.columns))
+    found = Distinct(Project(matched, outer_cols, outer_plan.columns))
+    plan = SemiJoin(outer_plan, found, negated)
+    return Scope(scope.names, plan, scope.extra)
+
+
 def _equi(cond: exp.Expression, left: Scope, right: Scope) -> tuple[int, int] | None:
     if not isinstance(cond, exp.EQ):
         return None
@@ -355,6 +448,9 @@ def _select(select: exp.Select, catalog: Catalog) -> Plan:
             pred = e if pred is None else Call("and", (pred, e), BOOL)
         plan = Filter(plan, pred)
         scope = Scope(scope.names, plan)
+    for negated, node in select.meta.get("ivm_exists", []):
+        scope = _exists_by_join(scope, node, negated, catalog)
+    plan = scope.plan
     group = select.args.get("group")
     having = select.args.get("having")
     aggs = [a for s in select.selects for a in s.find_all(*_AGGS)]

@@ -49,6 +49,9 @@ VIEWS = {
     "v_scalar": "SELECT a FROM t WHERE b > (SELECT AVG(z) FROM u)",
     "v_corr_scalar": "SELECT x, y FROM u WHERE z < (SELECT AVG(z) FROM u u2 WHERE u2.x = u.x)",
     "v_uncorr_exists": "SELECT x FROM u WHERE EXISTS (SELECT * FROM t WHERE c = 5)",
+    "v_exists_neq": "SELECT x, y FROM u WHERE EXISTS (SELECT * FROM u u2 WHERE u2.x = u.x AND u2.y <> u.y)",
+    "v_not_exists_neq": "SELECT x, y FROM u WHERE NOT EXISTS "
+    "(SELECT * FROM u u3 WHERE u3.x = u.x AND u3.y > u.y AND u3.z IS NOT NULL)",
 }
 
 
