@@ -8,6 +8,7 @@ statement (inside a transaction, the whole transaction) and leaves every table a
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -17,14 +18,17 @@ from sqlglot.errors import ParseError
 
 from ivm.batch import Batch, consolidate, key_hash
 from ivm.dataflow import Arranged, Dataflow, Engine, Input
+from ivm.strings import POOL
 from planner.compile import Registry, compile_view
 from sql.catalog import Catalog, Table, View
 from sql.errors import SqlError, UnsupportedError, error_at
 from sql.logical import Column, Scan
 from sql.translate import translate_query
-from sql.types import SqlType, column_from_values, from_sqlglot, to_engine_value, to_python
+from sql.types import TEXT, SqlType, column_from_values, from_sqlglot, to_engine_value, to_python
 
 __all__ = ["connect", "Connection"]
+
+logging.getLogger("sqlglot").setLevel(logging.ERROR)  # EXPLAIN parses as a command; that is expected
 
 
 def connect() -> Connection:
@@ -60,7 +64,7 @@ class Connection:
         self.time = 0
         self.in_transaction = False
         self.pending: dict[str, list[Batch]] = {}
-        self._rows: list[tuple] = []
+        self._result: tuple | None = None
         self.description: list[tuple] | None = None
 
     # -- DB-API surface ---------------------------------------------------------------------------------
@@ -68,13 +72,7 @@ class Connection:
         """Run one or more statements; a query's rows are then available from ``fetchall``."""
         if params:
             sql = _bind(sql, params)
-        try:
-            statements = [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
-        except ParseError as err:
-            e = err.errors[0] if err.errors else {}
-            raise SqlError(
-                f"syntax error: {e.get('description', str(err))}", e.get("line"), e.get("col")
-            ) from err
+        statements = _parse(sql)
         for stmt in statements:
             try:
                 self._statement(stmt)
@@ -85,8 +83,41 @@ class Connection:
         return self
 
     def fetchall(self) -> list[tuple]:
-        rows, self._rows = self._rows, []
-        return rows
+        """The rows of the last query (each repeated by its multiplicity), as Python values."""
+        if self._result is None:
+            return []
+        cols, valid, mult, columns = self._result
+        self._result = None
+        values = [to_python(c, m, col.type) for c, m, col in zip(cols, valid, columns, strict=True)]
+        rows = list(zip(*values, strict=True)) if values else [()] * len(mult)
+        return [r for r, k in zip(rows, mult.tolist(), strict=True) for _ in range(k)]
+
+    def fetch_arrow(self):
+        """The rows of the last query as a ``pyarrow.Table``."""
+        import pyarrow as pa
+
+        from sql.arrow import to_arrow_column
+
+        if self._result is None:
+            return pa.table({})
+        cols, valid, mult, columns = self._result
+        self._result = None
+        rep = np.repeat(np.arange(len(mult)), mult)
+        arrays = [
+            to_arrow_column(c[rep], None if m is None else m[rep], col.type)
+            for c, m, col in zip(cols, valid, columns, strict=True)
+        ]
+        return pa.Table.from_arrays(arrays, names=[c.name for c in columns])
+
+    def subscribe(self, view: str, snapshot: bool = True) -> Subscription:
+        """The changes of a view from now on: iterating yields ``pyarrow.RecordBatch``es of its columns plus
+        ``time`` and ``diff`` for every change committed since the last iteration (first its current contents
+        at the current time, with ``snapshot``)."""
+        if view not in self.views and view not in self.tables:
+            raise SqlError(f"relation {view!r} does not exist")
+        st = self.views.get(view) or self.tables[view]
+        columns = st.view.columns if view in self.views else st.table.columns
+        return Subscription(self, st.arranged, columns, snapshot, view in self.tables and st.table or None)
 
     def insert_arrow(self, table: str, data) -> None:
         """Insert the rows of a ``pyarrow.Table`` (columns matched by name)."""
@@ -144,6 +175,8 @@ class Connection:
                 return self._create_table(stmt)
             if kind == "VIEW":
                 return self._create_view(stmt)
+            if kind == "INDEX":
+                return self._create_index(stmt)
             raise error_at(stmt, f"CREATE {kind} is not supported yet", unsupported=True)
         if isinstance(stmt, exp.Insert):
             return self._write(self._insert(stmt))
@@ -155,6 +188,10 @@ class Connection:
             return self._query(stmt)
         if isinstance(stmt, exp.Drop):
             return self._drop(stmt)
+        if isinstance(stmt, exp.Command) and stmt.name.upper() == "EXPLAIN":
+            return self._explain(stmt)
+        if isinstance(stmt, exp.Copy):
+            return self._copy(stmt)
         if isinstance(stmt, exp.Transaction):
             if self.in_transaction:
                 raise error_at(stmt, "a transaction is already in progress")
@@ -224,20 +261,116 @@ class Connection:
         self.views[name] = _ViewState(view, df, arranged, used)
         self.engine.step()
 
+    def _explain(self, stmt: exp.Command) -> None:
+        """EXPLAIN query (or EXPLAIN CREATE VIEW ...): the dataflow it would build, nothing is created."""
+        from planner.explain import explain
+
+        text = stmt.expression.this if isinstance(stmt.expression, exp.Literal) else stmt.expression.sql()
+        parsed = _parse(text)
+        if len(parsed) != 1:
+            raise error_at(stmt, "EXPLAIN takes one statement")
+        inner = parsed[0]
+        if isinstance(inner, exp.Create) and (inner.args.get("kind") or "").upper() == "VIEW":
+            inner = inner.expression
+        plan = translate_query(inner, self.catalog)
+        name = f"__explain{self.time}"
+        df, _, used = compile_view(self.engine, self.registry, name, plan)
+        df.drop()
+        self.registry.forget(name)
+        lines = explain(plan, used[:-1])
+        codes = np.array([POOL.code(line) for line in lines], dtype=np.int64)
+        self._result = ([codes], [None], np.ones(len(lines), np.int64), (Column("plan", TEXT, False),))
+        self.description = [("plan", "TEXT", None, None, None, None, False)]
+
+    def _create_index(self, stmt: exp.Create) -> None:
+        """CREATE INDEX name ON relation (columns): an arrangement of the relation by those columns, which
+        views created later reuse."""
+        index = stmt.this
+        name = index.name
+        rel = index.args["table"].name
+        if name in self.catalog.indexes:
+            if stmt.args.get("exists"):
+                return
+            raise error_at(stmt, f"index {name!r} already exists")
+        plan = self.catalog.relation_plan(rel, index.args["table"])
+        names = [c.name for c in plan.columns]
+        key = []
+        for o in index.args["params"].args.get("columns") or []:
+            col = o.this if isinstance(o, exp.Ordered) else o
+            if not isinstance(col, exp.Column) or col.name not in names:
+                raise error_at(col, f"column {col.sql()!r} of {rel!r} does not exist")
+            key.append(names.index(col.name))
+        if self.registry.lookup(plan, tuple(key)) is None:
+            from planner.compile import compile_index
+
+            compile_index(self.engine, self.registry, name, plan, tuple(key))
+            self.engine.step()
+        self.catalog.indexes[name] = (rel, tuple(key))
+
+    def _copy(self, stmt: exp.Copy) -> None:
+        """COPY table FROM 'file' [(FORMAT parquet|csv [, HEADER ...])]: load a Parquet or CSV file."""
+        import pyarrow.csv as pacsv
+        import pyarrow.parquet as pq
+
+        if not stmt.args.get("kind"):
+            raise error_at(stmt, "COPY ... TO is not supported", unsupported=True)
+        table = stmt.this.name
+        files = stmt.args.get("files") or []
+        if len(files) != 1 or not isinstance(files[0], exp.Literal):
+            raise error_at(stmt, "COPY needs one file name")
+        path = files[0].this
+        fmt = "parquet" if path.endswith(".parquet") else "csv"
+        header = True
+        for p in stmt.args.get("params") or []:
+            key = p.this.name.upper()
+            v = p.expression
+            if v is None:
+                value = "true"
+            elif isinstance(v, exp.Boolean):
+                value = "true" if v.this else "false"
+            else:
+                value = v.name.lower()
+            if key == "FORMAT":
+                fmt = value
+            elif key == "HEADER":
+                header = value in ("true", "1", "on")
+        if table not in self.tables:
+            raise error_at(stmt.this, f"table {table!r} does not exist")
+        try:
+            if fmt == "parquet":
+                data = pq.read_table(path)
+            elif fmt == "csv":
+                names = None if header else [c.name for c in self.tables[table].table.columns]
+                opts = pacsv.ReadOptions(column_names=names)
+                data = pacsv.read_csv(path, read_options=opts)
+            else:
+                raise error_at(stmt, f"COPY format {fmt!r} is not supported", unsupported=True)
+        except OSError as err:
+            raise error_at(files[0], f"cannot read {path!r}: {err}") from err
+        data = _cast_to_table(data, self.tables[table].table)
+        self.insert_arrow(table, data)
+
     def _query(self, stmt: exp.Expression) -> None:
         plan = translate_query(stmt, self.catalog)
-        name = f"__query{self.time}_{id(stmt)}"
+        self._result = (*self._evaluate(plan), plan.columns)
+        self.description = [(c.name, str(c.type), None, None, None, None, c.nullable) for c in plan.columns]
+
+    def _evaluate(self, plan) -> tuple[list, list, np.ndarray]:
+        """The current rows of a plan: read straight from a relation's arrangement when the plan is a relation,
+        else from a dataflow built for the query and dropped after."""
+        if isinstance(plan, Scan):
+            if plan.table in self.views:
+                return _contents(self.views[plan.table].arranged)
+            st = self.tables[plan.table]
+            return _contents(st.arranged, (), st.table)
+        name = f"__query{self.time}_{id(plan)}"
         df, arranged, _ = compile_view(self.engine, self.registry, name, plan)
         try:
             df.step()
-            cols, valid, mult = _contents(arranged)
+            return _contents(arranged)
         finally:
             df.drop()
             self.registry.forget(name)
-        values = [to_python(c, m, col.type) for c, m, col in zip(cols, valid, plan.columns, strict=True)]
-        rows = list(zip(*values, strict=True)) if values else []
-        self._rows = [r for r, k in zip(rows, mult.tolist(), strict=True) for _ in range(k)]
-        self.description = [(c.name, str(c.type), None, None, None, None, c.nullable) for c in plan.columns]
 
     def _drop(self, stmt: exp.Drop) -> None:
         kind = (stmt.args.get("kind") or "").upper()
@@ -263,7 +396,20 @@ class Connection:
             self.registry.forget(name)
             del self.catalog.views[name]
         else:
-            raise error_at(stmt, "DROP TABLE is not supported yet", unsupported=True)
+            if self.pending.get(name):
+                raise error_at(stmt, f"table {name!r} has uncommitted changes")
+            st = self.tables.pop(name)
+            st.arranged.op.release()
+            self.base.inputs.remove(st.input)
+            self.registry.entries = {
+                k: e
+                for k, e in self.registry.entries.items()
+                if not (isinstance(k[0], Scan) and k[0].table == name)
+            }
+            for idx, (rel, _) in list(self.catalog.indexes.items()):
+                if rel == name:
+                    del self.catalog.indexes[idx]
+            del self.catalog.tables[name]
 
     # -- writes -----------------------------------------------------------------------------------------
     def _table(self, node: exp.Expression) -> _TableState:
@@ -288,7 +434,7 @@ class Connection:
             positions = list(range(len(table.columns)))
         source = stmt.expression
         if not isinstance(source, exp.Values):
-            raise error_at(source, "INSERT ... SELECT is not supported yet", unsupported=True)
+            return st, self._insert_select(st, positions, source)
         rows = []
         for r, tup in enumerate(source.expressions, start=1):
             vals = tup.expressions if isinstance(tup, exp.Tuple) else [tup]
@@ -300,6 +446,32 @@ class Connection:
             rows.append(row)
         batch = self._rows_to_batch(table, rows)
         return st, batch
+
+    def _insert_select(self, st: _TableState, positions: list[int], query: exp.Expression) -> Batch:
+        table = st.table
+        plan = translate_query(query, self.catalog)
+        if len(plan.columns) != len(positions):
+            raise error_at(query, f"the query has {len(plan.columns)} columns, INSERT expects {len(positions)}")
+        cols, valid, mult = self._evaluate(plan)
+        rep = np.repeat(np.arange(len(mult)), mult)
+        n = len(rep)
+        out_cols = [np.zeros(n, dtype=c.type.dtype) for c in table.columns]
+        out_valid: list = [np.zeros(n, dtype=bool) for _ in table.columns]
+        from planner.expr import evaluate
+        from sql.logical import ColRef
+        from sql.scalar import coerce
+
+        for j, p in enumerate(positions):
+            src_t, dst_t = plan.columns[j].type, table.columns[p].type
+            e = ColRef(j, src_t)
+            if src_t != dst_t:
+                e = coerce(query, e, dst_t)
+            data, mask = evaluate(
+                e, tuple(c[rep] for c in cols), tuple(None if m is None else m[rep] for m in valid), n
+            )
+            out_cols[p] = data.astype(dst_t.dtype)
+            out_valid[p] = mask
+        return Batch.build(out_cols, out_valid, np.full(n, self.time), np.ones(n, np.int64))
 
     def _rows_to_batch(self, table: Table, rows: list[list[object]]) -> Batch:
         cols, masks = [], []
@@ -432,6 +604,83 @@ class Connection:
     def _rollback(self) -> None:
         self.pending = {}
         self.in_transaction = False
+
+
+class Subscription:
+    """A view's diffs as Arrow record batches (see ``Connection.subscribe``)."""
+
+    def __init__(
+        self, conn: Connection, arranged: Arranged, columns, snapshot: bool, table: Table | None
+    ) -> None:
+        self.columns = columns
+        self.table = table
+        self.pending: list[Batch] = []
+        self.layout = None if table is None else _layout(table, len(columns), arranged.nkey)
+        if snapshot:
+            cols, valid, mult = _contents(arranged)
+            n = len(mult)
+            at = np.full((n, 1), max(conn.time - 1, 0))
+            self.pending.append(Batch(tuple(cols), tuple(valid), at, mult))
+        arranged.op.subscribe(_Sink(self.pending))
+
+    def __iter__(self):
+        import pyarrow as pa
+
+        from sql.arrow import to_arrow_column
+
+        while self.pending:
+            b = self.pending.pop(0)
+            if self.layout is not None:
+                inv = [self.layout.index(i) for i in range(len(self.columns))]
+                b = Batch(tuple(b.columns[i] for i in inv), tuple(b.valid[i] for i in inv), b.times, b.diffs)
+            arrays = [
+                to_arrow_column(c, m, col.type)
+                for c, m, col in zip(b.columns, b.valid, self.columns, strict=True)
+            ]
+            arrays += [pa.array(b.times[:, 0]), pa.array(b.diffs)]
+            yield pa.RecordBatch.from_arrays(arrays, names=[c.name for c in self.columns] + ["time", "diff"])
+
+
+class _Sink:
+    """A queue-like consumer of an arrangement's output batches, for subscriptions."""
+
+    def __init__(self, out: list[Batch]) -> None:
+        self.out = out
+
+    def put(self, point, item) -> None:
+        self.out.append(item.updates if hasattr(item, "updates") else item)
+
+
+def _parse(sql: str) -> list[exp.Expression]:
+    """The statements of ``sql``, or a syntax error with its line and column."""
+    try:
+        return [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
+    except ParseError as err:
+        e = err.errors[0] if err.errors else {}
+        raise SqlError(f"syntax error: {e.get('description', str(err))}", e.get("line"), e.get("col")) from err
+
+
+def _cast_to_table(data, table: Table):
+    """A loaded Arrow table with its columns named and typed for ``table`` where Arrow can convert them."""
+    import pyarrow as pa
+
+    from sql.arrow import arrow_type
+
+    fields = []
+    arrays = []
+    for c in table.columns:
+        if c.name not in data.column_names:
+            continue
+        col = data.column(c.name)
+        target = arrow_type(c.type)
+        if col.type != target:
+            try:
+                col = col.cast(target)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+                raise SqlError(f"column {c.name!r}: cannot load {col.type} as {c.type}: {err}") from err
+        fields.append(c.name)
+        arrays.append(col)
+    return pa.table(arrays, names=fields)
 
 
 def _unique(h, cols, valid):

@@ -35,6 +35,7 @@ from ivm.operators.basic import (
     NegateOp,
     PredicateFn,
     ProjectOp,
+    _takes_rows,
 )
 from ivm.operators.iterate import EnterOp, LeaveOp, LoopOp, VariableOp
 from ivm.operators.join import JoinOp
@@ -186,9 +187,11 @@ class Collection:
 
     # -- stateless --------------------------------------------------------------------------------
     def map(self, fn: MapFn, dtypes: Sequence | None = None) -> Collection:
-        """New rows ``fn(columns, validity) -> (columns, validity)``, applied to whole arrays."""
+        """New rows ``fn(columns, validity) -> (columns, validity)``, applied to whole arrays; a function with a
+        third parameter also receives the number of rows."""
         if dtypes is None:
-            cols, _ = fn(tuple(np.zeros(0, dtype=t) for t in self.dtypes), tuple(None for _ in self.dtypes))
+            empty = tuple(np.zeros(0, dtype=t) for t in self.dtypes), tuple(None for _ in self.dtypes)
+            cols, _ = fn(*empty, 0) if _takes_rows(fn) else fn(*empty)
             dtypes = [np.asarray(c).dtype for c in cols]
         return Collection(self.scope, MapOp(self.scope, self.op, fn), dtypes)
 
@@ -614,8 +617,7 @@ def _inverse_layout(key: Sequence[int], arity: int) -> list[int]:
 
 
 def _pad_nulls(dtypes: Sequence[np.dtype], after: bool) -> MapFn:
-    def pad(cols, valid):
-        n = len(cols[0]) if cols else 0
+    def pad(cols, valid, n):
         extra = tuple(np.zeros(n, dtype=t) for t in dtypes)
         nulls = tuple(np.zeros(n, dtype=bool) for _ in dtypes)
         if after:

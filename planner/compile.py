@@ -14,6 +14,7 @@ import numpy as np
 
 import ivm
 from ivm.dataflow import Arranged, Collection, Dataflow
+from ivm.operators.reducers import distinct
 from planner.expr import compile_exprs, compile_predicate
 from sql.logical import (
     Aggregate,
@@ -114,7 +115,8 @@ class _Compiler:
         if isinstance(plan, Aggregate):
             return self._aggregate(plan)
         if isinstance(plan, Distinct):
-            return self.collection(plan.input).distinct()
+            key = tuple(range(len(plan.columns)))
+            return self.arranged(plan.input, key).reduce(distinct()).as_collection()
         if isinstance(plan, UnionAll):
             parts = [self.collection(p) for p in plan.inputs]
             return parts[0].concat(*parts[1:])
@@ -174,7 +176,8 @@ class _Compiler:
             if a.func in ("min", "max") and a.type.kind == "text":
                 kind = a.func + "_text"
             specs.append((kind, None if a.arg is None else rest.index(a.arg + shift)))
-        out = src.aggregate(group, specs).as_collection()
+        arranged = self.arranged(plan.input, group) if ng else src.arrange(group)
+        out = arranged.reduce(ivm.Aggregate(specs)).as_collection()
         # averages of decimals come out in scaled units
         in_types = [c.type for c in plan.input.columns]
         fixes = {
@@ -197,8 +200,7 @@ def _positive(w: np.ndarray) -> np.ndarray:
     return np.maximum(w, 0)
 
 
-def _prepend_zero(cols, valid):
-    n = len(cols[0]) if cols else 0
+def _prepend_zero(cols, valid, n):
     return (np.zeros(n, dtype=np.int64), *cols), (None, *valid)
 
 
@@ -244,3 +246,13 @@ def compile_view(
     registry.add(Scan(name, plan.columns), key, arr, name)
     comp.used.append((Scan(name, plan.columns), key, "built"))
     return df, arr, comp.used
+
+
+def compile_index(
+    engine: ivm.Engine, registry: Registry, name: str, plan: Plan, key: tuple[int, ...]
+) -> Dataflow:
+    """A dataflow arranging relation ``plan`` by ``key`` (an index that later views reuse)."""
+    df = engine.dataflow(f"index:{name}")
+    comp = _Compiler(df, registry, f"index:{name}")
+    comp.arranged(plan, key)
+    return df

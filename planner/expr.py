@@ -23,8 +23,7 @@ Value = tuple[np.ndarray, np.ndarray | None]
 def compile_exprs(exprs: Sequence[Expr]):
     exprs = tuple(exprs)
 
-    def fn(cols, valid):
-        n = len(cols[0]) if cols else 0
+    def fn(cols, valid, n):
         out = [evaluate(e, cols, valid, n) for e in exprs]
         return tuple(o[0] for o in out), tuple(o[1] for o in out)
 

@@ -70,3 +70,47 @@ def to_engine_column(
     except (TypeError, pa.ArrowInvalid) as err:
         raise SqlError(f"column {name!r}: cannot load Arrow type {at} as {t}") from err
     return np.ascontiguousarray(data, dtype=t.dtype), valid
+
+
+def to_arrow_column(data: np.ndarray, valid: np.ndarray | None, t: SqlType) -> pa.Array:
+    """An Arrow array of an engine column (decimals as decimal128, text decoded, dates as date32)."""
+    mask = None if valid is None else ~valid
+    k = t.kind
+    if k == "text":
+        return pa.array(POOL.decode(data).astype(object), type=pa.string(), mask=mask)
+    if k == "decimal":
+        words = np.empty((len(data), 2), dtype=np.int64)
+        words[:, 0] = data
+        words[:, 1] = np.where(data < 0, -1, 0)
+        validity = None if valid is None else pa.array(valid).buffers()[1]
+        nulls = 0 if valid is None else int((~valid).sum())
+        return pa.Array.from_buffers(
+            pa.decimal128(max(t.precision, 18), t.scale),
+            len(data),
+            [validity, pa.py_buffer(words.tobytes())],
+            nulls,
+        )
+    if k == "date":
+        return pa.array(data.astype(np.int32), mask=mask).cast(pa.date32())
+    if k == "timestamp":
+        return pa.array(data.astype(np.int64), mask=mask).cast(pa.timestamp("us"))
+    return pa.array(data, mask=mask)
+
+
+__all__ += ["to_arrow_column"]
+
+
+def arrow_type(t: SqlType) -> pa.DataType:
+    """The Arrow type files are converted to when loaded into a column of type ``t``."""
+    return {
+        "int": pa.int64(),
+        "decimal": pa.decimal128(max(t.precision, 1), t.scale),
+        "float": pa.float64(),
+        "text": pa.string(),
+        "date": pa.date32(),
+        "timestamp": pa.timestamp("us"),
+        "bool": pa.bool_(),
+    }[t.kind]
+
+
+__all__ += ["arrow_type"]

@@ -36,15 +36,31 @@ class _Unary(Operator):
 
 
 class MapOp(_Unary):
-    """Rows to new rows by a vectorized function of the columns (and their validity masks)."""
+    """Rows to new rows by a vectorized function of the columns (and their validity masks). A function taking a
+    third argument also gets the number of rows, which a batch without columns cannot tell otherwise."""
 
     def __init__(self, scope: Scope, source: Operator, fn: MapFn, name: str = "map") -> None:
         super().__init__(scope, name, source)
         self.fn = fn
+        self.with_rows = _takes_rows(fn)
 
     def apply(self, batch: Batch) -> Batch:
-        cols, valid = self.fn(batch.columns, batch.valid)
+        if self.with_rows:
+            cols, valid = self.fn(batch.columns, batch.valid, len(batch))
+        else:
+            cols, valid = self.fn(batch.columns, batch.valid)
         return Batch.build(cols, valid, batch.times, batch.diffs)
+
+
+def _takes_rows(fn) -> bool:
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3
 
 
 class FilterOp(_Unary):

@@ -1,0 +1,128 @@
+"""EXPLAIN: the dataflow of a plan as an indented tree, each arrangement marked built or reused.
+
+The text names columns, keys and relations only (no object identities), so it is deterministic and can be used
+as a golden file for sharing and join choices.
+"""
+
+from __future__ import annotations
+
+from sql.logical import (
+    Aggregate,
+    Call,
+    ColRef,
+    Const,
+    Distinct,
+    Expr,
+    Filter,
+    Join,
+    Negate,
+    Plan,
+    Positive,
+    Project,
+    Scan,
+    SemiJoin,
+    TopK,
+    UnionAll,
+)
+
+__all__ = ["explain"]
+
+
+def explain(plan: Plan, used: list[tuple[Plan, tuple[int, ...], str]]) -> list[str]:
+    """Lines of the tree of ``plan``; ``used`` says, per (plan, key), whether compiling built or reused it."""
+    how: dict[tuple, str] = {}
+    for p, k, h in used:
+        how.setdefault((p, k), h)
+    out: list[str] = []
+    _node(plan, 0, how, out)
+    return out
+
+
+def _arranged(child: Plan, key: tuple[int, ...], depth: int, how: dict, out: list[str]) -> None:
+    names = [child.columns[i].name for i in key]
+    state = how.get((child, key), "built")
+    out.append("  " * depth + f"ArrangeBy key=[{', '.join(names)}] ({state})")
+    _node(child, depth + 1, how, out)
+
+
+def _node(plan: Plan, depth: int, how: dict, out: list[str]) -> None:
+    pad = "  " * depth
+    if isinstance(plan, Scan):
+        out.append(f"{pad}Scan {plan.table}")
+        return
+    if isinstance(plan, Filter):
+        out.append(f"{pad}Filter {_expr(plan.predicate, plan.input)}")
+        _node(plan.input, depth + 1, how, out)
+        return
+    if isinstance(plan, Project):
+        items = ", ".join(
+            c.name
+            if isinstance(e, ColRef) and plan.input.columns[e.index].name == c.name
+            else f"{_expr(e, plan.input)} AS {c.name}"
+            for e, c in zip(plan.exprs, plan.columns, strict=True)
+        )
+        out.append(f"{pad}Project {items}")
+        _node(plan.input, depth + 1, how, out)
+        return
+    if isinstance(plan, Join):
+        on = ", ".join(
+            f"{plan.left.columns[a].name} = {plan.right.columns[b].name}"
+            for a, b in zip(plan.left_keys, plan.right_keys, strict=True)
+        )
+        out.append(f"{pad}Join {plan.kind}" + (f" on {on}" if on else " (cross)"))
+        if plan.kind == "inner":
+            _arranged(plan.left, plan.left_keys, depth + 1, how, out)
+            _arranged(plan.right, plan.right_keys, depth + 1, how, out)
+        else:
+            _node(plan.left, depth + 1, how, out)
+            _node(plan.right, depth + 1, how, out)
+        return
+    if isinstance(plan, SemiJoin):
+        out.append(f"{pad}{'AntiJoin' if plan.anti else 'SemiJoin'} on all columns")
+        full = tuple(range(len(plan.columns)))
+        _arranged(plan.left, full, depth + 1, how, out)
+        _arranged(plan.right, full, depth + 1, how, out)
+        return
+    if isinstance(plan, Aggregate):
+        args = ["*" if a.arg is None else plan.input.columns[a.arg].name for a in plan.aggs]
+        aggs = ", ".join(
+            f"{a.func}({'DISTINCT ' if a.distinct else ''}{arg})"
+            for a, arg in zip(plan.aggs, args, strict=True)
+        )
+        group = [plan.input.columns[i].name for i in plan.group]
+        out.append(f"{pad}Aggregate group=[{', '.join(group)}] aggs=[{aggs}]")
+        if plan.group:
+            _arranged(plan.input, plan.group, depth + 1, how, out)
+        else:
+            _node(plan.input, depth + 1, how, out)
+        return
+    if isinstance(plan, Distinct):
+        out.append(f"{pad}Distinct")
+        _arranged(plan.input, tuple(range(len(plan.columns))), depth + 1, how, out)
+        return
+    if isinstance(plan, UnionAll):
+        out.append(f"{pad}UnionAll")
+        for p in plan.inputs:
+            _node(p, depth + 1, how, out)
+        return
+    if isinstance(plan, (Negate, Positive)):
+        out.append(f"{pad}{type(plan).__name__}")
+        _node(plan.input, depth + 1, how, out)
+        return
+    if isinstance(plan, TopK):
+        order = ", ".join(f"{plan.columns[i].name}{' DESC' if d else ''}" for i, d in plan.order)
+        out.append(f"{pad}TopK order=[{order}] limit={plan.limit} offset={plan.offset}")
+        _node(plan.input, depth + 1, how, out)
+        return
+    out.append(f"{pad}{type(plan).__name__}")
+
+
+def _expr(e: Expr, src: Plan) -> str:
+    if isinstance(e, ColRef):
+        return src.columns[e.index].name
+    if isinstance(e, Const):
+        return "NULL" if e.value is None else repr(e.value)
+    if isinstance(e, Call):
+        args = ", ".join(_expr(a, src) for a in e.args)
+        return f"{e.op}({args})"
+    return "?"

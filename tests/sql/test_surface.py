@@ -1,0 +1,102 @@
+"""The connection's surface: Arrow in and out, subscriptions, EXPLAIN, indexes, COPY, INSERT SELECT, DROP."""
+
+import decimal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import ivm
+from sql.errors import SqlError
+
+
+@pytest.fixture()
+def db():
+    d = ivm.connect()
+    d.execute("CREATE TABLE o (ok INTEGER PRIMARY KEY, ck INTEGER, total DECIMAL(10,2), day DATE)")
+    d.execute("CREATE TABLE c (ck INTEGER PRIMARY KEY, name TEXT)")
+    d.execute("INSERT INTO c VALUES (1, 'ann'), (2, 'bob')")
+    d.execute("INSERT INTO o VALUES (1, 1, 1.50, DATE '2024-01-01'), (2, 1, -2.25, NULL), (3, 2, 3.00, NULL)")
+    return d
+
+
+def test_fetch_arrow_types_and_nulls(db):
+    t = db.execute("SELECT ok, total, day FROM o").fetch_arrow()
+    assert t.schema.field("total").type == pa.decimal128(18, 2)
+    assert t.schema.field("day").type == pa.date32()
+    assert sorted(t.column("total").to_pylist()) == [decimal.Decimal("-2.25"), decimal.Decimal("1.50"), 3]
+    assert t.column("day").null_count == 2
+
+
+def test_subscribe_yields_snapshot_then_diffs(db):
+    db.execute("CREATE VIEW per_c AS SELECT ck, SUM(total) AS s FROM o GROUP BY ck")
+    sub = db.subscribe("per_c")
+    first = pa.Table.from_batches(list(sub)).to_pylist()
+    assert sorted((r["ck"], r["s"], r["diff"]) for r in first) == [(1, decimal.Decimal("-0.75"), 1), (2, 3, 1)]
+    db.execute("INSERT INTO o VALUES (4, 2, 1.00, NULL)")
+    rows = pa.Table.from_batches(list(sub)).to_pylist()
+    t = rows[0]["time"]
+    assert sorted((r["ck"], r["s"], r["diff"]) for r in rows) == [(2, 3, -1), (2, 4, 1)]
+    assert all(r["time"] == t for r in rows)
+    assert list(sub) == []
+
+
+def test_explain_marks_built_and_reused_arrangements(db):
+    q = "SELECT c.name, SUM(o.total) AS t FROM c JOIN o ON c.ck = o.ck GROUP BY c.name"
+    before = [r[0] for r in db.execute(f"EXPLAIN {q}").fetchall()]
+    assert "ArrangeBy key=[ck] (reused)" in before[5]  # c by its primary key
+    assert "ArrangeBy key=[ck] (built)" in before[7]  # o by ck
+    db.execute(f"CREATE VIEW v AS {q}")
+    after = [r[0] for r in db.execute(f"EXPLAIN {q}").fetchall()]
+    assert all("(built)" not in line for line in after)  # everything now comes from view v
+    assert after == [line.replace("(built)", "(reused)") for line in before]
+
+
+def test_index_is_reused_by_views(db):
+    db.execute("CREATE INDEX o_by_ck ON o (ck)")
+    db.execute("CREATE VIEW j AS SELECT c.name, o.total FROM c JOIN o ON c.ck = o.ck")
+    how = {(type(p).__name__, k, h) for p, k, h in db.views["j"].used}
+    assert ("Scan", (1,), "reused") in how
+    assert sorted(db.execute("SELECT * FROM j").fetchall()) == [
+        ("ann", decimal.Decimal("-2.25")),
+        ("ann", decimal.Decimal("1.50")),
+        ("bob", decimal.Decimal("3.00")),
+    ]
+
+
+def test_copy_from_parquet_and_csv(db, tmp_path):
+    pq.write_table(
+        pa.table({"ok": [10], "ck": [2], "total": pa.array([7.5]).cast(pa.decimal128(10, 2))}),
+        tmp_path / "o.parquet",
+    )
+    db.execute(f"COPY o FROM '{tmp_path / 'o.parquet'}'")
+    (tmp_path / "c.csv").write_text("ck,name\n3,cy\n")
+    db.execute(f"COPY c FROM '{tmp_path / 'c.csv'}' (FORMAT csv, HEADER true)")
+    assert (10, 2, decimal.Decimal("7.50"), None) in db.execute("SELECT * FROM o").fetchall()
+    assert (3, "cy") in db.execute("SELECT * FROM c").fetchall()
+    (tmp_path / "bad.csv").write_text("ck,name\nx,cy\n")
+    with pytest.raises(SqlError, match="cannot load"):
+        db.execute(f"COPY c FROM '{tmp_path / 'bad.csv'}' (FORMAT csv)")
+    with pytest.raises(SqlError, match="cannot read"):
+        db.execute(f"COPY c FROM '{tmp_path / 'missing.csv'}'")
+
+
+def test_insert_select_and_drop_table(db):
+    db.execute("CREATE TABLE archive (ok INTEGER, total DECIMAL(12,2))")
+    db.execute("INSERT INTO archive SELECT ok, total FROM o WHERE ck = 1")
+    assert sorted(db.execute("SELECT * FROM archive").fetchall()) == [
+        (1, decimal.Decimal("1.50")),
+        (2, decimal.Decimal("-2.25")),
+    ]
+    with pytest.raises(SqlError, match="primary key"):
+        db.execute("INSERT INTO c SELECT ck, name FROM c")
+    db.execute("CREATE VIEW av AS SELECT COUNT(*) AS n FROM archive")
+    with pytest.raises(SqlError, match="depends on it"):
+        db.execute("DROP TABLE archive")
+    db.execute("DROP VIEW av")
+    db.execute("DROP TABLE archive")
+    with pytest.raises(SqlError, match="does not exist"):
+        db.execute("SELECT * FROM archive")
+    db.execute("CREATE TABLE archive (x INTEGER)")
+    db.execute("INSERT INTO archive VALUES (1)")
+    assert db.execute("SELECT * FROM archive").fetchall() == [(1,)]
