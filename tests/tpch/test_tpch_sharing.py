@@ -1,0 +1,34 @@
+"""The 22 TPC-H queries in one engine arrange each (collection, key) once, and share what they can."""
+
+import collections
+
+import ivm
+from sql.logical import Scan
+from tpch import SCHEMA
+from tpch.queries import QUERIES, query
+
+
+def test_each_collection_and_key_is_arranged_once():
+    db = ivm.connect()
+    db.execute(SCHEMA)
+    for q in QUERIES:
+        db.execute(f"CREATE VIEW {q} AS {query(q)}")
+    built = collections.Counter()
+    reused = collections.Counter()
+    for st in db.views.values():
+        for plan, key, how in st.used:
+            (built if how == "built" else reused)[(plan, key)] += 1
+    # nothing is built twice: a second use of the same (collection, key) is always a reuse
+    assert max(built.values()) == 1
+    # and the engine holds one trace per registered arrangement (shared ones counted once)
+    registered = {id(e.arranged.trace) for e in db.registry.entries.values()}
+    assert len(registered) == len(db.registry.entries)
+    # the large join keys are shared between queries
+    lineitem_by_order = [
+        n for (p, k), n in reused.items() if isinstance(p, Scan) and p.table == "lineitem" and k == (0,)
+    ]
+    assert lineitem_by_order and lineitem_by_order[0] >= 5
+    orders_by_key = [
+        n for (p, k), n in reused.items() if isinstance(p, Scan) and p.table == "orders" and k == (0,)
+    ]
+    assert orders_by_key and orders_by_key[0] >= 5
