@@ -577,14 +577,13 @@ class Connection:
     def _check_present(self, st: _TableState, batch: Batch) -> None:
         """Every row deleted by ``batch`` must be in the table (with this transaction's changes)."""
         key = _layout(st.table, len(st.table.columns), st.arranged.nkey)
-        cols, valid = batch.select(key[: st.arranged.nkey])
-        found, _ = st.arranged.trace.gather(*_unique(key_hash(cols, valid, len(batch)), cols, valid))
-        zero = np.zeros((len(batch), 1), np.int64)
-        parts = [Batch(*batch.select(key), zero, batch.diffs)]
+        changes = [batch, *self.pending.get(st.table.name, [])]
+        parts = [Batch(*b.select(key), np.zeros((len(b), 1), np.int64), b.diffs) for b in changes]
+        every = Batch.concat(parts)
+        cols, valid = every.select(range(st.arranged.nkey))
+        found, _ = st.arranged.trace.gather(*_unique(key_hash(cols, valid, len(every)), cols, valid))
         if found is not None:
             parts.append(found.with_times(np.zeros((len(found), 1), np.int64)))
-        for b in self.pending.get(st.table.name, []):
-            parts.append(Batch(*b.select(key), np.zeros((len(b), 1), np.int64), b.diffs))
         total, _ = consolidate(Batch.concat(parts))
         if (total.diffs < 0).any():
             raise SqlError(f"a deleted row is not in table {st.table.name!r}")

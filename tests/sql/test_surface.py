@@ -100,3 +100,14 @@ def test_insert_select_and_drop_table(db):
     db.execute("CREATE TABLE archive (x INTEGER)")
     db.execute("INSERT INTO archive VALUES (1)")
     assert db.execute("SELECT * FROM archive").fetchall() == [(1,)]
+
+
+def test_arrow_deletes_in_one_transaction_and_missing_rows(db):
+    rows = db.execute("SELECT * FROM o").fetch_arrow()
+    db.execute("BEGIN")
+    db.delete_arrow("o", rows.slice(0, 1))
+    db.delete_arrow("o", rows.slice(1, 1))  # earlier deletes of this transaction are not counted against it
+    db.execute("COMMIT")
+    assert len(db.execute("SELECT * FROM o").fetchall()) == 1
+    with pytest.raises(SqlError, match="not in table"):
+        db.delete_arrow("o", rows.slice(0, 1))
