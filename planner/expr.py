@@ -274,7 +274,30 @@ def _case_fold(e: Call, cols, valid, n):
     return POOL.map_codes(a, str.upper if e.op == "upper" else str.lower), m
 
 
+def _concat(e: Call, cols, valid, n):
+    (a, ma), (b, mb) = _args(e, cols, valid, n)
+    if n == 0:
+        return a, _and_masks(ma, mb)
+    pairs, inv = np.unique(np.stack([a, b], axis=1), axis=0, return_inverse=True)
+    left, right = POOL.decode(pairs[:, 0]), POOL.decode(pairs[:, 1])
+    codes = POOL.encode(str(x) + str(y) for x, y in zip(left, right, strict=True))
+    return codes[inv.reshape(-1)], _and_masks(ma, mb)
+
+
+def _length(e: Call, cols, valid, n):
+    a, m = evaluate(e.args[0], cols, valid, n)
+    return POOL.apply(a, len, np.int64), m
+
+
+def _trim(e: Call, cols, valid, n):
+    a, m = evaluate(e.args[0], cols, valid, n)
+    return POOL.map_codes(a, str.strip), m
+
+
 _CALLS = {
+    "concat": _concat,
+    "length": _length,
+    "trim": _trim,
     "extract": _extract,
     "date_add": _date_add,
     "substring": _substring,

@@ -138,6 +138,22 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
         start = _const_int(node.args.get("start"), 1)
         length = _const_int(node.args.get("length"), None)
         return Call("substring", (x,), TEXT, (start, length))
+    if isinstance(node, exp.DPipe):
+        a, b = translate_scalar(node.this, resolve), translate_scalar(node.expression, resolve)
+        for x in (a, b):
+            if x.type.kind != "text" and not is_null_const(x):
+                raise error_at(node, f"|| needs text, got {x.type} (CAST it first)", unsupported=True)
+        return Call("concat", (coerce(node, a, TEXT), coerce(node, b, TEXT)), TEXT)
+    if isinstance(node, exp.Length):
+        x = translate_scalar(node.this, resolve)
+        if x.type.kind != "text":
+            raise error_at(node, f"LENGTH needs text, got {x.type}")
+        return Call("length", (x,), INT)
+    if isinstance(node, exp.Trim):
+        x = translate_scalar(node.this, resolve)
+        if x.type.kind != "text" or node.args.get("expression") is not None or node.args.get("position"):
+            raise error_at(node, "only TRIM(text) is supported", unsupported=True)
+        return Call("trim", (x,), TEXT)
     if isinstance(node, (exp.Upper, exp.Lower)):
         x = translate_scalar(node.this, resolve)
         if x.type.kind != "text":

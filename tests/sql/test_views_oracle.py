@@ -15,6 +15,8 @@ SCHEMA = [
 
 VIEWS = {
     "v_filter": "SELECT a, b, s FROM t WHERE c > 2 AND s LIKE 'a%'",
+    "v_strings": "SELECT s || '-' || s AS ss, LENGTH(s) AS n, UPPER(s) AS up, SUBSTRING(s, 2, 1) AS mid, "
+    "TRIM(' ' || s || ' ') AS tr FROM t",
     "v_project": "SELECT a + c AS ac, b * 2 AS b2, CASE WHEN c IS NULL THEN -1 ELSE c END AS cc, "
     "COALESCE(b, 0) AS b0, NULLIF(c, 3) AS n3 FROM t",
     "v_in": "SELECT a, c FROM t WHERE c IN (1, 3, 5) OR b BETWEEN 1.00 AND 3.50",
