@@ -168,6 +168,8 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
         sources.append((j.this, side or "inner", j.args.get("on")))
     where = select.args.get("where")
     pending = _conjuncts(where.this) if where is not None else []
+    if all(kind == "inner" for _, kind, _ in sources):
+        return _inner_joins(sources, pending, catalog)
     scope: Scope | None = None
     for src, kind, on in sources:
         plan, alias = _source(src, catalog)
@@ -274,6 +276,66 @@ def _not_in_subqueries(tree: exp.Expression) -> exp.Expression:
         )
 
     return tree.transform(rewrite)
+
+
+def _tables_of(cond: exp.Expression) -> set[str]:
+    return {c.table for c in cond.find_all(exp.Column)}
+
+
+def _inner_joins(sources, conds: list[exp.Expression], catalog: Catalog) -> tuple[Scope, list[exp.Expression]]:
+    """Inner and cross joins, reordered: conditions on one relation filter it before any join, and each next
+    relation joined is one linked to those already joined by an equality, so that no cross product is formed
+    while a join key exists."""
+    conds = list(conds)
+    for _, _, on in sources:
+        if on is not None:
+            conds += _conjuncts(on)
+    rels = []
+    for src, _, _ in sources:
+        plan, alias = _source(src, catalog)
+        rels.append([alias, plan])
+    aliases = {a for a, _ in rels}
+    rest = []
+    for c in conds:
+        tables = _tables_of(c)
+        local = len(tables) == 1 and tables <= aliases and not list(c.find_all(exp.Exists, exp.Subquery))
+        if local:
+            rel = next(r for r in rels if r[0] in tables)
+            scope = Scope({(rel[0], col.name): i for i, col in enumerate(rel[1].columns)}, rel[1])
+            rel[1] = Filter(rel[1], boolean(c, translate_scalar(c, scope.resolve)))
+        else:
+            rest.append(c)
+    first, *remaining = rels
+    scope = Scope({(first[0], c.name): i for i, c in enumerate(first[1].columns)}, first[1])
+    joined = {first[0]}
+    while remaining:
+        rel = next((r for r in remaining if _linked(r[0], joined, rest)), remaining[0])
+        remaining.remove(rel)
+        alias, plan = rel
+        names = {(alias, c.name): i for i, c in enumerate(plan.columns)}
+        right = Scope(names, plan)
+        lk, rk, keep = [], [], []
+        for c in rest:
+            pair = _equi(c, scope, right) if _tables_of(c) <= joined | {alias} else None
+            if pair is None:
+                keep.append(c)
+            else:
+                lk.append(pair[0])
+                rk.append(pair[1])
+        rest = keep
+        offset = len(scope.plan.columns)
+        join = Join("inner", scope.plan, plan, tuple(lk), tuple(rk))
+        scope = Scope({**scope.names, **{k: v + offset for k, v in names.items()}}, join)
+        joined.add(alias)
+    return scope, rest
+
+
+def _linked(alias: str, joined: set[str], conds: list[exp.Expression]) -> bool:
+    """Whether an equality between columns links relation ``alias`` to the relations already joined."""
+    return any(
+        _is_column_equality(c) and _tables_of(c) - joined == {alias} and bool(_tables_of(c) & joined)
+        for c in conds
+    )
 
 
 def _sources(select: exp.Select) -> set[str]:
