@@ -18,9 +18,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ivm.batch import Batch, group_starts, lexsort, sort_keys
+from ivm.batch import Batch, group_starts, key_hash, lexsort, sort_keys
 from ivm.operators.arrange import ArrangeOp
-from ivm.operators.reducers import Groups, Reducer
+from ivm.operators.reducers import Aggregate, Groups, Reducer
 from ivm.scope import Operator, Point, Scope
 from ivm.trace import Spine, TraceBatch
 from ivm.trace.batch import expand_ranges
@@ -44,6 +44,12 @@ class ReduceOp(Operator):
         out_dtypes = key_dtypes + tuple(reducer.out_dtypes(trace.dtypes[self.nkey :]))
         self.output = ArrangeOp(scope, None, self.nkey, out_dtypes)
         self.pending: dict[Point, list[Batch]] = {}
+        # linear aggregates outside loops keep a running state per key instead of re-reading their groups
+        self.state = None
+        if isinstance(reducer, Aggregate) and reducer.linear and scope.dim == 1:
+            self.state_layout = reducer.state_columns(trace.dtypes[self.nkey :])
+            dtypes = key_dtypes + tuple(d for _, _, d in self.state_layout)
+            self.state = ArrangeOp(scope, None, self.nkey, dtypes)
 
     def pending_points(self):
         yield from super().pending_points()
@@ -52,11 +58,18 @@ class ReduceOp(Operator):
     def release(self) -> None:
         self.handle.release()
         self.output.release()
+        if self.state is not None:
+            self.state.release()
 
     def run(self, point: Point) -> None:
         deltas = self.input.take(point)
         pending = self.pending.pop(point, [])
         if not deltas and not pending:
+            return
+        if self.state is not None:
+            out = self._evaluate_linear(Batch.concat([tb.updates for tb in deltas]))
+            if out is not None:
+                self.output.insert(out)
             return
         if len(deltas) == 1 and not pending:
             keys = _sorted_unique_keys(deltas[0])
@@ -127,6 +140,71 @@ class ReduceOp(Operator):
             None if m is None else m[pick] for m in valid
         )
         return Batch(out_cols, out_valid, times, diffs)
+
+    def _evaluate_linear(self, delta: Batch) -> Batch | None:
+        """Output updates of a linear aggregate from the keys' running states and the new updates alone: at each
+        new epoch of a key, the state is the old state plus the contributions up to that epoch."""
+        n, nk = len(delta), self.nkey
+        if n == 0:
+            return None
+        kcols, kvalid = delta.select(range(nk))
+        h = key_hash(kcols, kvalid, n)
+        epochs = delta.times[:, 0]
+        kkeys = [h] + sort_keys(kcols, kvalid, None)
+        order = lexsort(kkeys + [epochs])
+        key_start = group_starts([k[order] for k in kkeys], n)
+        es = epochs[order]
+        last_of_epoch = np.append(key_start[1:] | (es[1:] != es[:-1]), True)
+        kid = np.cumsum(key_start) - 1
+        starts = np.flatnonzero(key_start)
+        vcols, vvalid = delta.select(range(nk, delta.arity))
+        contrib = self.reducer.contributions(
+            self.state_layout,
+            tuple(c[order] for c in vcols),
+            tuple(None if m is None else m[order] for m in vvalid),
+            delta.diffs[order],
+        )
+        ends = np.flatnonzero(last_of_epoch)
+        q = kid[ends]
+        reps = order[starts]
+        qh = h[reps]
+        qcols = tuple(c[reps] for c in kcols)
+        qvalid = tuple(None if m is None else m[reps] for m in kvalid)
+        old, qi = self.state.trace.gather(qh, qcols, qvalid)
+        nkeys = len(starts)
+        first = np.append(True, q[1:] != q[:-1])  # first new epoch of its key
+        new_states, prev_states = [], []
+        for j, c in enumerate(contrib):
+            cs = np.cumsum(c)
+            within = cs - (cs[starts] - c[starts])[kid]
+            base = np.zeros(nkeys, dtype=c.dtype)
+            if old is not None:
+                np.add.at(base, qi, old.columns[nk + j] * old.diffs.astype(c.dtype))
+            now = base[q] + within[ends]
+            new_states.append(now)
+            prev_states.append(np.where(first, base[q], np.roll(now, 1)))
+        alive_now = new_states[0] > 0
+        alive_before = prev_states[0] > 0
+        out_now, mask_now = self.reducer.finish(self.state_layout, new_states)
+        out_before, mask_before = self.reducer.finish(self.state_layout, prev_states)
+        times = epochs[order][ends].reshape(-1, 1)
+
+        def rows(values, masks, alive, sign) -> Batch:
+            sel = np.flatnonzero(alive)
+            kq = q[sel]
+            cols = tuple(k[kq] for k in qcols) + tuple(v[sel] for v in values)
+            valid = tuple(None if m is None else m[kq] for m in qvalid) + tuple(
+                None if m is None else m[sel] for m in masks
+            )
+            return Batch.build(cols, valid, times[sel], np.full(len(sel), sign, dtype=np.int64))
+
+        nomask = [None] * len(new_states)
+        self.state.insert(
+            Batch.concat([rows(new_states, nomask, alive_now, 1), rows(prev_states, nomask, alive_before, -1)])
+        )
+        return Batch.concat(
+            [rows(out_now, mask_now, alive_now, 1), rows(out_before, mask_before, alive_before, -1)]
+        )
 
     def _split_future(self, hist: Batch | None, q: np.ndarray, keys: tuple, point: Point):
         """Keep history at iterations ``<= point``; schedule later iterations' joins with this point."""

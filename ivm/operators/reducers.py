@@ -96,6 +96,65 @@ class Aggregate:
                 raise ValueError(f"unknown aggregate {kind!r}")
         self.specs = tuple(specs)
 
+    @property
+    def linear(self) -> bool:
+        """Whether every aggregate is a sum of per-row contributions (count, count_col, sum, avg), so that a
+        group's result follows from a running state without re-reading the group."""
+        return all(kind in ("count", "count_col", "sum", "avg") for kind, _ in self.specs)
+
+    def state_columns(self, in_dtypes) -> list[tuple[str, int | None, np.dtype]]:
+        """The running state of a linear aggregate: the row count, then per value column used its non-NULL count
+        and, for sums and averages, its sum."""
+        cols: list[tuple[str, int | None, np.dtype]] = [("rows", None, np.dtype(np.int64))]
+        for kind, pos in self.specs:
+            if kind == "count":
+                continue
+            if ("nvalid", pos, np.dtype(np.int64)) not in cols:
+                cols.append(("nvalid", pos, np.dtype(np.int64)))
+            if kind in ("sum", "avg"):
+                t = np.dtype(np.float64) if np.dtype(in_dtypes[pos]).kind == "f" else np.dtype(np.int64)
+                if ("sum", pos, t) not in cols:
+                    cols.append(("sum", pos, t))
+        return cols
+
+    @staticmethod
+    def contributions(state, columns, valid, diffs) -> list[np.ndarray]:
+        """Each row's contribution (times its diff) to every state column."""
+        out = []
+        for what, pos, dtype in state:
+            if what == "rows":
+                out.append(diffs.astype(np.int64))
+                continue
+            m = valid[pos]
+            if what == "nvalid":
+                out.append(diffs if m is None else diffs * m)
+            else:
+                x = columns[pos].astype(dtype) * diffs.astype(dtype)
+                out.append(x if m is None else np.where(m, x, 0).astype(dtype))
+        return out
+
+    def finish(self, state, values: list[np.ndarray]) -> tuple[list[np.ndarray], list]:
+        """The output columns (and validity) of groups in the given states."""
+        index = {(what, pos): i for i, (what, pos, _) in enumerate(state)}
+        cols, masks = [], []
+        for kind, pos in self.specs:
+            if kind == "count":
+                cols.append(values[0])
+                masks.append(None)
+                continue
+            nvalid = values[index[("nvalid", pos)]]
+            if kind == "count_col":
+                cols.append(nvalid)
+                masks.append(None)
+                continue
+            total = values[index[("sum", pos)]]
+            if kind == "avg":
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    total = total / np.where(nvalid == 0, 1, nvalid)
+            cols.append(total)
+            masks.append(nvalid > 0)
+        return cols, masks
+
     def out_dtypes(self, in_dtypes):
         out = []
         for kind, pos in self.specs:
