@@ -168,15 +168,24 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
         sources.append((j.this, side or "inner", j.args.get("on")))
     where = select.args.get("where")
     pending = _conjuncts(where.this) if where is not None else []
-    if all(kind == "inner" for _, kind, _ in sources):
+    k = next((i for i, (_, kind, _) in enumerate(sources) if kind != "inner"), len(sources))
+    if k == len(sources):
         return _inner_joins(sources, pending, catalog)
-    scope: Scope | None = None
-    for src, kind, on in sources:
+    # the inner joins before the first outer join are ordered freely; WHERE conditions may move into them only
+    # when every later join is a LEFT join, which keeps all of their rows
+    if all(kind == "left" for _, kind, _ in sources[k:]):
+        scope, pending = _inner_joins(sources[:k], pending, catalog)
+    else:
+        scope, leftover = _inner_joins(sources[:k], [], catalog)
+        if leftover:  # the inner joins' own ON conditions: they apply before any later outer join
+            pred = None
+            for c in leftover:
+                e = boolean(c, translate_scalar(c, scope.resolve))
+                pred = e if pred is None else Call("and", (pred, e), BOOL)
+            scope = Scope(scope.names, Filter(scope.plan, pred), scope.extra)
+    for src, kind, on in sources[k:]:
         plan, alias = _source(src, catalog)
         names = {(alias, c.name): i for i, c in enumerate(plan.columns)}
-        if scope is None:
-            scope = Scope(names, plan)
-            continue
         offset = len(scope.plan.columns)
         right = Scope(names, plan)
         both = Scope({**scope.names, **{k: v + offset for k, v in names.items()}}, None)  # type: ignore[arg-type]
