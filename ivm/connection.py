@@ -72,6 +72,17 @@ class Connection:
         """Run one or more statements; a query's rows are then available from ``fetchall``."""
         if params:
             sql = _bind(sql, params)
+        word = sql.strip().rstrip(";").strip().upper()
+        if word in ("BEGIN", "COMMIT", "ROLLBACK", "START TRANSACTION", "END"):
+            # transaction control is the most frequent statement of all: no need to parse it
+            self._statement(
+                exp.Transaction()
+                if word in ("BEGIN", "START TRANSACTION")
+                else exp.Rollback()
+                if word == "ROLLBACK"
+                else exp.Commit()
+            )
+            return self
         statements = _parse(sql)
         for stmt in statements:
             try:

@@ -90,6 +90,7 @@ class Dataflow:
         self.variables: list[Variable] = []
         self.scope = Scope(self, 1)
         self.dropped = False
+        self._frontiers: dict[int, tuple[int, Antichain]] = {}
 
     # -- building -------------------------------------------------------------------------------
     def input(self, dtypes: Sequence, name: str = "", frontier: int | None = None) -> Input:
@@ -126,9 +127,15 @@ class Dataflow:
         return Loop(self.scope, limit, on_limit)
 
     def frontier_in(self, dim: int) -> Antichain:
+        """The dataflow's frontier as a frontier of times with ``dim`` coordinates (iterations at 0)."""
+        cached = self._frontiers.get(dim)
+        if cached is not None and cached[0] == self.frontier:
+            return cached[1]
         t = np.zeros((1, dim), dtype=np.int64)
         t[0, 0] = self.frontier
-        return Antichain(t)
+        f = Antichain(t)
+        self._frontiers[dim] = (self.frontier, f)
+        return f
 
     # -- running --------------------------------------------------------------------------------
     def step(self) -> None:

@@ -52,6 +52,9 @@ class Antichain:
 
     def __init__(self, elements: np.ndarray | list | tuple = (), dim: int | None = None) -> None:
         arr = np.asarray(elements, dtype=np.int64)
+        if arr.ndim == 2 and arr.shape[0] == 1:
+            self.elements = arr
+            return
         if arr.ndim == 1:
             arr = arr.reshape(0 if arr.size == 0 else 1, -1 if arr.size else (dim or 1))
         if arr.size == 0:

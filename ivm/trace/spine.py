@@ -159,11 +159,19 @@ class Spine:
             self._frontier_changed()
 
     def _frontier_changed(self) -> None:
-        frontier = None
-        for h in self.handles:
-            frontier = h.frontier if frontier is None else frontier.meet(h.frontier)
-        if frontier is not None:
-            self.since = frontier
+        if not self.handles:
+            return
+        fronts = [h.frontier.elements for h in self.handles]
+        if all(f.shape[0] == 1 for f in fronts):
+            rows = np.concatenate(fronts)
+            least = rows.min(axis=0)
+            if (rows == least).all(axis=1).any():  # one frontier is below all others: it is the meet
+                self.since = Antichain(least.reshape(1, -1))
+                return
+        frontier = self.handles[0].frontier
+        for h in self.handles[1:]:
+            frontier = frontier.meet(h.frontier)
+        self.since = frontier
 
     # -- writing ---------------------------------------------------------------------------------
     def insert(self, batch: TraceBatch) -> None:
