@@ -177,12 +177,8 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
         scope, pending = _inner_joins(sources[:k], pending, catalog)
     else:
         scope, leftover = _inner_joins(sources[:k], [], catalog)
-        if leftover:  # the inner joins' own ON conditions: they apply before any later outer join
-            pred = None
-            for c in leftover:
-                e = boolean(c, translate_scalar(c, scope.resolve))
-                pred = e if pred is None else Call("and", (pred, e), BOOL)
-            scope = Scope(scope.names, Filter(scope.plan, pred), scope.extra)
+        # the inner joins' own ON conditions apply before any later outer join
+        scope = _filtered(scope, leftover)
     for src, kind, on in sources[k:]:
         plan, alias = _source(src, catalog)
         names = {(alias, c.name): i for i, c in enumerate(plan.columns)}
@@ -285,6 +281,17 @@ def _not_in_subqueries(tree: exp.Expression) -> exp.Expression:
         )
 
     return tree.transform(rewrite)
+
+
+def _filtered(scope: Scope, conds: list[exp.Expression]) -> Scope:
+    """The scope's rows that meet every condition (the scope itself when there is none)."""
+    pred = None
+    for c in conds:
+        e = boolean(c, translate_scalar(c, scope.resolve))
+        pred = e if pred is None else Call("and", (pred, e), BOOL)
+    if pred is None:
+        return scope
+    return Scope(scope.names, Filter(scope.plan, pred), scope.extra)
 
 
 def _tables_of(cond: exp.Expression) -> set[str]:
@@ -405,14 +412,8 @@ def _exists_by_join(scope: Scope, node: exp.Exists, negated: bool, catalog: Cata
     inner_only = [d for d in conds if d not in correlated]
     plain.set("where", exp.Where(this=exp.and_(*inner_only)) if inner_only else None)
     inner_scope, inner_pending = _from(plain, catalog)
+    inner_scope = _filtered(inner_scope, inner_pending)
     inner_plan = inner_scope.plan
-    if inner_pending:
-        pred = None
-        for c in inner_pending:
-            e = boolean(c, translate_scalar(c, inner_scope.resolve))
-            pred = e if pred is None else Call("and", (pred, e), BOOL)
-        inner_plan = Filter(inner_plan, pred)
-        inner_scope = Scope(inner_scope.names, inner_plan)
     outer_plan = scope.plan
     width = len(outer_plan.columns)
     lk, rk, residual = [], [], []
@@ -427,11 +428,7 @@ def _exists_by_join(scope: Scope, node: exp.Exists, negated: bool, catalog: Cata
         raise error_at(node, "a correlated EXISTS needs an equality with the outer query", unsupported=True)
     joined = Join("inner", outer_plan, inner_plan, tuple(lk), tuple(rk))
     both = Scope({**scope.names, **{k: v + width for k, v in inner_scope.names.items()}}, joined)
-    pred = None
-    for d in residual:
-        e = boolean(d, translate_scalar(d, both.resolve))
-        pred = e if pred is None else Call("and", (pred, e), BOOL)
-    matched = Filter(joined, pred) if pred is not None else joined
+    matched = _filtered(both, residual).plan
     outer_cols = tuple(ColRef(i, c.type) for i, c in enumerate(outer_plan.columns))
     found = Distinct(Project(matched, outer_cols, outer_plan.columns))
     plan = SemiJoin(outer_plan, found, negated)
@@ -511,14 +508,7 @@ def _select(select: exp.Select, catalog: Catalog) -> Plan:
             raise error_at(select, f"{key.upper()} is not supported yet", unsupported=True)
     scope, pending = _from(select, catalog)
     scope = _uncorrelated_exists(scope, pending, catalog)
-    plan = scope.plan
-    if pending:
-        pred = None
-        for c in pending:
-            e = boolean(c, translate_scalar(c, scope.resolve))
-            pred = e if pred is None else Call("and", (pred, e), BOOL)
-        plan = Filter(plan, pred)
-        scope = Scope(scope.names, plan)
+    scope = _filtered(scope, pending)
     for negated, node in select.meta.get("ivm_exists", []):
         scope = _exists_by_join(scope, node, negated, catalog)
     plan = scope.plan
