@@ -625,7 +625,9 @@ class Subscription:
         self.columns = columns
         self.table = table
         self.pending: list[Batch] = []
-        self.layout = None if table is None else _layout(table, len(columns), arranged.nkey)
+        layout = None if table is None else _layout(table, len(columns), arranged.nkey)
+        # a table's arrangement holds its key columns first: the order that restores the table's columns
+        self.order = None if layout is None else [layout.index(i) for i in range(len(columns))]
         if snapshot:
             cols, valid, mult = _contents(arranged)
             n = len(mult)
@@ -640,9 +642,9 @@ class Subscription:
 
         while self.pending:
             b = self.pending.pop(0)
-            if self.layout is not None:
-                inv = [self.layout.index(i) for i in range(len(self.columns))]
-                b = Batch(tuple(b.columns[i] for i in inv), tuple(b.valid[i] for i in inv), b.times, b.diffs)
+            if self.order is not None:
+                o = self.order
+                b = Batch(tuple(b.columns[i] for i in o), tuple(b.valid[i] for i in o), b.times, b.diffs)
             arrays = [
                 to_arrow_column(c, m, col.type)
                 for c, m, col in zip(b.columns, b.valid, self.columns, strict=True)
