@@ -256,6 +256,7 @@ def merge_order(values: np.ndarray, split: int) -> np.ndarray:
 
 
 RUNS_FOR_MERGING = 16
+SMALL_SORT = 256  # below this many rows one multi-key sort beats packing the keys first
 
 
 def argsort(values: np.ndarray) -> np.ndarray:
@@ -285,6 +286,8 @@ def lexsort(keys: Sequence[np.ndarray], split: int | None = None) -> np.ndarray:
     n = len(keys[0])
     if n < 2:
         return np.arange(n, dtype=np.int64)
+    if n < SMALL_SORT:
+        return np.lexsort(tuple(reversed(keys)))
     if len(keys) > 1:
         packed = _pack(keys)
         if packed is not None:
@@ -351,7 +354,7 @@ def consolidate(
     if n == 0:
         return batch, np.zeros(0, dtype=np.int64)
     keys = list(lead) + sort_keys(batch.columns, batch.valid, batch.times)
-    packed = _pack(keys) if len(keys) > 1 else None
+    packed = _pack(keys) if len(keys) > 1 and n >= SMALL_SORT else None
     if packed is not None:
         order = merge_order(packed, split) if split is not None else argsort(packed)
         sp = packed[order]
