@@ -35,7 +35,7 @@ from ivm.operators.basic import (
     NegateOp,
     PredicateFn,
     ProjectOp,
-    _takes_rows,
+    takes_rows,
 )
 from ivm.operators.iterate import EnterOp, LeaveOp, LoopOp, VariableOp
 from ivm.operators.join import JoinOp
@@ -198,7 +198,7 @@ class Collection:
         third parameter also receives the number of rows."""
         if dtypes is None:
             empty = tuple(np.zeros(0, dtype=t) for t in self.dtypes), tuple(None for _ in self.dtypes)
-            cols, _ = fn(*empty, 0) if _takes_rows(fn) else fn(*empty)
+            cols, _ = fn(*empty, 0) if takes_rows(fn) else fn(*empty)
             dtypes = [np.asarray(c).dtype for c in cols]
         return Collection(self.scope, MapOp(self.scope, self.op, fn), dtypes)
 

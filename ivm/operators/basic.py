@@ -12,7 +12,7 @@ import numpy as np
 from ivm.batch import Batch, Mask
 from ivm.scope import Operator, Point, Scope
 
-__all__ = ["MapOp", "FilterOp", "ConcatOp", "NegateOp", "CaptureOp", "MapFn", "PredicateFn"]
+__all__ = ["takes_rows", "MapOp", "FilterOp", "ConcatOp", "NegateOp", "CaptureOp", "MapFn", "PredicateFn"]
 
 Columns = tuple[tuple[np.ndarray, ...], tuple[Mask, ...]]
 MapFn = Callable[[tuple[np.ndarray, ...], tuple[Mask, ...]], Columns]
@@ -42,7 +42,7 @@ class MapOp(_Unary):
     def __init__(self, scope: Scope, source: Operator, fn: MapFn, name: str = "map") -> None:
         super().__init__(scope, name, source)
         self.fn = fn
-        self.with_rows = _takes_rows(fn)
+        self.with_rows = takes_rows(fn)
 
     def apply(self, batch: Batch) -> Batch:
         if self.with_rows:
@@ -52,7 +52,8 @@ class MapOp(_Unary):
         return Batch.build(cols, valid, batch.times, batch.diffs)
 
 
-def _takes_rows(fn) -> bool:
+def takes_rows(fn) -> bool:
+    """Whether a map function takes a third parameter, the number of rows."""
     import inspect
 
     try:
