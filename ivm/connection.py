@@ -26,7 +26,7 @@ from sql.logical import Column, Scan
 from sql.translate import translate_query
 from sql.types import TEXT, SqlType, column_from_values, from_sqlglot, to_engine_value, to_python
 
-__all__ = ["connect", "Connection"]
+__all__ = ["connect", "Connection", "Subscription", "SqlError", "UnsupportedError"]
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)  # EXPLAIN parses as a command; that is expected
 
@@ -823,6 +823,3 @@ def _sql_literal(v: object) -> str:
         return f"'{v.isoformat()}'"
     s = str(v).replace("'", "''")
     return f"'{s}'"
-
-
-__all__ += ["UnsupportedError"]

@@ -10,7 +10,7 @@ from ivm.strings import POOL
 from sql.errors import SqlError
 from sql.types import SqlType
 
-__all__ = ["to_engine_column"]
+__all__ = ["to_engine_column", "to_arrow_column", "arrow_type"]
 
 
 def to_engine_column(
@@ -97,9 +97,6 @@ def to_arrow_column(data: np.ndarray, valid: np.ndarray | None, t: SqlType) -> p
     return pa.array(data, mask=mask)
 
 
-__all__ += ["to_arrow_column"]
-
-
 def arrow_type(t: SqlType) -> pa.DataType:
     """The Arrow type files are converted to when loaded into a column of type ``t``."""
     return {
@@ -111,6 +108,3 @@ def arrow_type(t: SqlType) -> pa.DataType:
         "timestamp": pa.timestamp("us"),
         "bool": pa.bool_(),
     }[t.kind]
-
-
-__all__ += ["arrow_type"]

@@ -22,14 +22,22 @@ from sql.types import (
     FLOAT,
     INT,
     TEXT,
-    TIMESTAMP,
     SqlType,
     decimal_type,
     from_sqlglot,
     to_engine_value,
 )
 
-__all__ = ["translate_scalar", "Resolver"]
+__all__ = [
+    "translate_scalar",
+    "Resolver",
+    "coerce",
+    "common_type",
+    "compare",
+    "arithmetic",
+    "boolean",
+    "NULL_TYPE",
+]
 
 Resolver = Callable[[exp.Expression], Expr | None]
 NULL_TYPE = SqlType("int", 0, -1)  # the type of a bare NULL until context gives it one
@@ -380,6 +388,3 @@ def _like_regex(pattern: str) -> str:
         else:
             out.append(re.escape(ch))
     return "".join(out)
-
-
-__all__ += ["coerce", "common_type", "compare", "arithmetic", "boolean", "NULL_TYPE", "DATE", "TIMESTAMP"]
