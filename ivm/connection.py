@@ -18,11 +18,13 @@ from sqlglot.errors import ParseError
 
 from ivm.batch import Batch, consolidate, key_hash
 from ivm.dataflow import Arranged, Dataflow, Engine, Input
+from ivm.operators.iterate import IterationLimitError
 from ivm.strings import POOL
 from planner.compile import Registry, compile_view
 from sql.catalog import Catalog, Table, View
 from sql.errors import SqlError, UnsupportedError, error_at
 from sql.logical import Column, Scan
+from sql.recursive import attach_mutually_recursive, rewrite_mutually_recursive
 from sql.translate import translate_query
 from sql.types import TEXT, SqlType, column_from_values, from_sqlglot, to_engine_value, to_python
 
@@ -49,6 +51,7 @@ class _ViewState:
         self.df = df
         self.arranged = arranged
         self.used = used
+        self.error: str | None = None
 
 
 class Connection:
@@ -127,6 +130,8 @@ class Connection:
         if view not in self.views and view not in self.tables:
             raise SqlError(f"relation {view!r} does not exist")
         st = self.views.get(view) or self.tables[view]
+        if view in self.views:
+            self._check_readable(Scan(view, st.view.columns))
         columns = st.view.columns if view in self.views else st.table.columns
         return Subscription(self, st.arranged, columns, snapshot, view in self.tables and st.table or None)
 
@@ -266,11 +271,44 @@ class Connection:
             raise error_at(stmt, f"relation {name!r} already exists")
         query = stmt.expression
         plan = translate_query(query, self.catalog)
+        self._check_readable(plan)
         view = View(name, plan, query.sql(dialect="postgres"))
         df, arranged, used = compile_view(self.engine, self.registry, name, plan)
         self.catalog.views[name] = view
         self.views[name] = _ViewState(view, df, arranged, used)
         self.engine.step()
+        failed = self.engine.failed
+        if df in failed:
+            del self.views[name], self.catalog.views[name]
+            self.registry.forget(name)
+            raise SqlError(f"view {name!r} was not created: {df.error}")
+        self._failed(failed)
+
+    def _failed(self, failed: list[Dataflow]) -> None:
+        """Views whose dataflows failed in the last step stop, keeping the cause; the commit itself stands."""
+        names = []
+        for st in self.views.values():
+            if st.df in failed:
+                st.error = str(st.df.error)
+                self.registry.forget(st.view.name)
+                names.append(st.view.name)
+        if names:
+            first = self.views[names[0]].error
+            raise SqlError(
+                f"the transaction was committed, but view {', '.join(map(repr, names))} failed and stopped: "
+                f"{first}; reading it raises this error until it is dropped"
+            )
+
+    def _check_readable(self, plan) -> None:
+        """Queries and views may not read a view that failed."""
+        from sql.logical import children
+
+        stack = [plan]
+        while stack:
+            p = stack.pop()
+            if isinstance(p, Scan) and p.table in self.views and self.views[p.table].error:
+                raise SqlError(f"view {p.table!r} failed and must be dropped: {self.views[p.table].error}")
+            stack.extend(children(p))
 
     def _explain(self, stmt: exp.Command) -> None:
         """EXPLAIN query (or EXPLAIN CREATE VIEW ...): the dataflow it would build, nothing is created."""
@@ -316,6 +354,7 @@ class Connection:
 
             compile_index(self.engine, self.registry, name, plan, tuple(key))
             self.engine.step()
+            self._failed(self.engine.failed)
         self.catalog.indexes[name] = (rel, tuple(key))
 
     def _copy(self, stmt: exp.Copy) -> None:
@@ -363,6 +402,7 @@ class Connection:
 
     def _query(self, stmt: exp.Expression) -> None:
         plan = translate_query(stmt, self.catalog)
+        self._check_readable(plan)
         self._result = (*self._evaluate(plan), plan.columns)
         self.description = [(c.name, str(c.type), None, None, None, None, c.nullable) for c in plan.columns]
 
@@ -379,6 +419,8 @@ class Connection:
         try:
             df.step()
             return _contents(arranged)
+        except IterationLimitError as err:
+            raise SqlError(f"the query failed: {err}") from err
         finally:
             df.drop()
             self.registry.forget(name)
@@ -610,6 +652,7 @@ class Connection:
         for st in self.tables.values():
             st.input.advance_to(self.time)
         self.engine.step()
+        self._failed(self.engine.failed)
 
     def _rollback(self) -> None:
         self.pending = {}
@@ -665,8 +708,11 @@ class _Sink:
 
 def _parse(sql: str) -> list[exp.Expression]:
     """The statements of ``sql``, or a syntax error with its line and column."""
+    sql, mutual = rewrite_mutually_recursive(sql)
     try:
-        return [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
+        statements = [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
+        attach_mutually_recursive(statements, mutual)
+        return statements
     except ParseError as err:
         e = err.errors[0] if err.errors else {}
         raise SqlError(f"syntax error: {e.get('description', str(err))}", e.get("line"), e.get("col")) from err

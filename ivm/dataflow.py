@@ -37,7 +37,7 @@ from ivm.operators.basic import (
     ProjectOp,
     takes_rows,
 )
-from ivm.operators.iterate import EnterOp, LeaveOp, LoopOp, VariableOp
+from ivm.operators.iterate import EnterOp, IterationLimitError, LeaveOp, LoopOp, VariableOp
 from ivm.operators.join import JoinOp
 from ivm.operators.reduce import ReduceOp
 from ivm.operators.reducers import Aggregate, Reducer, Threshold, TopK, distinct
@@ -52,6 +52,7 @@ class Engine:
 
     def __init__(self) -> None:
         self.dataflows: list[Dataflow] = []
+        self.failed: list[Dataflow] = []
 
     def dataflow(self, name: str = "") -> Dataflow:
         df = Dataflow(self, name or f"dataflow{len(self.dataflows)}")
@@ -59,9 +60,22 @@ class Engine:
         return df
 
     def step(self) -> None:
-        """Run every dataflow up to its inputs' frontiers, sources before the dataflows importing them."""
+        """Run every dataflow up to its inputs' frontiers, sources before the dataflows importing them.
+
+        A dataflow whose loop exceeds its iteration limit is dropped with the error kept in its ``error``, as
+        are the dataflows reading its arrangements; the others go on. ``failed`` lists them after the step."""
+        self.failed = failed = []
         for df in list(self.dataflows):
-            df.step()
+            broken = next((src for _, src in df.imports if src.error is not None), None)
+            if broken is not None:
+                df.fail(RuntimeError(f"it reads {broken.name!r}, which failed: {broken.error}"))
+                failed.append(df)
+                continue
+            try:
+                df.step()
+            except IterationLimitError as err:
+                df.fail(err)
+                failed.append(df)
 
     def traces(self) -> list[Spine]:
         """Every live trace held by some dataflow, each once."""
@@ -90,6 +104,7 @@ class Dataflow:
         self.variables: list[Variable] = []
         self.scope = Scope(self, 1)
         self.dropped = False
+        self.error: Exception | None = None
         self._frontiers: dict[int, tuple[int, Antichain]] = {}
 
     # -- building -------------------------------------------------------------------------------
@@ -155,6 +170,11 @@ class Dataflow:
         for h in self.handles:
             if not h.released:
                 h.advance(self.frontier_in(h.trace.dim))
+
+    def fail(self, error: Exception) -> None:
+        """Drop the dataflow, keeping ``error`` as the reason (its state is no longer consistent)."""
+        self.error = error
+        self.drop()
 
     def drop(self) -> None:
         """Remove the dataflow, releasing its trace handles (traces go with their last reader)."""

@@ -13,22 +13,26 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import ivm
-from ivm.dataflow import Arranged, Collection, Dataflow
+from ivm.dataflow import Arranged, Collection, Dataflow, Loop
 from ivm.operators.reducers import distinct
 from planner.expr import compile_exprs, compile_predicate
 from sql.logical import (
     Aggregate,
     Distinct,
     Filter,
+    Fixpoint,
+    FixpointResult,
     Join,
     Negate,
     Plan,
     Positive,
     Project,
+    RecRef,
     Scan,
     SemiJoin,
     TopK,
     UnionAll,
+    is_recursive,
 )
 
 __all__ = ["Registry", "compile_view"]
@@ -61,19 +65,48 @@ class Registry:
 
 
 class _Compiler:
-    def __init__(self, df: Dataflow, registry: Registry, owner: str) -> None:
+    """Compiles plans in one scope: the dataflow's top level, or (with ``parent`` and ``loop``) the loop of a
+    fixpoint whose definitions ``own`` names. Plans that do not read those definitions are compiled by the
+    parent and entered into the loop, so a relation used inside and outside recursion is arranged once."""
+
+    def __init__(
+        self,
+        df: Dataflow,
+        registry: Registry,
+        owner: str,
+        parent: _Compiler | None = None,
+        loop: Loop | None = None,
+        own: frozenset[str] = frozenset(),
+    ) -> None:
         self.df = df
         self.registry = registry
         self.owner = owner
+        self.parent = parent
+        self.loop = loop
+        self.own = own
+        self.bindings: dict[str, Collection] = {}
+        self.fixpoints: dict[Fixpoint, list[Collection]] = {}
         self.memo: dict[Plan, Collection] = {}
         self.imported: dict[tuple, Arranged] = {}
-        self.used: list[tuple[Plan, tuple[int, ...], str]] = []
+        self.used: list[tuple[Plan, tuple[int, ...], str]] = [] if parent is None else parent.used
+
+    def _invariant(self, plan: Plan) -> bool:
+        """Whether ``plan`` is the same in every round of this scope's loop (always true at the top)."""
+        return self.parent is not None and not is_recursive(plan, self.own)
 
     def arranged(self, plan: Plan, key: tuple[int, ...]) -> Arranged:
         """``plan``'s collection arranged by ``key`` (columns: key, then the others in order)."""
         k = (plan, key)
         if k in self.imported:
             return self.imported[k]
+        if self.parent is not None:
+            if self._invariant(plan):
+                arr = self.loop.enter_arranged(self.parent.arranged(plan, key))
+            else:
+                arr = self.collection(plan).arrange(key)
+                self.used.append((plan, key, "built"))
+            self.imported[k] = arr
+            return arr
         entry = self.registry.lookup(plan, key)
         if entry is not None:
             arr = self.df.import_arranged(entry.arranged)
@@ -88,11 +121,36 @@ class _Compiler:
     def collection(self, plan: Plan) -> Collection:
         if plan in self.memo:
             return self.memo[plan]
-        out = self._build(plan)
+        inv = self._invariant(plan)
+        out = self.loop.enter(self.parent.collection(plan)) if inv else self._build(plan)
         self.memo[plan] = out
         return out
 
+    def constant_row(self, dtypes, counts: list[bool]) -> Collection:
+        """The default row of a global aggregate (see ``_constant_row``) in this scope."""
+        if self.parent is None:
+            return _constant_row(self.df, dtypes, counts)
+        return self.loop.enter(self.parent.constant_row(dtypes, counts))
+
+    def _fixpoint(self, fx: Fixpoint) -> list[Collection]:
+        """A loop with one variable per definition, each set to its body; the values they converge to."""
+        if fx not in self.fixpoints:
+            outer = self.df if self.loop is None else self.loop
+            loop = outer.loop(fx.limit, fx.on_limit)
+            inner = _Compiler(self.df, self.registry, self.owner, self, loop, frozenset(fx.names))
+            for name, body in zip(fx.names, fx.bodies, strict=True):
+                inner.bindings[name] = loop.variable([c.type.dtype for c in body.columns])
+            outs = [inner.collection(body) for body in fx.bodies]
+            for name, out in zip(fx.names, outs, strict=True):
+                inner.bindings[name].set(out)
+            self.fixpoints[fx] = [loop.leave(out) for out in outs]
+        return self.fixpoints[fx]
+
     def _build(self, plan: Plan) -> Collection:
+        if isinstance(plan, RecRef):
+            return self.bindings[plan.name]
+        if isinstance(plan, FixpointResult):
+            return self._fixpoint(plan.fixpoint)[plan.index]
         if isinstance(plan, Scan):
             key = self.registry_key_of(plan)
             arr = self.arranged(plan, key)
@@ -190,7 +248,7 @@ class _Compiler:
         if ng:
             return out
         counts = [a.func in ("count_star", "count") for a in plan.aggs]
-        default = _constant_row(self.df, out.dtypes, counts)
+        default = self.constant_row(out.dtypes, counts)
         nonempty = src.project([0]).distinct()
         out = out.concat(default.antijoin(nonempty, [0]))
         return out.project(range(1, 1 + len(plan.aggs)))

@@ -14,11 +14,13 @@ from sql.logical import (
     Distinct,
     Expr,
     Filter,
+    FixpointResult,
     Join,
     Negate,
     Plan,
     Positive,
     Project,
+    RecRef,
     Scan,
     SemiJoin,
     TopK,
@@ -113,6 +115,22 @@ def _node(plan: Plan, depth: int, how: dict, out: list[str]) -> None:
         order = ", ".join(f"{plan.columns[i].name}{' DESC' if d else ''}" for i, d in plan.order)
         out.append(f"{pad}TopK order=[{order}] limit={plan.limit} offset={plan.offset}")
         _node(plan.input, depth + 1, how, out)
+        return
+    if isinstance(plan, RecRef):
+        out.append(f"{pad}Recursive {plan.name}")
+        return
+    if isinstance(plan, FixpointResult):
+        fx = plan.fixpoint
+        name = fx.names[plan.index]
+        if ("fixpoint", fx) in how:
+            out.append(f"{pad}Fixpoint {name} (above)")
+            return
+        how[("fixpoint", fx)] = "shown"
+        limit = f"{'return' if fx.on_limit == 'return' else 'error'} at {fx.limit} rounds"
+        out.append(f"{pad}Fixpoint {name} ({limit})")
+        for n, body in zip(fx.names, fx.bodies, strict=True):
+            out.append(f"{pad}  Recursive {n} :=")
+            _node(body, depth + 2, how, out)
         return
     out.append(f"{pad}{type(plan).__name__}")
 

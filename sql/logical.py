@@ -8,6 +8,7 @@ which is how the planner finds sub-plans that different views can share.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from sql.types import SqlType
 
@@ -29,7 +30,12 @@ __all__ = [
     "Negate",
     "Positive",
     "TopK",
+    "RecRef",
+    "Fixpoint",
+    "FixpointResult",
     "Column",
+    "children",
+    "is_recursive",
 ]
 
 
@@ -202,4 +208,77 @@ class TopK:
         object.__setattr__(self, "columns", self.input.columns)
 
 
-Plan = Scan | Filter | Project | Join | SemiJoin | Aggregate | Distinct | UnionAll | Negate | Positive | TopK
+@dataclass(frozen=True)
+class RecRef:
+    """Inside the body of a ``Fixpoint``, the current value of its definition ``name``."""
+
+    name: str
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True)
+class Fixpoint:
+    """Definitions ``names`` that start empty and are all recomputed from each other's previous values by their
+    ``bodies`` (which read them as ``RecRef``s) until none changes: the least fixed point for monotone bodies,
+    the iterated value otherwise. More than ``limit`` rounds is an error, or with ``on_limit == "return"`` the
+    values after ``limit`` rounds."""
+
+    names: tuple[str, ...]
+    bodies: tuple[Plan, ...]
+    limit: int
+    on_limit: str = "error"
+
+
+@dataclass(frozen=True)
+class FixpointResult:
+    """The value definition ``index`` of ``fixpoint`` converges to."""
+
+    fixpoint: Fixpoint
+    index: int
+    columns: tuple[Column, ...]
+
+
+Plan = (
+    Scan
+    | Filter
+    | Project
+    | Join
+    | SemiJoin
+    | Aggregate
+    | Distinct
+    | UnionAll
+    | Negate
+    | Positive
+    | TopK
+    | RecRef
+    | FixpointResult
+)
+
+
+def children(plan: Plan) -> tuple[Plan, ...]:
+    """The plans ``plan`` reads (a fixpoint result reads its fixpoint's bodies)."""
+    if isinstance(plan, (Filter, Project, Aggregate, Distinct, Negate, Positive, TopK)):
+        return (plan.input,)
+    if isinstance(plan, (Join, SemiJoin)):
+        return (plan.left, plan.right)
+    if isinstance(plan, UnionAll):
+        return plan.inputs
+    if isinstance(plan, FixpointResult):
+        return plan.fixpoint.bodies
+    return ()
+
+
+def is_recursive(plan: Plan, names: frozenset[str] | None = None) -> bool:
+    """Whether ``plan`` reads a recursive definition (one of ``names``, or any) not bound inside it, so that it
+    changes from one round of its fixpoint to the next."""
+    free = _free(plan)
+    return bool(free if names is None else free & names)
+
+
+@lru_cache(maxsize=4096)
+def _free(plan: Plan) -> frozenset[str]:
+    if isinstance(plan, RecRef):
+        return frozenset((plan.name,))
+    if isinstance(plan, FixpointResult):
+        return frozenset().union(*map(_free, plan.fixpoint.bodies)) - set(plan.fixpoint.names)
+    return frozenset().union(*map(_free, children(plan)))

@@ -36,6 +36,7 @@ from sql.logical import (
     TopK,
     UnionAll,
 )
+from sql.recursive import translate_recursive
 from sql.scalar import boolean, translate_scalar
 from sql.types import BOOL, FLOAT, INT, decimal_type
 
@@ -66,6 +67,9 @@ class Scope:
 
 def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     """The logical plan of a query (SELECT or set operation), checked against the catalog."""
+    with_ = tree.args.get("with_") or tree.args.get("with")
+    if with_ is not None and with_.args.get("recursive"):
+        return translate_recursive(tree, catalog, translate_query)
     tree = _not_in_subqueries(tree)
     try:
         tree = qualify(
@@ -111,7 +115,11 @@ def _query(node: exp.Expression, catalog: Catalog) -> Plan:
     with_ = node.args.get(with_key)
     if with_ is not None:
         if with_.args.get("recursive"):
-            raise error_at(with_, "WITH RECURSIVE is not supported yet", unsupported=True)
+            raise error_at(
+                with_,
+                "WITH RECURSIVE inside a subquery is not supported; put it first in the query",
+                unsupported=True,
+            )
         ctes: dict[str, Plan] = {}
         scoped = _WithCatalog(catalog, ctes)
         for cte in with_.expressions:
