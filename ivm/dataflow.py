@@ -136,8 +136,9 @@ class Dataflow:
     def loop(self, limit: int | None = None, on_limit: str = "error") -> Loop:
         """A loop scope for iterative computations (``with df.loop() as loop: ...``).
 
-        With ``limit``, a variable fed beyond that iteration raises ``IterationLimitError``, or with
-        ``on_limit="return"`` the loop stops there and leaves the state it reached.
+        With ``limit``, a body that still changes its variable after running ``limit`` times (iterations
+        ``0 .. limit - 1``) raises ``IterationLimitError``, or with ``on_limit="return"`` the loop stops there
+        and leaves the state it reached.
         """
         return Loop(self.scope, limit, on_limit)
 

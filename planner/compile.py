@@ -32,6 +32,7 @@ from sql.logical import (
     SemiJoin,
     TopK,
     UnionAll,
+    Values,
     is_recursive,
 )
 
@@ -149,6 +150,8 @@ class _Compiler:
     def _build(self, plan: Plan) -> Collection:
         if isinstance(plan, RecRef):
             return self.bindings[plan.name]
+        if isinstance(plan, Values):
+            return _constant_rows(self.df, [c.type.dtype for c in plan.columns], list(plan.rows))
         if isinstance(plan, FixpointResult):
             return self._fixpoint(plan.fixpoint)[plan.index]
         if isinstance(plan, Scan):
@@ -274,9 +277,14 @@ def _divide_columns(fixes: dict[int, float]):
 
 def _constant_row(df: Dataflow, dtypes, counts: list[bool]) -> Collection:
     """A collection holding one row forever: key 0, then 0 for counts and NULL for other aggregates."""
+    return _constant_rows(df, dtypes, [(0, *(0 if c else None for c in counts))])
+
+
+def _constant_rows(df: Dataflow, dtypes, rows: list[tuple]) -> Collection:
+    """A collection holding ``rows`` from the start of time, forever."""
     inp = df.input(dtypes, frontier=0)
-    row = [0] + [0 if c else None for c in counts]
-    inp.insert([tuple(row)], time=0)
+    if rows:
+        inp.insert(rows, time=0)
     inp.advance_to(2**62)
     return inp
 

@@ -30,6 +30,7 @@ __all__ = [
     "Negate",
     "Positive",
     "TopK",
+    "Values",
     "RecRef",
     "Fixpoint",
     "FixpointResult",
@@ -209,6 +210,14 @@ class TopK:
 
 
 @dataclass(frozen=True)
+class Values:
+    """A constant relation: ``rows`` of values in the engine's representation (``None`` is NULL)."""
+
+    rows: tuple[tuple, ...]
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True)
 class RecRef:
     """Inside the body of a ``Fixpoint``, the current value of its definition ``name``."""
 
@@ -250,6 +259,7 @@ Plan = (
     | Negate
     | Positive
     | TopK
+    | Values
     | RecRef
     | FixpointResult
 )

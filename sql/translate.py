@@ -35,6 +35,7 @@ from sql.logical import (
     SemiJoin,
     TopK,
     UnionAll,
+    Values,
 )
 from sql.recursive import translate_recursive
 from sql.scalar import boolean, translate_scalar
@@ -163,8 +164,8 @@ def _check_union(node: exp.Expression, left: Plan, right: Plan) -> None:
 def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Expression]]:
     """The FROM clause joined as far as possible by equality conditions; returns the conditions left over."""
     from_ = select.args.get("from_") or select.args.get("from")
-    if from_ is None:
-        raise error_at(select, "SELECT without FROM is not supported yet", unsupported=True)
+    if from_ is None:  # one row without columns (held as one unnamed column)
+        return Scope({}, Values(((0,),), (Column("?", INT, False),))), []
     sources = [(from_.this, "inner", None)]
     for j in select.args.get("joins") or []:
         if j.args.get("using"):

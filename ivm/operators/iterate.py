@@ -81,11 +81,11 @@ class VariableOp(Operator):
             t[:, -1] += 1
             out = Batch(b.columns, b.valid, t, -b.diffs if negate else b.diffs)
             if self.limit is not None:
-                over = t[:, -1] > self.limit
+                over = t[:, -1] >= self.limit  # the body has run ``limit`` times: rounds 0 .. limit - 1
                 if over.any():
                     if self.on_limit != "return":
                         raise IterationLimitError(
-                            f"recursion did not reach a fixed point within {self.limit} iterations"
+                            f"recursion did not reach a fixed point within {self.limit} rounds"
                         )
                     out = out.take(~over)
             return out

@@ -131,8 +131,8 @@ def test_iteration_limit_error_and_return():
             assert isinstance(df.error, ivm.IterationLimitError) and df.dropped
         else:
             engine.step()
-            # the body ran at iterations 0..10; its value at iteration 10 is the result
-            assert out.rows_at(0) == {(i,): 1 for i in range(12)}
+            # the body ran ten times, at iterations 0..9; its value at iteration 9 is the result
+            assert out.rows_at(0) == {(i,): 1 for i in range(11)}
 
 
 def test_nested_loops_compute_transitive_closure_per_round():
