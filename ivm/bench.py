@@ -1,4 +1,5 @@
-"""Engine benchmarks, on one core: ``python -m ivm.bench [--json] [--quick]``.
+"""Engine benchmarks, on one core: ``python -m ivm.bench [--json] [--quick]``; recursive views with
+``python -m ivm.bench recursion`` (see ``ivm.bench_recursion``).
 
 (a) arrange + count: 10M updates over 1M keys in batches of 100k.
 (b) join: 100k-row deltas against a 10M-row arrangement.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -252,7 +254,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     ap.add_argument("--only", choices=["count", "join", "reach"], action="append")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    recursion = argv[:1] == ["recursion"]
+    if recursion:
+        argv = argv[1:]
     args = ap.parse_args(argv)
+    for v in _ONE_CORE_VARS:
+        os.environ.setdefault(v, "1")
+    if recursion:
+        from ivm.bench_recursion import report, run
+
+        res = run(quick=args.quick)
+        if args.json:
+            print(json.dumps(res))
+        else:
+            report(res)
+        return
     for v in _ONE_CORE_VARS:
         os.environ.setdefault(v, "1")
     q = args.quick
