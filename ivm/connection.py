@@ -537,14 +537,14 @@ class Connection:
 
     def _delete(self, stmt: exp.Delete) -> tuple[_TableState, Batch]:
         st = self._table(stmt.this)
-        current = self._current(st)
+        current = self._current(st, stmt.args.get("where"))
         keep = self._where(st, stmt.args.get("where"), current)
         return st, current.take(keep).negate()
 
     def _update(self, stmt: exp.Update) -> tuple[_TableState, Batch]:
         st = self._table(stmt.this)
         table = st.table
-        current = self._current(st)
+        current = self._current(st, stmt.args.get("where"))
         sel = current.take(self._where(st, stmt.args.get("where"), current))
         from planner.expr import evaluate
         from sql.scalar import coerce, translate_scalar
@@ -576,9 +576,15 @@ class Connection:
         pred = boolean(where, translate_scalar(where.this, _column_resolver(scope, table)))
         return compile_predicate(pred)(current.columns, current.valid)
 
-    def _current(self, st: _TableState) -> Batch:
-        """The table's rows as of now, including this transaction's changes, one update per copy."""
-        cols, valid, mult = _contents(st.arranged, self.pending.get(st.table.name, []), st.table)
+    def _current(self, st: _TableState, where: exp.Where | None = None) -> Batch:
+        """The table's rows as of now, including this transaction's changes, one update per copy; only those
+        with the keys ``where`` asks for when it fixes every key column (then read by seeking the keys)."""
+        keys = _fixed_keys(st.table, where.this) if where is not None else None
+        extra = self.pending.get(st.table.name, [])
+        if keys is None:
+            cols, valid, mult = _contents(st.arranged, extra, st.table)
+        else:
+            cols, valid, mult = _contents(st.arranged, extra, st.table, keys)
         n = len(mult)
         b = Batch(tuple(cols), tuple(valid), np.full((n, 1), self.time), np.ones(n, np.int64))
         return b.take(np.repeat(np.arange(n), mult))
@@ -771,10 +777,16 @@ def _column_resolver(scope: dict, table: Table):
     return resolve
 
 
-def _contents(arranged: Arranged, extra: Sequence[Batch] = (), table: Table | None = None):
+def _contents(arranged: Arranged, extra: Sequence[Batch] = (), table: Table | None = None, keys=None):
     """The current rows of an arrangement (plus extra updates): columns in the relation's order, validity,
-    and multiplicities."""
-    batches = [b.updates for b in arranged.trace.batches()]
+    and multiplicities. With ``keys`` (key columns as arrays), only rows with those keys are read from the
+    arrangement (the extra updates are all kept)."""
+    if keys is None:
+        batches = [b.updates for b in arranged.trace.batches()]
+    else:
+        valid = (None,) * len(keys)
+        found, _ = arranged.trace.gather(*_unique(key_hash(keys, valid, len(keys[0])), keys, valid))
+        batches = [] if found is None else [found]
     width = len(arranged.dtypes)
     if not batches and not extra:
         empty = Batch.empty(arranged.dtypes)
@@ -788,6 +800,8 @@ def _contents(arranged: Arranged, extra: Sequence[Batch] = (), table: Table | No
                 cols, valid = e.select(key)
                 allb.append(Batch(cols, valid, np.zeros((len(e), 1), np.int64), e.diffs))
         total, _ = consolidate(Batch.concat(allb))
+        if keys is not None:  # extra updates of other keys have no rows to meet: keep what is there
+            total = total.take(total.diffs > 0)
         if (total.diffs < 0).any():
             raise SqlError("internal error: negative multiplicity in a relation")
         cols, valid, mult = list(total.columns), list(total.valid), total.diffs
@@ -797,6 +811,52 @@ def _contents(arranged: Arranged, extra: Sequence[Batch] = (), table: Table | No
         cols = [cols[i] for i in inv]
         valid = [valid[i] for i in inv]
     return cols, valid, mult
+
+
+def _fixed_keys(table: Table, cond: exp.Expression) -> tuple[np.ndarray, ...] | None:
+    """The key values (arrays, in key order; every combination) a condition allows when its conjuncts fix each
+    key column of ``table``'s arrangement to constants with ``=`` or ``IN``; None when it does not."""
+    width = len(table.columns)
+    key = list(table.primary_key) or list(range(width))
+    allowed: dict[int, list] = {}
+    for c in _and_parts(cond):
+        if isinstance(c, exp.EQ):
+            pairs = [(c.this, [c.expression]), (c.expression, [c.this])]
+        elif isinstance(c, exp.In) and c.expressions and not c.args.get("query"):
+            pairs = [(c.this, list(c.expressions))]
+        else:
+            continue
+        for col, values in pairs:
+            if not isinstance(col, exp.Column) or col.table not in ("", table.name):
+                continue
+            p = table.position(col.name)
+            if p is None or p not in key or table.columns[p].type.kind == "float":
+                continue
+            if not all(isinstance(v, (exp.Literal, exp.Neg, exp.Null)) for v in values):
+                continue
+            try:
+                vals = [_literal_value(v, table.columns[p].type, col.name, 0) for v in values]
+            except SqlError:
+                return None
+            got = [v for v in vals if v is not None]
+            allowed[p] = got if p not in allowed else [v for v in allowed[p] if v in got]
+    if any(p not in allowed for p in key):
+        return None
+    combos = 1
+    for p in key:
+        combos *= len(allowed[p])
+    if combos > 100_000:
+        return None
+    grids = np.meshgrid(*[np.array(allowed[p], dtype=table.columns[p].type.dtype) for p in key], indexing="ij")
+    return tuple(g.ravel() for g in grids)
+
+
+def _and_parts(cond: exp.Expression) -> list[exp.Expression]:
+    if isinstance(cond, exp.Paren):
+        return _and_parts(cond.this)
+    if isinstance(cond, exp.And):
+        return _and_parts(cond.this) + _and_parts(cond.expression)
+    return [cond]
 
 
 def _layout(table: Table, width: int, nkey: int) -> list[int]:
