@@ -75,7 +75,7 @@ def join_batches(a: TraceBatch, b: TraceBatch, dim: int, nulls_match: bool, sign
     valid = tuple(None if m is None else m[i] for m in ua.valid) + tuple(
         None if m is None else m[j] for m in ub.valid[b.nkey :]
     )
-    times = np.maximum(lift_times(ua.times, dim)[i], lift_times(ub.times, dim)[j])
+    times = np.maximum(lift_times(ua.times[i], dim), lift_times(ub.times[j], dim))
     diffs = ua.diffs[i] * ub.diffs[j]
     if sign < 0:
         diffs = -diffs
