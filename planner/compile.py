@@ -18,6 +18,8 @@ from ivm.operators.reducers import distinct
 from planner.expr import compile_exprs, compile_predicate
 from sql.logical import (
     Aggregate,
+    ColRef,
+    Column,
     Distinct,
     Filter,
     Fixpoint,
@@ -104,7 +106,7 @@ class _Compiler:
             if self._invariant(plan):
                 arr = self.loop.enter_arranged(self.parent.arranged(plan, key))
             else:
-                arr = self.collection(plan).arrange(key)
+                arr = self._arrange(plan, key)
                 self.used.append((plan, key, "built"))
             self.imported[k] = arr
             return arr
@@ -113,11 +115,20 @@ class _Compiler:
             arr = self.df.import_arranged(entry.arranged)
             self.used.append((plan, key, "reused"))
         else:
-            arr = self.collection(plan).arrange(key)
+            arr = self._arrange(plan, key)
             self.registry.add(plan, key, arr, self.owner)
             self.used.append((plan, key, "built"))
         self.imported[k] = arr
         return arr
+
+    def _arrange(self, plan: Plan, key: tuple[int, ...]) -> Arranged:
+        """A new arrangement of ``plan`` by ``key``: a reduction's own output trace when it is keyed so."""
+        if isinstance(plan, Distinct) and key == tuple(range(len(plan.columns))):
+            return self.arranged(plan.input, key).reduce(distinct())
+        ng = len(plan.group) if isinstance(plan, Aggregate) else 0
+        if ng and key == tuple(range(ng)) and not _avg_fixes(plan):
+            return self._reduced(plan, None)
+        return self.collection(plan).arrange(key)
 
     def collection(self, plan: Plan) -> Collection:
         if plan in self.memo:
@@ -176,8 +187,7 @@ class _Compiler:
         if isinstance(plan, Aggregate):
             return self._aggregate(plan)
         if isinstance(plan, Distinct):
-            key = tuple(range(len(plan.columns)))
-            return self.arranged(plan.input, key).reduce(distinct()).as_collection()
+            return self.arranged(plan, tuple(range(len(plan.columns)))).as_collection()
         if isinstance(plan, UnionAll):
             parts = [self.collection(p) for p in plan.inputs]
             return parts[0].concat(*parts[1:])
@@ -213,21 +223,58 @@ class _Compiler:
             pos = [lk.index(i) if i in lk else k + lrest.index(i) for i in range(nl)]
             pos += [rk.index(j) if j in rk else k + len(lrest) + rrest.index(j) for j in range(nr)]
             return left.join(right, positions=pos)
-        left = self.collection(plan.left)
-        right = self.collection(plan.right)
-        return left.outer_join(right, lk, rk, plan.kind)
+        # the inner join, plus each side's rows without a partner padded with NULLs; every arrangement
+        # comes from the registry, so outer joins share indexes like inner ones
+        inner = self._join(Join("inner", plan.left, plan.right, lk, rk))
+        parts = [inner]
+        if plan.kind in ("left", "full"):
+            parts.append(self._unmatched(plan.left, lk, plan.right, rk).map(_pad(plan.right.columns, True)))
+        if plan.kind in ("right", "full"):
+            parts.append(self._unmatched(plan.right, rk, plan.left, lk).map(_pad(plan.left.columns, False)))
+        return parts[0].concat(*parts[1:])
+
+    def _unmatched(self, side: Plan, keys: tuple[int, ...], other: Plan, other_keys: tuple[int, ...]):
+        """The rows of ``side`` whose ``keys`` meet no row of ``other`` (NULL keys meet nothing)."""
+        k = len(keys)
+        partners = Distinct(
+            Project(
+                other,
+                tuple(ColRef(i, other.columns[i].type) for i in other_keys),
+                tuple(Column(f"k{j}", other.columns[i].type) for j, i in enumerate(other_keys)),
+            )
+        )
+        n = len(side.columns)
+        rest = [i for i in range(n) if i not in keys]
+        restore = [keys.index(i) if i in keys else k + rest.index(i) for i in range(n)]
+        matched = self.arranged(side, keys).join(self.arranged(partners, tuple(range(k))), positions=restore)
+        return self.collection(side).concat(matched.negate())
 
     def _aggregate(self, plan: Aggregate) -> Collection:
-        src = self.collection(plan.input)
         ng = len(plan.group)
+        fixes = _avg_fixes(plan)
+        if ng and not fixes:
+            return self.arranged(plan, tuple(range(ng))).as_collection()
+        src = None
         if ng == 0:
+            src = self.collection(plan.input)
             src = src.map(_prepend_zero, (np.dtype(np.int64), *src.dtypes))
-            group = (0,)
-            shift = 1
-        else:
-            group = plan.group
-            shift = 0
-        width = len(src.dtypes)
+        out = self._reduced(plan, src).as_collection()
+        if fixes:
+            out = out.map(_divide_columns(fixes), out.dtypes)
+        if ng:
+            return out
+        counts = [a.func in ("count_star", "count") for a in plan.aggs]
+        default = self.constant_row(out.dtypes, counts)
+        nonempty = src.project([0]).distinct()
+        out = out.concat(default.antijoin(nonempty, [0]))
+        return out.project(range(1, 1 + len(plan.aggs)))
+
+    def _reduced(self, plan: Aggregate, src: Collection | None) -> Arranged:
+        """The aggregate's reduction, arranged by its group columns (a constant 0 column for a global
+        aggregate over ``src``, the input with that column in front)."""
+        ng = len(plan.group)
+        group, shift = (plan.group, 0) if ng else ((0,), 1)
+        width = len(plan.input.columns) + shift
         rest = [i for i in range(width) if i not in group]
         specs = []
         for a in plan.aggs:
@@ -238,23 +285,29 @@ class _Compiler:
                 kind = a.func + "_text"
             specs.append((kind, None if a.arg is None else rest.index(a.arg + shift)))
         arranged = self.arranged(plan.input, group) if ng else src.arrange(group)
-        out = arranged.reduce(ivm.Aggregate(specs)).as_collection()
-        # averages of decimals come out in scaled units
-        in_types = [c.type for c in plan.input.columns]
-        fixes = {
-            len(group) + j: 10.0 ** in_types[a.arg].scale
-            for j, a in enumerate(plan.aggs)
-            if a.func == "avg" and in_types[a.arg].kind == "decimal"
-        }
-        if fixes:
-            out = out.map(_divide_columns(fixes), out.dtypes)
-        if ng:
-            return out
-        counts = [a.func in ("count_star", "count") for a in plan.aggs]
-        default = self.constant_row(out.dtypes, counts)
-        nonempty = src.project([0]).distinct()
-        out = out.concat(default.antijoin(nonempty, [0]))
-        return out.project(range(1, 1 + len(plan.aggs)))
+        return arranged.reduce(ivm.Aggregate(specs))
+
+
+def _avg_fixes(plan: Aggregate) -> dict[int, float]:
+    """Averages of decimals come out of the reduction in scaled units: output column -> divisor."""
+    in_types = [c.type for c in plan.input.columns]
+    return {
+        max(len(plan.group), 1) + j: 10.0 ** in_types[a.arg].scale
+        for j, a in enumerate(plan.aggs)
+        if a.func == "avg" and in_types[a.arg].kind == "decimal"
+    }
+
+
+def _pad(columns, after: bool):
+    """Appends (or prepends) NULL columns of the given plan columns' types."""
+    dtypes = [c.type.dtype for c in columns]
+
+    def pad(cols, valid, n):
+        extra = tuple(np.zeros(n, dtype=t) for t in dtypes)
+        nulls = tuple(np.zeros(n, dtype=bool) for _ in dtypes)
+        return (cols + extra, valid + nulls) if after else (extra + cols, nulls + valid)
+
+    return pad
 
 
 def _positive(w: np.ndarray) -> np.ndarray:

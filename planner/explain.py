@@ -72,12 +72,8 @@ def _node(plan: Plan, depth: int, how: dict, out: list[str]) -> None:
             for a, b in zip(plan.left_keys, plan.right_keys, strict=True)
         )
         out.append(f"{pad}Join {plan.kind}" + (f" on {on}" if on else " (cross)"))
-        if plan.kind == "inner":
-            _arranged(plan.left, plan.left_keys, depth + 1, how, out)
-            _arranged(plan.right, plan.right_keys, depth + 1, how, out)
-        else:
-            _node(plan.left, depth + 1, how, out)
-            _node(plan.right, depth + 1, how, out)
+        _arranged(plan.left, plan.left_keys, depth + 1, how, out)
+        _arranged(plan.right, plan.right_keys, depth + 1, how, out)
         return
     if isinstance(plan, SemiJoin):
         out.append(f"{pad}{'AntiJoin' if plan.anti else 'SemiJoin'} on all columns")
@@ -92,13 +88,20 @@ def _node(plan: Plan, depth: int, how: dict, out: list[str]) -> None:
             for a, arg in zip(plan.aggs, args, strict=True)
         )
         group = [plan.input.columns[i].name for i in plan.group]
-        out.append(f"{pad}Aggregate group=[{', '.join(group)}] aggs=[{aggs}]")
+        line = f"{pad}Aggregate group=[{', '.join(group)}] aggs=[{aggs}]"
+        if how.get((plan, tuple(range(len(plan.group))))) == "reused":
+            out.append(f"{line} (reused)")  # another view's result: nothing below is built
+            return
+        out.append(line)
         if plan.group:
             _arranged(plan.input, plan.group, depth + 1, how, out)
         else:
             _node(plan.input, depth + 1, how, out)
         return
     if isinstance(plan, Distinct):
+        if how.get((plan, tuple(range(len(plan.columns))))) == "reused":
+            out.append(f"{pad}Distinct (reused)")
+            return
         out.append(f"{pad}Distinct")
         _arranged(plan.input, tuple(range(len(plan.columns))), depth + 1, how, out)
         return
