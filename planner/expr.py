@@ -241,10 +241,82 @@ def _date_parts(days: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return year, month, day
 
 
+DAY_MICROS = 86_400_000_000
+
+
+def _split_ts(ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Timestamps (microseconds) as days since the epoch and microseconds into the day."""
+    day = np.floor_divide(ts, DAY_MICROS)
+    return day, ts - day * DAY_MICROS
+
+
 def _extract(e: Call, cols, valid, n):
     a, m = evaluate(e.args[0], cols, valid, n)
+    field = e.param
+    if e.args[0].type.kind == "timestamp":
+        a, tod = _split_ts(a)
+        if field in ("hour", "minute", "second"):
+            if field == "second":  # seconds with their fraction, as DECIMAL(8,6)
+                return tod % 60_000_000, m
+            return (tod // {"hour": 3_600_000_000, "minute": 60_000_000}[field]) % (
+                24 if field == "hour" else 60
+            ), m
+    a = a.astype(np.int64)
+    if field == "dow":  # 0 = Sunday; 1970-01-01 was a Thursday
+        return (a + 4) % 7, m
     year, month, day = _date_parts(a)
-    return {"year": year, "month": month, "day": day}[e.param], m
+    if field == "doy":
+        return a - (year - 1970).astype("datetime64[Y]").astype("datetime64[D]").astype(np.int64) + 1, m
+    if field == "quarter":
+        return (month - 1) // 3 + 1, m
+    return {"year": year, "month": month, "day": day}[field], m
+
+
+def _ts_add(e: Call, cols, valid, n):
+    a, m = evaluate(e.args[0], cols, valid, n)
+    months, micros = e.param
+    if months:
+        day, tod = _split_ts(a)
+        day = _add_months(day, months)
+        a = day * DAY_MICROS + tod
+    return a + micros, m
+
+
+def _add_months(days: np.ndarray, months: int) -> np.ndarray:
+    """Days plus whole months, clamped to the last day of the month reached (as PostgreSQL)."""
+    year, month, day = _date_parts(days)
+    total = (year - 1970) * 12 + (month - 1) + months
+    first = total.astype("datetime64[M]").astype("datetime64[D]")
+    nxt = (total + 1).astype("datetime64[M]").astype("datetime64[D]")
+    last_day = (nxt - first).astype(np.int64)
+    return first.astype(np.int64) + np.minimum(day, last_day) - 1
+
+
+def _date_to_ts(e: Call, cols, valid, n):
+    a, m = evaluate(e.args[0], cols, valid, n)
+    return a.astype(np.int64) * DAY_MICROS, m
+
+
+def _ts_to_date(e: Call, cols, valid, n):
+    a, m = evaluate(e.args[0], cols, valid, n)
+    return _split_ts(a)[0].astype(np.int32), m
+
+
+def _ts_trunc(e: Call, cols, valid, n):
+    a, m = evaluate(e.args[0], cols, valid, n)
+    unit = e.param
+    small = {"day": DAY_MICROS, "hour": 3_600_000_000, "minute": 60_000_000, "second": 1_000_000}
+    if unit in small:
+        return a - np.mod(a, small[unit]), m
+    day = _split_ts(a)[0]
+    if unit == "week":  # weeks start on Monday
+        return (day - (day + 3) % 7) * DAY_MICROS, m
+    months = day.astype("datetime64[D]").astype("datetime64[M]").astype(np.int64)
+    if unit == "quarter":
+        months -= months % 3
+    elif unit == "year":
+        months -= months % 12
+    return months.astype("datetime64[M]").astype("datetime64[D]").astype(np.int64) * DAY_MICROS, m
 
 
 def _date_add(e: Call, cols, valid, n):
@@ -252,12 +324,7 @@ def _date_add(e: Call, cols, valid, n):
     months = e.param
     out = a.astype(np.int64)
     if months:
-        year, month, day = _date_parts(a)
-        total = (year - 1970) * 12 + (month - 1) + months
-        first = total.astype("datetime64[M]").astype("datetime64[D]")
-        nxt = (total + 1).astype("datetime64[M]").astype("datetime64[D]")
-        last_day = (nxt - first).astype(np.int64)
-        out = first.astype(np.int64) + np.minimum(day, last_day) - 1
+        out = _add_months(out, months)
     return (out + d).astype(np.int32), _and_masks(ma, md)
 
 
@@ -300,6 +367,10 @@ _CALLS = {
     "trim": _trim,
     "extract": _extract,
     "date_add": _date_add,
+    "ts_add": _ts_add,
+    "date_to_ts": _date_to_ts,
+    "ts_to_date": _ts_to_date,
+    "ts_trunc": _ts_trunc,
     "substring": _substring,
     "upper": _case_fold,
     "lower": _case_fold,

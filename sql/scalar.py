@@ -12,6 +12,7 @@ import decimal
 import re
 from collections.abc import Callable
 
+import numpy as np
 from sqlglot import exp
 
 from sql.errors import error_at
@@ -22,6 +23,7 @@ from sql.types import (
     FLOAT,
     INT,
     TEXT,
+    TIMESTAMP,
     SqlType,
     decimal_type,
     from_sqlglot,
@@ -134,11 +136,21 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
     if isinstance(node, exp.Extract):
         field = node.this.name.lower()
         x = translate_scalar(node.expression, resolve)
-        if x.type.kind != "date" or field not in ("year", "month", "day"):
-            raise error_at(
-                node, f"EXTRACT({field.upper()} FROM {x.type}) is not supported yet", unsupported=True
-            )
+        if x.type.kind not in ("date", "timestamp") or field not in _FIELDS:
+            raise error_at(node, f"EXTRACT({field.upper()} FROM {x.type}) is not supported", unsupported=True)
+        if x.type.kind == "date" and field in _TIME_FIELDS:
+            return Const(0, INT) if not is_null_const(x) else Const(None, INT)
+        if field == "second":
+            return Call("extract", (x,), decimal_type(8, 6), field)
         return Call("extract", (x,), INT, field)
+    if isinstance(node, exp.TimestampTrunc):
+        unit = node.args["unit"].name.lower() if node.args.get("unit") is not None else ""
+        x = translate_scalar(node.this, resolve)
+        if x.type.kind == "date":
+            x = Call("date_to_ts", (x,), TIMESTAMP)
+        if x.type.kind != "timestamp" or unit not in _TRUNC_UNITS:
+            raise error_at(node, f"date_trunc({unit!r}, {x.type}) is not supported", unsupported=True)
+        return Call("ts_trunc", (x,), TIMESTAMP, unit)
     if isinstance(node, exp.Substring):
         x = translate_scalar(node.this, resolve)
         if x.type.kind != "text":
@@ -171,6 +183,17 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
 
 
 INTERVAL = SqlType("interval")
+_TIME_FIELDS = ("hour", "minute", "second")
+_FIELDS = ("year", "quarter", "month", "day", "dow", "doy", *_TIME_FIELDS)
+_TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute", "second")
+_MICROS = {
+    "microsecond": 1,
+    "millisecond": 1_000,
+    "second": 1_000_000,
+    "minute": 60_000_000,
+    "hour": 3_600_000_000,
+}
+DAY_MICROS = 86_400_000_000
 
 
 def _const_int(node: exp.Expression | None, default: int | None) -> int | None:
@@ -182,7 +205,7 @@ def _const_int(node: exp.Expression | None, default: int | None) -> int | None:
 
 
 def _interval(node: exp.Interval) -> Const:
-    """An interval constant as (months, days)."""
+    """An interval constant as (months, days, microseconds)."""
     text = node.this.this if isinstance(node.this, exp.Literal) else None
     unit = node.unit.name.lower() if node.unit is not None else None
     parts = str(text).split() if text is not None else []
@@ -192,11 +215,11 @@ def _interval(node: exp.Interval) -> Const:
         raise error_at(node, f"interval {node.sql()} is not supported", unsupported=True)
     n = int(parts[0])
     unit = unit.rstrip("s")
+    if unit not in ("year", "month", "week", "day", *_MICROS):
+        raise error_at(node, f"interval unit {unit!r} is not supported", unsupported=True)
     months = {"year": 12 * n, "month": n}.get(unit, 0)
     days = {"day": n, "week": 7 * n}.get(unit, 0)
-    if months == 0 and days == 0 and n != 0:
-        raise error_at(node, f"interval unit {unit!r} is not supported", unsupported=True)
-    return Const((months, days), INTERVAL)
+    return Const((months, days, _MICROS.get(unit, 0) * n), INTERVAL)
 
 
 def _literal(node: exp.Literal) -> Const:
@@ -256,6 +279,8 @@ def common_type(node: exp.Expression, types: list[SqlType]) -> SqlType:
 
 
 def arithmetic(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
+    if op in ("add", "sub") and {a.type.kind, b.type.kind} & {"timestamp"}:
+        return _timestamp_arith(node, op, a, b)
     if op in ("add", "sub") and {a.type.kind, b.type.kind} & {"date"}:
         return _date_arith(node, op, a, b)
     _need_numeric(node, a, b)
@@ -288,7 +313,9 @@ def _date_arith(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
     if b.type.kind == "int":
         months, days = 0, b
     elif b.type == INTERVAL and isinstance(b, Const):
-        months, days = b.value
+        months, days, micros = b.value
+        if micros:  # a date plus a time of day is a timestamp, as in PostgreSQL
+            return _timestamp_arith(node, op, Call("date_to_ts", (a,), TIMESTAMP), b)
         days = Const(days, INT)
     else:
         raise error_at(node, f"cannot {op} DATE and {b.type}")
@@ -300,6 +327,22 @@ def _date_arith(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
             return Const(None, DATE)
         return Const(add_months_days(a.value, months, days.value), DATE)
     return Call("date_add", (a, days), DATE, months)
+
+
+def _timestamp_arith(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
+    """timestamp +/- interval; other arithmetic on timestamps is rejected by name."""
+    if b.type.kind == "timestamp" and op == "add":
+        a, b = b, a
+    if a.type.kind == "date":
+        a = Call("date_to_ts", (a,), TIMESTAMP)
+    if a.type.kind != "timestamp" or not (b.type == INTERVAL and isinstance(b, Const)):
+        raise error_at(
+            node, f"cannot {op} {a.type} and {b.type} (only timestamp +/- interval)", unsupported=True
+        )
+    months, days, micros = b.value
+    if op == "sub":
+        months, days, micros = -months, -days, -micros
+    return Call("ts_add", (a,), TIMESTAMP, (months, days * DAY_MICROS + micros))
 
 
 def add_months_days(day: int, months: int, days: int) -> int:
@@ -317,6 +360,7 @@ def add_months_days(day: int, months: int, days: int) -> int:
 
 
 def compare(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
+    a, b = _typed_literal(node, a, b.type), _typed_literal(node, b, a.type)
     ta, tb = a.type, b.type
     if ta.kind == "text" or tb.kind == "text":
         if not ({ta.kind, tb.kind} <= {"text"} or is_null_const(a) or is_null_const(b)):
@@ -325,10 +369,28 @@ def compare(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
     if ta == tb or is_null_const(a) or is_null_const(b):
         t = tb if ta == NULL_TYPE else ta
         return Call(op, (coerce(node, a, t), coerce(node, b, t)), BOOL)
+    if {ta.kind, tb.kind} == {"date", "timestamp"}:  # a date is its midnight
+        a, b = (Call("date_to_ts", (x,), TIMESTAMP) if x.type.kind == "date" else x for x in (a, b))
+        return Call(op, (a, b), BOOL)
     if ta.kind in ("date", "timestamp", "bool") or tb.kind in ("date", "timestamp", "bool"):
         raise error_at(node, f"cannot compare {ta} with {tb}")
     t = common_type(node, [ta, tb])
     return Call(op, (coerce(node, a, t), coerce(node, b, t)), BOOL)
+
+
+def _typed_literal(node: exp.Expression, e: Expr, other: SqlType) -> Expr:
+    """A text constant compared with a date or timestamp, read as one (or an error naming the text)."""
+    if not (isinstance(e, Const) and e.type.kind == "text" and e.value is not None):
+        return e
+    if other.kind not in ("date", "timestamp"):
+        return e
+    from ivm.strings import POOL
+
+    text = POOL.decode(np.array([e.value]))[0]
+    try:
+        return Const(to_engine_value(text, other), other)
+    except (TypeError, ValueError) as err:
+        raise error_at(node, f"invalid {other} literal {text!r}") from err
 
 
 def boolean(node: exp.Expression, e: Expr) -> Expr:
@@ -358,7 +420,7 @@ def cast(node: exp.Cast, e: Expr) -> Expr:
     if isinstance(e, Const) and e.type.kind == "text" and t.kind in ("date", "timestamp"):
         from ivm.strings import POOL
 
-        text = POOL.decode(__import__("numpy").array([e.value]))[0]
+        text = POOL.decode(np.array([e.value]))[0]
         try:
             return Const(to_engine_value(text, t), t)
         except ValueError as err:
@@ -367,6 +429,10 @@ def cast(node: exp.Cast, e: Expr) -> Expr:
         return e
     if is_null_const(e):
         return Const(None, t)
+    if (e.type.kind, t.kind) == ("date", "timestamp"):
+        return Call("date_to_ts", (e,), t)
+    if (e.type.kind, t.kind) == ("timestamp", "date"):
+        return Call("ts_to_date", (e,), t)
     if e.type.numeric and t.numeric:
         if t.kind == "int" and e.type.kind != "int":
             return Call("to_int", (e,), t, e.type)

@@ -131,3 +131,49 @@ def test_arrow_deletes_in_one_transaction_and_missing_rows(db):
     assert len(db.execute("SELECT * FROM o").fetchall()) == 1
     with pytest.raises(SqlError, match="not in table"):
         db.delete_arrow("o", rows.slice(0, 1))
+
+
+TIME_VIEWS = {
+    "ts_shift": "SELECT id, ts + INTERVAL '1 day' AS a, ts - INTERVAL '2 hours' AS b, "
+    "ts + INTERVAL '1 month' AS c, d + INTERVAL '3 hours' AS e FROM tt",
+    "ts_parts": "SELECT id, EXTRACT(HOUR FROM ts) AS h, EXTRACT(MINUTE FROM ts) AS mi, "
+    "EXTRACT(DOW FROM ts) AS w, EXTRACT(DOY FROM d) AS y, EXTRACT(QUARTER FROM d) AS q FROM tt",
+    "ts_filter": "SELECT id FROM tt WHERE ts > '2024-01-01 00:00:00' OR d >= '2023-06-01' OR ts >= d",
+    "ts_cast": "SELECT id, CAST(ts AS DATE) AS day, CAST(d AS TIMESTAMP) AS midnight FROM tt",
+    "ts_trunc": "SELECT DATE_TRUNC('month', ts) AS m, DATE_TRUNC('week', ts) AS w, "
+    "DATE_TRUNC('hour', ts) AS h, COUNT(*) AS n FROM tt GROUP BY 1, 2, 3",
+}
+
+
+def test_timestamp_arithmetic_extract_and_trunc_match_duckdb():
+    import duckdb
+
+    from tests.oracle import same_rows
+
+    db, con = ivm.connect(), duckdb.connect()
+    rows = [
+        (1, "'2024-01-31 03:04:05.25'", "'2024-02-29'"),
+        (2, "'1969-12-31 23:59:59'", "'1969-12-31'"),
+        (3, "NULL", "NULL"),
+        (4, "'2023-03-05 00:00:00'", "'2023-01-01'"),
+        (5, "'2000-02-29 12:30:00'", "'2000-03-01'"),
+    ]
+    for s in ["CREATE TABLE tt (id INTEGER PRIMARY KEY, ts TIMESTAMP, d DATE)"]:
+        db.execute(s)
+        con.execute(s)
+    for name, sql in TIME_VIEWS.items():
+        db.execute(f"CREATE VIEW {name} AS {sql}")
+    steps = [
+        f"INSERT INTO tt VALUES {', '.join(f'({i}, {t}, {d})' for i, t, d in rows)}",
+        "DELETE FROM tt WHERE id = 2",
+        "UPDATE tt SET ts = ts + INTERVAL '45 minutes' WHERE id >= 4",
+    ]
+    for s in steps:
+        db.execute(s)
+        con.execute(s)
+        for name, sql in TIME_VIEWS.items():
+            assert same_rows(db.execute(f"SELECT * FROM {name}").fetchall(), con.execute(sql).fetchall()), name
+    # PostgreSQL's EXTRACT(SECOND) keeps the fraction
+    assert db.execute("SELECT EXTRACT(SECOND FROM ts) FROM tt WHERE id = 1").fetchall() == [
+        (decimal.Decimal("5.25"),)
+    ]
