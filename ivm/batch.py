@@ -300,16 +300,34 @@ def lexsort(keys: Sequence[np.ndarray], split: int | None = None) -> np.ndarray:
     eq = fs[1:] == fs[:-1]
     if not eq.any():
         return order
+    # order the runs that tie on the first key by the others: all at once when they pack into one integer,
+    # else one key at a time, each pass sorting only the rows still tied (few after a discriminating key)
     tie = np.zeros(n, dtype=bool)
     tie[1:] |= eq
     tie[:-1] |= eq
     idx = np.flatnonzero(tie)
     sub = order[idx]
     run = np.cumsum(np.concatenate(([True], ~eq))[idx])  # dense run ids, ordered like the first key
-    rest = [run] + [k[sub] for k in keys[1:]]
-    packed = _pack(rest)
-    sub_order = np.argsort(packed) if packed is not None else np.lexsort(tuple(reversed(rest)))
-    order[idx] = sub[sub_order]
+    packed = _pack([run] + [k[sub] for k in keys[1:]])
+    if packed is not None:
+        order[idx] = sub[np.argsort(packed)]
+        return order
+    for k in keys[1:]:
+        kv = k[sub]
+        pair = _pack([run, kv])
+        sub = sub[np.argsort(pair, kind="stable") if pair is not None else np.lexsort((kv, run))]
+        order[idx] = sub
+        kv = k[sub]
+        same = (run[1:] == run[:-1]) & (kv[1:] == kv[:-1])
+        if not same.any():
+            break
+        # keep the rows still tied, with new dense run ids
+        tie = np.zeros(len(sub), dtype=bool)
+        tie[1:] |= same
+        tie[:-1] |= same
+        keep = np.flatnonzero(tie)
+        run = np.cumsum(np.concatenate(([True], ~same))[keep])
+        idx, sub = idx[keep], sub[keep]
     return order
 
 
