@@ -280,26 +280,37 @@ def lexsort(keys: Sequence[np.ndarray], split: int | None = None) -> np.ndarray:
     and ``[split:]`` are each sorted already and are merged rather than sorted. Rows equal on every key come
     out in an unspecified order.
     """
+    return sort_groups(keys, split)[0]
+
+
+def sort_groups(keys: Sequence[np.ndarray], split: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``lexsort``'s permutation, and a boolean per sorted row: True where it differs from its predecessor
+    on some key (found while sorting, without gathering every key in sorted order again)."""
     keys = [k for k in keys if k is not None]
     if not keys:
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
     n = len(keys[0])
     if n < 2:
-        return np.arange(n, dtype=np.int64)
+        return np.arange(n, dtype=np.int64), np.ones(n, dtype=bool)
     if n < SMALL_SORT:
-        return np.lexsort(tuple(reversed(keys)))
+        order = np.lexsort(tuple(reversed(keys)))
+        return order, group_starts([k[order] for k in keys], n)
+    starts = np.empty(n, dtype=bool)
+    starts[0] = True
     if len(keys) > 1:
         packed = _pack(keys)
         if packed is not None:
-            return merge_order(packed, split) if split is not None else argsort(packed)
+            order = merge_order(packed, split) if split is not None else argsort(packed)
+            ps = packed[order]
+            np.not_equal(ps[1:], ps[:-1], out=starts[1:])
+            return order, starts
     first = keys[0]
     order = merge_order(first, split) if split is not None else argsort(first)
-    if len(keys) == 1:
-        return order
     fs = first[order]
     eq = fs[1:] == fs[:-1]
-    if not eq.any():
-        return order
+    np.logical_not(eq, out=starts[1:])
+    if len(keys) == 1 or not eq.any():
+        return order, starts
     # order the runs that tie on the first key by the others: all at once when they pack into one integer,
     # else one key at a time, each pass sorting only the rows still tied (few after a discriminating key)
     tie = np.zeros(n, dtype=bool)
@@ -310,8 +321,11 @@ def lexsort(keys: Sequence[np.ndarray], split: int | None = None) -> np.ndarray:
     run = np.cumsum(np.concatenate(([True], ~eq))[idx])  # dense run ids, ordered like the first key
     packed = _pack([run] + [k[sub] for k in keys[1:]])
     if packed is not None:
-        order[idx] = sub[np.argsort(packed)]
-        return order
+        so = np.argsort(packed)
+        order[idx] = sub[so]
+        ps = packed[so]
+        starts[idx[1:]] |= ps[1:] != ps[:-1]
+        return order, starts
     for k in keys[1:]:
         kv = k[sub]
         pair = _pack([run, kv])
@@ -319,6 +333,7 @@ def lexsort(keys: Sequence[np.ndarray], split: int | None = None) -> np.ndarray:
         order[idx] = sub
         kv = k[sub]
         same = (run[1:] == run[:-1]) & (kv[1:] == kv[:-1])
+        starts[idx[1:]] |= ~same
         if not same.any():
             break
         # keep the rows still tied, with new dense run ids
@@ -328,7 +343,7 @@ def lexsort(keys: Sequence[np.ndarray], split: int | None = None) -> np.ndarray:
         keep = np.flatnonzero(tie)
         run = np.cumsum(np.concatenate(([True], ~same))[keep])
         idx, sub = idx[keep], sub[keep]
-    return order
+    return order, starts
 
 
 def sort_keys(
@@ -380,8 +395,7 @@ def consolidate(
         starts[0] = True
         np.not_equal(sp[1:], sp[:-1], out=starts[1:])
     else:
-        order = lexsort(keys, split)
-        starts = group_starts([k[order] for k in keys], n)
+        order, starts = sort_groups(keys, split)
     idx = np.flatnonzero(starts)
     sums = np.add.reduceat(batch.diffs[order], idx)
     keep = sums != 0

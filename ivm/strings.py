@@ -7,6 +7,7 @@ present in a batch, never once per row.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -33,8 +34,22 @@ class StringPool:
         return c
 
     def encode(self, values: Iterable[str]) -> np.ndarray:
-        """Codes of strings given one per distinct value (callers dictionary-encode first)."""
-        return np.fromiter((self.code(v) for v in values), dtype=np.int64)
+        """Codes of strings (best given once each: callers dictionary-encode first); new strings get new codes.
+
+        Lookups and insertions run in the interpreter's C loops (``map``, ``dict.update``), not a Python
+        loop per value."""
+        if not isinstance(values, list):
+            values = list(values)
+        found = np.array(list(map(self._codes.get, values, itertools.repeat(-1))), dtype=np.int64)
+        missing = np.flatnonzero(found < 0)
+        if len(missing):
+            new = values if len(missing) == len(values) else np.array(values, dtype=object)[missing]
+            fresh = list(dict.fromkeys(new))  # each new string once, in order of appearance
+            start = len(self._strings)
+            self._codes.update(zip(fresh, range(start, start + len(fresh)), strict=True))
+            self._strings.extend(fresh)
+            found[missing] = np.fromiter(map(self._codes.__getitem__, new), dtype=np.int64, count=len(missing))
+        return found
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
         """The strings of ``codes`` as an object array (looked up once per distinct code)."""
