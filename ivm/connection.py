@@ -64,7 +64,7 @@ class Connection:
         self.registry = Registry()
         self.tables: dict[str, _TableState] = {}
         self.views: dict[str, _ViewState] = {}
-        self.time = 0
+        self.time = 1  # time 0 holds what exists before any transaction (a global aggregate's row)
         self.in_transaction = False
         self.pending: dict[str, list[Batch]] = {}
         self._result: tuple | None = None

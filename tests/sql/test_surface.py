@@ -177,3 +177,13 @@ def test_timestamp_arithmetic_extract_and_trunc_match_duckdb():
     assert db.execute("SELECT EXTRACT(SECOND FROM ts) FROM tt WHERE id = 1").fetchall() == [
         (decimal.Decimal("5.25"),)
     ]
+
+
+def test_global_aggregate_over_a_never_written_table_has_its_row():
+    db = ivm.connect()
+    db.execute("CREATE TABLE e (a INTEGER)")
+    db.execute("CREATE VIEW n AS SELECT COUNT(*) AS c, SUM(a) AS s FROM e")
+    assert db.execute("SELECT * FROM n").fetchall() == [(0, None)]
+    assert db.execute("SELECT COUNT(*), MAX(a) FROM e").fetchall() == [(0, None)]
+    db.execute("INSERT INTO e VALUES (4)")
+    assert db.execute("SELECT * FROM n").fetchall() == [(1, 4)]
