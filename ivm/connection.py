@@ -167,6 +167,19 @@ class Connection:
                 self._rollback()
             raise
 
+    def relations(self) -> list:
+        """Tables, views and indexes with row counts and stored sizes (``ivm.introspect.RelationInfo``)."""
+        from ivm.introspect import relations
+
+        return relations(self)
+
+    def arrangements(self, view: str) -> list:
+        """The arrangements view ``view`` reads, each built or reused, with who else reads it
+        (``ivm.introspect.ArrangementInfo``)."""
+        from ivm.introspect import arrangements
+
+        return arrangements(self, view)
+
     def cursor(self) -> Connection:
         return self
 

@@ -19,6 +19,7 @@ the inputs' frontiers in one physical step; outputs are exact at each of those t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -52,6 +53,7 @@ class Engine:
 
     def __init__(self) -> None:
         self.dataflows: list[Dataflow] = []
+        self.step_seconds: dict[str, float] = {}  # time spent stepping each dataflow, by name
 
     def dataflow(self, name: str = "") -> Dataflow:
         df = Dataflow(self, name or f"dataflow{len(self.dataflows)}")
@@ -61,7 +63,9 @@ class Engine:
     def step(self) -> None:
         """Run every dataflow up to its inputs' frontiers, sources before the dataflows importing them."""
         for df in list(self.dataflows):
+            t0 = time.perf_counter()
             df.step()
+            self.step_seconds[df.name] = self.step_seconds.get(df.name, 0.0) + time.perf_counter() - t0
 
     def traces(self) -> list[Spine]:
         """Every live trace held by some dataflow, each once."""
