@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ivm.connection import Connection
     from ivm.trace.spine import Spine
 
-__all__ = ["RelationInfo", "ArrangementInfo", "relations", "arrangements", "trace_bytes"]
+__all__ = ["RelationInfo", "ArrangementInfo", "relations", "arrangements", "trace_bytes", "row_count"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def _owned(conn: Connection) -> dict[str, list[Spine]]:
     return traces
 
 
-def _rows(trace: Spine) -> int:
+def row_count(trace: Spine) -> int:
     """Rows of a collection: the sum of all its stored diffs."""
     return int(sum(int(np.sum(b.updates.diffs)) for b in trace.batches()))
 
@@ -83,7 +83,7 @@ def relations(conn: Connection) -> list[RelationInfo]:
     out = []
     for name in sorted(conn.tables):
         tr = conn.tables[name].arranged.trace
-        out.append(RelationInfo(name, "table", _rows(tr), 1, len(tr), trace_bytes(tr)))
+        out.append(RelationInfo(name, "table", row_count(tr), 1, len(tr), trace_bytes(tr)))
     for name in sorted(conn.views):
         st = conn.views[name]
         mine = owned.get(st.df.name, [])
@@ -91,7 +91,7 @@ def relations(conn: Connection) -> list[RelationInfo]:
             RelationInfo(
                 name,
                 "view",
-                _rows(st.arranged.trace),
+                row_count(st.arranged.trace),
                 len(mine),
                 sum(len(t) for t in mine),
                 sum(trace_bytes(t) for t in mine),
