@@ -64,30 +64,30 @@ def table(data: pa.Table, footer: bool = True) -> str:
 
 
 def error(err: Exception, statement: str | None = None, source: str | None = None, line: int = 1) -> str:
-    """An error as the user sees it: where (``source`` and the input line), the statement's offending line
-    with a caret under the position, and the cause."""
-    msg = getattr(err, "message", None) or str(err)
+    """An error as the user sees it: where (``source`` and the input line), the cause, and the statement's
+    offending line with a caret under the position."""
+    sql_error = isinstance(err, SqlError)
+    msg = (err.message if sql_error else None) or str(err)
+    pos_line = err.line if sql_error else None
+    pos_col = err.col if sql_error else None
+    texts = statement.split("\n") if statement else []
+    if pos_line and pos_col and 1 <= pos_line <= len(texts):
+        pos_col = _token_start(statement, pos_line, pos_col)
     where = ""
-    pos_line = getattr(err, "line", None) if isinstance(err, SqlError) else None
-    pos_col = getattr(err, "col", None) if isinstance(err, SqlError) else None
     if source is not None:
         at = line + (pos_line - 1 if pos_line else 0)
         where = f" at {source} line {at}" + (f", column {pos_col}" if pos_col else "")
-    kind = "ERROR" if isinstance(err, SqlError) else "INTERNAL ERROR"
-    cause = msg if isinstance(err, SqlError) else f"{type(err).__name__}: {msg}"
+    kind = "ERROR" if sql_error else "INTERNAL ERROR"
+    cause = msg if sql_error else f"{type(err).__name__}: {msg}"
     out = [f"{kind}{where}: {cause}"]
-    if statement:
-        texts = statement.split("\n")
+    if texts:
         if pos_line and 1 <= pos_line <= len(texts):
-            text = texts[pos_line - 1]
             prefix = f"LINE {pos_line}: " if len(texts) > 1 else ""
-            out.append(prefix + text)
+            out.append(prefix + texts[pos_line - 1])
             if pos_col:
-                col = _token_start(statement, pos_line, pos_col)
-                out.append(" " * (len(prefix) + col - 1) + "^")
+                out.append(" " * (len(prefix) + pos_col - 1) + "^")
         else:
-            first = texts[0] + (" ..." if len(texts) > 1 else "")
-            out.append(first)
+            out.append(texts[0] + (" ..." if len(texts) > 1 else ""))
     return "\n".join(out)
 
 

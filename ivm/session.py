@@ -185,7 +185,8 @@ class Session:
             except SqlError as e:
                 raise _shifted(e, text, start, len(prefix)) from None
             name = hidden
-            label = "query"
+            label = " ".join(text[toks[i].start : end + 1].split())
+            label = label if len(label) <= 50 else label[:47] + "..."
         else:
             name = toks[i].text
             rest = toks[i + 1 :]
