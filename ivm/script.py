@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
 def _follow(session: Session) -> None:
     """Print the subscriptions' changes as they are committed (by other writers to this database) until
     interrupted."""
-    session.complain("following subscriptions; Ctrl-C to stop")
     try:
+        session.complain("following subscriptions; Ctrl-C to stop")
         while True:
             session.drain()
             time.sleep(0.1)
