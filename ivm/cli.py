@@ -43,7 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     module = importlib.import_module(COMMANDS[cmd][0])
-    status = module.main(rest)
+    try:
+        status = module.main(rest)
+    except KeyboardInterrupt:
+        print("ivm: interrupted", file=sys.stderr)
+        return 130
     return status if isinstance(status, int) else 0
 
 

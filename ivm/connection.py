@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import sqlglot
@@ -25,6 +26,9 @@ from sql.errors import SqlError, UnsupportedError, error_at
 from sql.logical import Column, Scan
 from sql.translate import translate_query
 from sql.types import TEXT, SqlType, column_from_values, from_sqlglot, to_engine_value, to_python
+
+if TYPE_CHECKING:
+    from ivm.introspect import ArrangementInfo, RelationInfo
 
 __all__ = ["connect", "Connection", "Subscription", "SqlError", "UnsupportedError"]
 
@@ -167,13 +171,13 @@ class Connection:
                 self._rollback()
             raise
 
-    def relations(self) -> list:
+    def relations(self) -> list[RelationInfo]:
         """Tables, views and indexes with row counts and stored sizes (``ivm.introspect.RelationInfo``)."""
         from ivm.introspect import relations
 
         return relations(self)
 
-    def arrangements(self, view: str) -> list:
+    def arrangements(self, view: str) -> list[ArrangementInfo]:
         """The arrangements view ``view`` reads, each built or reused, with who else reads it
         (``ivm.introspect.ArrangementInfo``)."""
         from ivm.introspect import arrangements

@@ -61,7 +61,8 @@ class Engine:
         return df
 
     def step(self) -> None:
-        """Run every dataflow up to its inputs' frontiers, sources before the dataflows importing them."""
+        """Run every dataflow up to its inputs' frontiers, sources before the dataflows importing them; the
+        time each takes is added to ``step_seconds`` (which a dropped dataflow leaves)."""
         for df in list(self.dataflows):
             t0 = time.perf_counter()
             df.step()
@@ -167,6 +168,7 @@ class Dataflow:
         for h in self.handles:
             h.release()
         self.dropped = True
+        self.engine.step_seconds.pop(self.name, None)
         if self in self.engine.dataflows:
             self.engine.dataflows.remove(self)
 

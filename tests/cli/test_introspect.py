@@ -60,3 +60,7 @@ def test_engine_accumulates_step_time_per_dataflow(db):
     db.execute("INSERT INTO o VALUES (9, 2, 3)")
     after = db.engine.step_seconds
     assert after["a"] > before["a"] and after["tables"] > before["tables"]
+    db.execute("DROP VIEW a")
+    assert "a" not in db.engine.step_seconds  # a dropped dataflow leaves no entry behind
+    db.execute("SELECT name FROM c")
+    assert set(db.engine.step_seconds) == {"tables"}  # nor do the dataflows of one-off queries
