@@ -4,6 +4,7 @@ sidecar. Subcommands load their modules only when chosen."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 __all__ = ["main", "COMMANDS"]
@@ -48,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ivm: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (ivm demo | head): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return status if isinstance(status, int) else 0
 
 

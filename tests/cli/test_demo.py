@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from ivm.demo import run_tpch
+from ivm.demo import run_reachability, run_tpch
 from tpch.queries import QUERIES
 
 
@@ -44,3 +44,8 @@ def test_demo_redraws_its_table_on_a_terminal():
     assert text.count("\x1b[") >= 4  # the progress and the table are redrawn in place
     assert text.count(" q06   |") >= 4
     assert "check: all 2 views equal DuckDB's result on the final data" in text
+
+
+def test_reachability_demonstration_still_available(capsys):
+    assert run_reachability(nodes=200, edges=400, updates=200) == 0
+    assert "result equals a recomputation from scratch: True" in capsys.readouterr().out
