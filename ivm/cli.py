@@ -33,16 +33,10 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0
     if cmd not in COMMANDS:
-        if cmd.startswith("-") or cmd.endswith(".sql"):
-            hint = f"; to run a script: ivm run {cmd}" if cmd.endswith(".sql") else ""
-            print(f"ivm: unknown command {cmd!r}{hint}\n{USAGE}", file=sys.stderr)
+        if cmd.endswith(".sql"):
+            print(f"ivm: unknown command {cmd!r}; to run a script: ivm run {cmd}\n{USAGE}", file=sys.stderr)
             return 2
-        print(
-            f"ivm: cannot open database {cmd!r}: databases are in memory only (there is no persistence yet).\n"
-            "Run 'ivm' alone for an in-memory shell.",
-            file=sys.stderr,
-        )
-        return 2
+        cmd, rest = "shell", argv  # ivm [--timing] [NAME]: the shell's own options and database
     module = importlib.import_module(COMMANDS[cmd][0])
     try:
         status = module.main(rest)

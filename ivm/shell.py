@@ -118,7 +118,20 @@ class Shell:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the shell on standard input; returns the exit status."""
-    session = Session()
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="ivm shell", description=__doc__)
+    ap.add_argument("database", nargs="?", help="a database to open (there is no persistence yet)")
+    ap.add_argument("--timing", action="store_true", help="print how long each statement takes")
+    args = ap.parse_args(argv)
+    if args.database is not None:
+        print(
+            f"ivm: cannot open database {args.database!r}: databases are in memory only (there is no"
+            " persistence yet).\nRun 'ivm' alone for an in-memory shell.",
+            file=sys.stderr,
+        )
+        return 2
+    session = Session(timing=args.timing)
     shell = Shell(session, sys.stdin, interactive=sys.stdin.isatty())
     shell.loop()
     return 0
