@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m ivm.demo
+	$(PY) -m ivm.cli demo $(DEMO_ARGS)
 
 test: $(STAMP)
 	$(PY) -m ruff check .

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import sqlglot
@@ -27,6 +28,9 @@ from sql.logical import Column, Scan
 from sql.recursive import attach_mutually_recursive, rewrite_mutually_recursive
 from sql.translate import translate_query
 from sql.types import TEXT, SqlType, column_from_values, from_sqlglot, to_engine_value, to_python
+
+if TYPE_CHECKING:
+    from ivm.introspect import ArrangementInfo, RelationInfo
 
 __all__ = ["connect", "Connection", "Subscription", "SqlError", "UnsupportedError"]
 
@@ -171,6 +175,19 @@ class Connection:
             if self.in_transaction:
                 self._rollback()
             raise
+
+    def relations(self) -> list[RelationInfo]:
+        """Tables, views and indexes with row counts and stored sizes (``ivm.introspect.RelationInfo``)."""
+        from ivm.introspect import relations
+
+        return relations(self)
+
+    def arrangements(self, view: str) -> list[ArrangementInfo]:
+        """The arrangements view ``view`` reads, each built or reused, with who else reads it
+        (``ivm.introspect.ArrangementInfo``)."""
+        from ivm.introspect import arrangements
+
+        return arrangements(self, view)
 
     def cursor(self) -> Connection:
         return self

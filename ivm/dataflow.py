@@ -19,6 +19,7 @@ the inputs' frontiers in one physical step; outputs are exact at each of those t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -53,6 +54,7 @@ class Engine:
     def __init__(self) -> None:
         self.dataflows: list[Dataflow] = []
         self.failed: list[Dataflow] = []
+        self.step_seconds: dict[str, float] = {}  # time spent stepping each dataflow, by name
 
     def dataflow(self, name: str = "") -> Dataflow:
         df = Dataflow(self, name or f"dataflow{len(self.dataflows)}")
@@ -60,7 +62,8 @@ class Engine:
         return df
 
     def step(self) -> None:
-        """Run every dataflow up to its inputs' frontiers, sources before the dataflows importing them.
+        """Run every dataflow up to its inputs' frontiers, sources before the dataflows importing them; the
+        time each takes is added to ``step_seconds`` (which a dropped dataflow leaves).
 
         A dataflow whose loop exceeds its iteration limit is dropped with the error kept in its ``error``, as
         are the dataflows reading its arrangements; the others go on. ``failed`` lists them after the step."""
@@ -71,11 +74,14 @@ class Engine:
                 df.fail(RuntimeError(f"it reads {broken.name!r}, which failed: {broken.error}"))
                 failed.append(df)
                 continue
+            t0 = time.perf_counter()
             try:
                 df.step()
             except IterationLimitError as err:
                 df.fail(err)
                 failed.append(df)
+                continue
+            self.step_seconds[df.name] = self.step_seconds.get(df.name, 0.0) + time.perf_counter() - t0
 
     def traces(self) -> list[Spine]:
         """Every live trace held by some dataflow, each once."""
@@ -184,6 +190,7 @@ class Dataflow:
         for h in self.handles:
             h.release()
         self.dropped = True
+        self.engine.step_seconds.pop(self.name, None)
         if self in self.engine.dataflows:
             self.engine.dataflows.remove(self)
 
