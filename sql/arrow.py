@@ -20,7 +20,8 @@ def to_engine_column(
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     valid = None
-    if arr.null_count:
+    nulls = arr.null_count
+    if nulls:
         valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     at = arr.type
     k = t.kind
@@ -28,48 +29,60 @@ def to_engine_column(
         if k == "text":
             if not (pa.types.is_string(at) or pa.types.is_large_string(at) or pa.types.is_string_view(at)):
                 raise TypeError
-            enc = pc.dictionary_encode(arr.cast(pa.string()))
+            enc = pc.dictionary_encode(arr if pa.types.is_string(at) else arr.cast(pa.string()))
             codes = POOL.encode(enc.dictionary.to_pylist())
-            idx = enc.indices.fill_null(0).to_numpy(zero_copy_only=False)
+            idx = _numbers(enc.indices, nulls, 0)
             data = codes[idx] if len(codes) else np.zeros(len(arr), dtype=np.int64)
         elif k == "decimal":
             if pa.types.is_integer(at):
-                data = arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64) * 10**t.scale
+                data = _numbers(arr, nulls, 0).astype(np.int64) * 10**t.scale
             elif pa.types.is_decimal(at):
-                exact = arr.cast(pa.decimal128(38, t.scale)).fill_null(0)
-                if pc.max(pc.abs(exact)).as_py() is not None and abs(pc.max(pc.abs(exact)).as_py()) >= 10 ** (
-                    t.precision - t.scale
-                ):
-                    raise SqlError(f"a value of column {name!r} does not fit in {t}")
+                exact = arr if at == pa.decimal128(38, t.scale) else arr.cast(pa.decimal128(38, t.scale))
+                if nulls:
+                    exact = exact.fill_null(0)
                 words = np.frombuffer(exact.buffers()[1], dtype=np.int64)
-                data = words[2 * exact.offset : 2 * (exact.offset + len(exact)) : 2].copy()
+                low = words[2 * exact.offset : 2 * (exact.offset + len(exact)) : 2]
+                high = words[2 * exact.offset + 1 : 2 * (exact.offset + len(exact)) : 2]
+                # every value fits in 64 bits (high word the sign of the low) and in the type's precision
+                limit = 10**t.precision
+                if (high != (low >> 63)).any() or (low >= limit).any() or (low <= -limit).any():
+                    raise SqlError(f"a value of column {name!r} does not fit in {t}")
+                data = low.copy()
             else:
                 raise TypeError
         elif k == "int":
             if not pa.types.is_integer(at):
                 raise TypeError
-            data = arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            data = _numbers(arr, nulls, 0)
         elif k == "float":
             if not (pa.types.is_floating(at) or pa.types.is_integer(at) or pa.types.is_decimal(at)):
                 raise TypeError
-            data = arr.cast(pa.float64()).fill_null(0).to_numpy(zero_copy_only=False)
+            data = _numbers(arr if at == pa.float64() else arr.cast(pa.float64()), nulls, 0)
         elif k == "date":
             if not pa.types.is_date32(at):
                 raise TypeError
-            data = arr.fill_null(0).cast(pa.int32()).to_numpy(zero_copy_only=False)
+            data = _numbers(arr.view(pa.int32()), nulls, 0)
         elif k == "timestamp":
             if not pa.types.is_timestamp(at):
                 raise TypeError
-            data = arr.cast(pa.timestamp("us")).fill_null(0).cast(pa.int64()).to_numpy(zero_copy_only=False)
+            us = arr if at == pa.timestamp("us") else arr.cast(pa.timestamp("us"))
+            data = _numbers(us.view(pa.int64()), nulls, 0)
         elif k == "bool":
             if not pa.types.is_boolean(at):
                 raise TypeError
-            data = arr.fill_null(False).to_numpy(zero_copy_only=False)
+            data = (arr.fill_null(False) if nulls else arr).to_numpy(zero_copy_only=False)
         else:
             raise TypeError
     except (TypeError, pa.ArrowInvalid) as err:
         raise SqlError(f"column {name!r}: cannot load Arrow type {at} as {t}") from err
     return np.ascontiguousarray(data, dtype=t.dtype), valid
+
+
+def _numbers(arr: pa.Array, nulls: int, fill) -> np.ndarray:
+    """A numeric Arrow array as numpy (without copying when there are no NULLs; NULLs read as ``fill``)."""
+    if nulls:
+        arr = arr.fill_null(fill)
+    return arr.to_numpy(zero_copy_only=False)
 
 
 def to_arrow_column(data: np.ndarray, valid: np.ndarray | None, t: SqlType) -> pa.Array:
