@@ -15,11 +15,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import sqlglot
+from sqlglot import exp
 
 from connectors.spark._state import write_atomically
 from tpch.data import TABLES, RefreshStream
+from tpch.queries import query
 
-__all__ = ["ChangeFiles", "change_schema", "change_rows", "KEYS"]
+__all__ = ["ChangeFiles", "change_schema", "change_rows", "spark_query", "KEYS"]
 
 KEYS = {"orders": "o_orderkey", "lineitem": "l_orderkey"}
 
@@ -51,6 +54,18 @@ def change_rows(pieces: list[tuple[str, str, int, pa.Table]], schema: pa.Schema)
         ]
         parts.append(pa.Table.from_arrays(arrays, schema=schema))
     return pa.concat_tables(parts)
+
+
+def spark_query(name: str) -> str:
+    """TPC-H query ``name`` in Spark's dialect, its averages taken over DOUBLE as ivm computes them (Spark's
+    AVG of a DECIMAL rounds to 6 decimal places, which a float comparison to 1e-9 would not accept)."""
+
+    def to_double(node):
+        if isinstance(node, exp.Avg):
+            return exp.Avg(this=exp.Cast(this=node.this, to=exp.DataType.build("DOUBLE")))
+        return node
+
+    return sqlglot.parse_one(query(name), read="postgres").transform(to_double).sql(dialect="spark")
 
 
 @dataclass

@@ -9,30 +9,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-import sqlglot
-from sqlglot import exp
 
 from connectors.spark import DiffsTo, ParquetContents, ParquetDiffs, view_sink
-from connectors.spark.tpch_stream import ChangeFiles
+from connectors.spark.tpch_stream import ChangeFiles, spark_query
 from tests.oracle import same_rows
 from tpch import SCHEMA
 from tpch.data import TABLES, generate, refresh_stream
 from tpch.queries import query
 
 QUERIES = ["q01", "q03", "q05", "q10", "q18"]
-
-
-def spark_sql(sql: str) -> str:
-    """The query in Spark's dialect, its averages taken over DOUBLE as ivm computes them (Spark's AVG of a
-    DECIMAL rounds to 6 decimal places, which a float comparison to 1e-9 would not accept)."""
-
-    def to_double(node):
-        if isinstance(node, exp.Avg):
-            return exp.Avg(this=exp.Cast(this=node.this, to=exp.DataType.build("DOUBLE")))
-        return node
-
-    tree = sqlglot.parse_one(sql, read="postgres").transform(to_double)
-    return tree.sql(dialect="spark")
 
 
 def rows(table: pa.Table) -> list[tuple]:
@@ -57,7 +42,7 @@ class Harness:
         self.files = ChangeFiles(stream, tmp / "source")
         self.diffs = {q: [] for q in QUERIES}
         self.calls = []
-        self.spark_sql = {q: spark_sql(query(q)) for q in QUERIES}
+        self.spark_sql = {q: spark_query(q) for q in QUERIES}
 
     def record(self, view, df, batch_id):
         self.calls.append((view, batch_id))
