@@ -48,7 +48,7 @@ class _Timed:
 
 
 def run(sf: float, batches: int, fraction: float, queries: list[str], directory: Path) -> dict:
-    spark = local_session("ivm-bench")
+    spark = local_session("ivm-bench", memory="6g")
     stream = refresh_stream(generate(sf), fraction=fraction, batches=batches, seed=7)
     files = ChangeFiles(stream, directory / "source")
     views = {q: query(q) for q in queries}

@@ -4,6 +4,8 @@ accumulated tables, both as the Parquet contents output and as the sum of the di
 batch id changes no output; a stopped and restarted query (new sink, state rebuilt from the state directory)
 continues with correct results."""
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -123,3 +125,11 @@ def test_tpch_refresh_stream_matches_spark_sql_with_replay_and_restart(harness):
     assert sorted({b for _, b in h.calls}) == [0, 1, 2, 3]
     diff_files = sorted(p.name for p in (h.tmp / "out" / "q18_diffs").iterdir())
     assert all(name.startswith("batch-") for name in diff_files)
+
+
+def test_benchmark_prints_throughput_and_speedup_as_json(spark, capsys):
+    from connectors.bench import main
+
+    assert main(["spark", "--sf", "0.01", "--batches", "1", "--queries", "q01", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["change_rows"] > 0 and result["rows_per_s"] > 0 and result["speedup_vs_recompute"] > 0
