@@ -11,11 +11,13 @@ a restart. Data moves between Spark and the engine as Arrow tables.
 
 from connectors.spark._changes import ChangeShape, delta_cdf, plain
 from connectors.spark._outputs import DeltaContents, DiffsTo, Output, ParquetContents, ParquetDiffs, ViewBatch
+from connectors.spark._schema import table_sql
 from connectors.spark._sink import ViewSink, view_sink
 
 __all__ = [
     "view_sink",
     "ViewSink",
+    "table_sql",
     "ChangeShape",
     "delta_cdf",
     "plain",

@@ -1,13 +1,12 @@
-"""A streaming query of change rows in the plain shape (one table, an operation column and a commit column)
-hands each micro-batch's view diffs to a user function as a Spark DataFrame, one logical time per source
-commit, updates as a retraction and an insertion."""
+"""A streaming query of change rows in the plain shape (one table, an operation column and a commit column;
+the table declared from the stream's schema) hands each micro-batch's view diffs to a user function as a Spark
+DataFrame, one logical time per source commit, updates as a retraction and an insertion."""
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from connectors.spark import DiffsTo, ParquetDiffs, plain, view_sink
+from connectors.spark import DiffsTo, ParquetDiffs, plain, table_sql, view_sink
 
-SCHEMA = "CREATE TABLE readings (id INTEGER PRIMARY KEY, sensor TEXT NOT NULL, value DOUBLE)"
 VIEW = "SELECT sensor, COUNT(*) AS n, SUM(value) AS total FROM readings GROUP BY sensor"
 
 
@@ -33,13 +32,6 @@ def test_plain_change_rows_give_diff_dataframes_per_commit(spark, tmp_path):
         assert view == "by_sensor" and set(df.columns) == {"sensor", "n", "total", "time", "diff"}
         got.append((batch_id, sorted(tuple(d.values()) for d in df.toArrow().to_pylist())))
 
-    sink = view_sink(
-        SCHEMA,
-        {"by_sensor": VIEW},
-        tmp_path / "state",
-        shape=plain(operation="op", commit="lsn", table="readings"),
-        outputs=[DiffsTo(collect), ParquetDiffs("by_sensor", tmp_path / "diffs")],
-    )
     batches = [
         [
             ("insert", 10, 1, "a", 1.5),
@@ -52,6 +44,16 @@ def test_plain_change_rows_give_diff_dataframes_per_commit(spark, tmp_path):
     ]
     pq.write_table(changes(batches[0]), source / "0.parquet")
     schema = spark.read.parquet(str(source)).schema
+    # the table is declared from the stream's own schema
+    declared = table_sql("readings", schema, primary_key=["id"], skip=["op", "lsn"])
+    assert declared == "CREATE TABLE readings (id INTEGER, sensor TEXT, value DOUBLE, PRIMARY KEY (id))"
+    sink = view_sink(
+        declared,
+        {"by_sensor": VIEW},
+        tmp_path / "state",
+        shape=plain(operation="op", commit="lsn", table="readings"),
+        outputs=[DiffsTo(collect), ParquetDiffs("by_sensor", tmp_path / "diffs")],
+    )
     stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(source))
     query = stream.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ckpt")).start()
     try:

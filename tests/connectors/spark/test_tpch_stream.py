@@ -111,7 +111,6 @@ def test_tpch_refresh_stream_matches_spark_sql_with_replay_and_restart(harness):
     before, calls = h.outputs_snapshot(), len(h.calls)
     sink(h.spark.read.schema(schema).parquet(str(h.files.directory / "changes-000002.parquet")), 2)
     assert h.outputs_snapshot() == before and len(h.calls) == calls
-    h.check("after replaying micro-batch 2")
 
     # a new sink (as after a process restart) on the same checkpoint and state directory continues exactly
     restarted = h.sink()
