@@ -76,19 +76,27 @@ class ParquetDiffs(Output):
 
     def write(self, batch: ViewBatch) -> None:
         if batch.diffs.num_rows:
-            write_atomically(batch.diffs, self.path / f"batch-{batch.batch_id:012d}.parquet")
+            write_atomically(_stamped(batch.diffs, batch), self.path / f"batch-{batch.batch_id:012d}.parquet")
 
 
 class ParquetContents(Output):
     """Keep the view's current contents in a Parquet file, replaced whole (in one rename) per micro-batch;
-    a row appears as many times as the view holds it."""
+    a row appears as many times as the view holds it. The file's metadata names the batch id it reflects."""
 
     def __init__(self, view: str, path: str | os.PathLike) -> None:
         self.views = [view]
         self.path = Path(path)
 
     def write(self, batch: ViewBatch) -> None:
-        write_atomically(batch.contents(), self.path)
+        write_atomically(_stamped(batch.contents(), batch), self.path)
+
+
+def _stamped(table: pa.Table, batch: ViewBatch) -> pa.Table:
+    """``table`` with the view and the micro-batch it reflects in its schema metadata (``ivm.view``,
+    ``ivm.batch_id``), so a reader of the file knows which position of the stream it shows."""
+    meta = dict(table.schema.metadata or {})
+    meta.update({b"ivm.view": batch.view.encode(), b"ivm.batch_id": str(batch.batch_id).encode()})
+    return table.replace_schema_metadata(meta)
 
 
 class DeltaContents(Output):

@@ -161,6 +161,8 @@ def test_views_stay_exact_through_replays_failures_and_restarts(tmp_path):
         lsns = set(batches[-1].column("lsn").to_pylist())
         assert all(set(d.column("time").to_pylist()) <= lsns for d in diffs.values())
         check(tmp_path, world, recorder, f"after micro-batch {batch_id}")
+        meta = pq.read_schema(tmp_path / "out" / "by_cust.parquet").metadata
+        assert meta[b"ivm.batch_id"] == str(batch_id).encode() and meta[b"ivm.view"] == b"by_cust"
         if batch_id % 3 == 1:
             # a replay of this or an earlier micro-batch changes nothing
             before = {p: p.read_bytes() for p in sorted((tmp_path / "out").rglob("*.parquet"))}
