@@ -19,7 +19,7 @@ from tpch import SCHEMA
 from tpch.data import TABLES, generate, refresh_stream
 from tpch.queries import query
 
-QUERIES = ["q01", "q03", "q05", "q10", "q18"]
+QUERIES = ["q01", "q03", "q05", "q10", "q13", "q18", "q21"]
 
 
 def rows(table: pa.Table) -> list[tuple]:
