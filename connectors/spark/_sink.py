@@ -106,6 +106,8 @@ class ViewSink:
     def snapshot(self) -> None:
         """Store the source tables' current contents and drop the log before them (restarts replay less)."""
         db = self._engine()
+        if self.last_batch < 0:
+            return  # nothing applied yet: an empty state directory already says so
         tables = {t: db.execute(f"SELECT * FROM {t}").fetch_arrow() for t in db.tables}
         self.state.write_snapshot(self.last_batch, tables)
         self.since_snapshot = 0

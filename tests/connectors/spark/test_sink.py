@@ -213,6 +213,8 @@ def test_wrong_definitions_and_batch_sequences_are_refused(tmp_path):
     with pytest.raises(SqlError, match="belongs to other tables or views"):
         view_sink(SCHEMA, {"custs": "SELECT cust FROM orders"}, tmp_path / "s2")
     sink = view_sink(SCHEMA, VIEWS, tmp_path / "s3", shape=SHAPE)
+    sink.snapshot()  # nothing applied yet: nothing to store
+    assert not list((tmp_path / "s3").glob("snapshot-*"))
     rows_ = change_rows("customers", "insert", 1, pa.table({"c_key": [1], "region": ["x"]}))
     sink.apply(rows_, 0)
     with pytest.raises(SqlError, match="micro-batch 5 follows micro-batch 0"):
