@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import sqlglot
 from sqlglot import exp
 
@@ -103,6 +102,3 @@ class ChangeFiles:
         write_atomically(rows, self.directory / f"changes-{self.written:06d}.parquet")
         self.written += 1
         return rows
-
-    def read(self, index: int) -> pa.Table:
-        return pq.read_table(self.directory / f"changes-{index:06d}.parquet")
