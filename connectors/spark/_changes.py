@@ -1,0 +1,169 @@
+"""Change rows of one micro-batch, split into source commits of per-table deletions and insertions.
+
+Two shapes of change rows are understood:
+
+- the Delta change data feed: the row's columns plus ``_change_type`` (``insert``, ``update_preimage``,
+  ``update_postimage``, ``delete``) and ``_commit_version``;
+- a plain shape: the row's columns plus an operation column (same four words) and, optionally, a commit
+  column; without one, the whole micro-batch is one commit, numbered by its batch id.
+
+Rows name their table in a table column, or the stream is of one table given up front. Everything here works
+on whole Arrow columns: rows are sorted once by (commit, table, operation sign) and cut into runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sql.errors import SqlError
+
+__all__ = ["ChangeShape", "Commit", "delta_cdf", "plain", "split_commits", "OPERATIONS"]
+
+# operation word -> sign of the change (-1 deletes a row, +1 inserts one)
+OPERATIONS = {"insert": 1, "update_postimage": 1, "delete": -1, "update_preimage": -1}
+
+
+@dataclass(frozen=True)
+class ChangeShape:
+    """Which columns of the change rows hold the operation, the source commit and the table name.
+
+    ``commit`` None: each micro-batch is one commit, numbered by its batch id. ``table`` set: every row
+    belongs to that table and ``table_column`` is not read."""
+
+    operation: str
+    commit: str | None
+    table_column: str | None = "table"
+    table: str | None = None
+
+    def control_columns(self) -> set[str]:
+        """The columns that describe a change rather than hold the row."""
+        names = {self.operation, self.commit, None if self.table else self.table_column}
+        return {n for n in names if n}
+
+
+def delta_cdf(table: str | None = None, table_column: str = "table") -> ChangeShape:
+    """The Delta change data feed shape (``_change_type``, ``_commit_version``); rows of several tables name
+    their table in ``table_column``, or all rows belong to ``table``."""
+    return ChangeShape("_change_type", "_commit_version", None if table else table_column, table)
+
+
+def plain(
+    operation: str = "operation",
+    table_column: str = "table",
+    commit: str | None = None,
+    table: str | None = None,
+) -> ChangeShape:
+    """The plain shape: an operation column, a table column (or one ``table``) and an optional commit column."""
+    return ChangeShape(operation, commit, None if table else table_column, table)
+
+
+@dataclass
+class Commit:
+    """One source commit: its value in the commit column, and the rows it deletes and inserts per table."""
+
+    value: object
+    deletes: dict[str, pa.Table]
+    inserts: dict[str, pa.Table]
+
+
+def split_commits(
+    data: pa.Table, shape: ChangeShape, tables: dict[str, list[str]], batch_id: int
+) -> tuple[pa.Array, list[Commit]]:
+    """The commits of a micro-batch in commit order, and their commit values as one Arrow array.
+
+    ``tables`` maps each source table to its column names. Raises ``SqlError`` naming the column, value or
+    table that does not fit."""
+    names = set(data.column_names)
+    for col in sorted(shape.control_columns()):
+        if col not in names:
+            raise SqlError(f"change rows lack the column {col!r} (columns: {', '.join(data.column_names)})")
+    n = data.num_rows
+    if n == 0:
+        return pa.array([], pa.int64()), []
+
+    sign = _signs(data.column(shape.operation), shape.operation)
+    if shape.table is not None:
+        if shape.table not in tables:
+            raise SqlError(f"table {shape.table!r} does not exist")
+        table_names = [shape.table]
+        codes = np.zeros(n, dtype=np.int32)
+    else:
+        table_names, codes = _table_codes(data.column(shape.table_column), shape.table_column, tables)
+    for t in table_names:
+        missing = [c for c in tables[t] if c not in names]
+        if missing:
+            raise SqlError(f"change rows of table {t!r} lack its column(s) {', '.join(map(repr, missing))}")
+
+    if shape.commit is None:
+        commit_col = pa.chunked_array([pa.array(np.full(n, batch_id, dtype=np.int64))])
+    else:
+        commit_col = data.column(shape.commit)
+        if commit_col.null_count:
+            raise SqlError(f"change rows have a NULL in the commit column {shape.commit!r}")
+    keys = pa.table({"c": commit_col, "t": codes, "s": sign})
+    order = pc.sort_indices(keys, sort_keys=[("c", "ascending"), ("t", "ascending"), ("s", "ascending")])
+    keys = keys.take(order)
+    rows = data.take(order)
+
+    commits_sorted = keys.column("c").combine_chunks()
+    t_sorted = keys.column("t").to_numpy()
+    s_sorted = keys.column("s").to_numpy()
+    commit_change = np.zeros(n, dtype=bool)
+    commit_change[0] = True
+    if n > 1:
+        diff = pc.not_equal(commits_sorted.slice(1), commits_sorted.slice(0, n - 1))
+        commit_change[1:] = diff.to_numpy(zero_copy_only=False)
+        run_change = commit_change.copy()
+        run_change[1:] |= (t_sorted[1:] != t_sorted[:-1]) | (s_sorted[1:] != s_sorted[:-1])
+    else:
+        run_change = commit_change
+    commit_starts = np.flatnonzero(commit_change)
+    run_starts = np.flatnonzero(run_change)
+    run_ends = np.append(run_starts[1:], n)
+    # the commit each run belongs to
+    run_commit = np.searchsorted(commit_starts, run_starts, side="right") - 1
+
+    values = commits_sorted.take(pa.array(commit_starts))
+    commits = [Commit(values[i], {}, {}) for i in range(len(commit_starts))]
+    projections = {t: tables[t] for t in table_names}
+    for start, end, ci in zip(run_starts, run_ends, run_commit, strict=True):
+        t = table_names[t_sorted[start]]
+        part = rows.slice(int(start), int(end - start)).select(projections[t])
+        target = commits[ci].inserts if s_sorted[start] > 0 else commits[ci].deletes
+        target[t] = part
+    return values, commits
+
+
+def _signs(op: pa.ChunkedArray, column: str) -> np.ndarray:
+    """+1 / -1 per row from the operation words; unknown words or NULLs are an error naming them."""
+    op = op.combine_chunks()
+    if not (pa.types.is_string(op.type) or pa.types.is_large_string(op.type)):
+        raise SqlError(f"the operation column {column!r} must hold strings, not {op.type}")
+    sign = np.zeros(len(op), dtype=np.int8)
+    for word, s in OPERATIONS.items():
+        sign[pc.equal(op, word).fill_null(False).to_numpy(zero_copy_only=False)] = s
+    bad = np.flatnonzero(sign == 0)
+    if len(bad):
+        value = op[int(bad[0])].as_py()
+        raise SqlError(
+            f"unknown operation {value!r} in column {column!r} (expected one of {', '.join(OPERATIONS)})"
+        )
+    return sign
+
+
+def _table_codes(
+    col: pa.ChunkedArray, column: str, tables: dict[str, list[str]]
+) -> tuple[list[str], np.ndarray]:
+    """The distinct table names of the rows and each row's index into them."""
+    if col.null_count:
+        raise SqlError(f"change rows have a NULL in the table column {column!r}")
+    enc = pc.dictionary_encode(col.combine_chunks().cast(pa.string()))
+    names = enc.dictionary.to_pylist()  # one entry per distinct table, not per row
+    unknown = [t for t in names if t not in tables]
+    if unknown:
+        raise SqlError(f"change rows name table {unknown[0]!r}, which does not exist")
+    return names, enc.indices.to_numpy(zero_copy_only=False).astype(np.int32)
