@@ -7,6 +7,7 @@ read exact output diffs at every logical time.
 from ivm.batch import Batch
 from ivm.dataflow import Arranged, Capture, Collection, Dataflow, Engine, Input, Loop, Probe
 from ivm.lattice import Antichain
+from ivm.operators.basic import EvaluationError
 from ivm.operators.iterate import IterationLimitError
 from ivm.operators.reducers import Aggregate, Groups, Threshold, TopK, distinct
 
@@ -27,6 +28,7 @@ __all__ = [
     "TopK",
     "distinct",
     "IterationLimitError",
+    "EvaluationError",
     "connect",
 ]
 

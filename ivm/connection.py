@@ -19,6 +19,7 @@ from sqlglot.errors import ParseError
 
 from ivm.batch import Batch, consolidate, key_hash
 from ivm.dataflow import Arranged, Dataflow, Engine, Input
+from ivm.operators.basic import EvaluationError
 from ivm.operators.iterate import IterationLimitError
 from ivm.strings import POOL
 from planner.compile import Registry, compile_view
@@ -436,7 +437,7 @@ class Connection:
         try:
             df.step()
             return _contents(arranged)
-        except IterationLimitError as err:
+        except (IterationLimitError, EvaluationError) as err:
             raise SqlError(f"the query failed: {err}") from err
         finally:
             df.drop()

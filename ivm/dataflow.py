@@ -30,6 +30,7 @@ from ivm.operators.arrange import ArrangeOp, ImportOp, lift_times
 from ivm.operators.basic import (
     CaptureOp,
     ConcatOp,
+    EvaluationError,
     FilterOp,
     MapFn,
     MapOp,
@@ -65,8 +66,9 @@ class Engine:
         """Run every dataflow up to its inputs' frontiers, sources before the dataflows importing them; the
         time each takes is added to ``step_seconds`` (which a dropped dataflow leaves).
 
-        A dataflow whose loop exceeds its iteration limit is dropped with the error kept in its ``error``, as
-        are the dataflows reading its arrangements; the others go on. ``failed`` lists them after the step."""
+        A dataflow whose loop exceeds its iteration limit, or whose functions cannot evaluate a row, is dropped
+        with the error kept in its ``error``, as are the dataflows reading its arrangements; the others go on.
+        ``failed`` lists them after the step."""
         self.failed = failed = []
         for df in list(self.dataflows):
             broken = next((src for _, src in df.imports if src.error is not None), None)
@@ -77,7 +79,7 @@ class Engine:
             t0 = time.perf_counter()
             try:
                 df.step()
-            except IterationLimitError as err:
+            except (IterationLimitError, EvaluationError) as err:
                 df.fail(err)
                 failed.append(df)
                 continue

@@ -12,8 +12,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ivm.operators.basic import EvaluationError
 from ivm.strings import POOL
 from sql.logical import Call, ColRef, Const, Expr
+from sql.types import format_text, parse_text
 
 __all__ = ["compile_exprs", "compile_predicate", "evaluate"]
 
@@ -328,6 +330,35 @@ def _date_add(e: Call, cols, valid, n):
     return (out + d).astype(np.int32), _and_masks(ma, md)
 
 
+def _from_text(e: Call, cols, valid, n):
+    """Text read as another type, once per distinct text; a text that is not one stops the dataflow."""
+    a, m = evaluate(e.args[0], cols, valid, n)
+    t = e.type
+    out = np.zeros(n, dtype=t.dtype)
+    sel = np.flatnonzero(m) if m is not None else slice(None)
+
+    def parse(text: str):
+        try:
+            return parse_text(text, t)
+        except ValueError as err:
+            raise EvaluationError(str(err)) from None
+
+    out[sel] = POOL.apply(a[sel], parse, t.dtype)
+    return out, m
+
+
+def _to_text(e: Call, cols, valid, n):
+    """Values written as text, once per distinct value."""
+    a, m = evaluate(e.args[0], cols, valid, n)
+    src = e.param
+    out = np.zeros(n, dtype=np.int64)
+    sel = np.flatnonzero(m) if m is not None else slice(None)
+    uniq, inv = np.unique(a[sel], return_inverse=True)
+    codes = POOL.encode(format_text(v, src) for v in uniq)
+    out[sel] = codes[inv.reshape(-1)] if len(uniq) else 0
+    return out, m
+
+
 def _substring(e: Call, cols, valid, n):
     a, m = evaluate(e.args[0], cols, valid, n)
     start, length = e.param
@@ -368,6 +399,8 @@ _CALLS = {
     "extract": _extract,
     "date_add": _date_add,
     "ts_add": _ts_add,
+    "from_text": _from_text,
+    "to_text": _to_text,
     "date_to_ts": _date_to_ts,
     "ts_to_date": _ts_to_date,
     "ts_trunc": _ts_trunc,

@@ -27,6 +27,7 @@ from sql.types import (
     SqlType,
     decimal_type,
     from_sqlglot,
+    parse_text,
     to_engine_value,
 )
 
@@ -417,14 +418,14 @@ def cast(node: exp.Cast, e: Expr) -> Expr:
     t = from_sqlglot(node.to)
     if t is None:
         raise error_at(node, f"type {node.to.sql()} is not supported", unsupported=True)
-    if isinstance(e, Const) and e.type.kind == "text" and t.kind in ("date", "timestamp"):
+    if isinstance(e, Const) and e.type.kind == "text" and e.value is not None and t.kind != "text":
         from ivm.strings import POOL
 
         text = POOL.decode(np.array([e.value]))[0]
         try:
-            return Const(to_engine_value(text, t), t)
+            return Const(parse_text(text, t), t)
         except ValueError as err:
-            raise error_at(node, f"invalid {t} literal {text!r}") from err
+            raise error_at(node, str(err)) from err
     if e.type == t:
         return e
     if is_null_const(e):
@@ -433,6 +434,10 @@ def cast(node: exp.Cast, e: Expr) -> Expr:
         return Call("date_to_ts", (e,), t)
     if (e.type.kind, t.kind) == ("timestamp", "date"):
         return Call("ts_to_date", (e,), t)
+    if t.kind == "text" and e.type.kind != "text":
+        return Call("to_text", (e,), t, e.type)
+    if e.type.kind == "text":
+        return Call("from_text", (e,), t)
     if e.type.numeric and t.numeric:
         if t.kind == "int" and e.type.kind != "int":
             return Call("to_int", (e,), t, e.type)

@@ -189,3 +189,57 @@ def to_python(data: np.ndarray, mask: np.ndarray | None, t: SqlType) -> list[obj
     if mask is not None:
         vals = [v if ok else None for v, ok in zip(vals, mask.tolist(), strict=True)]
     return vals
+
+
+_TRUE = {"t", "true", "y", "yes", "on", "1"}
+_FALSE = {"f", "false", "n", "no", "off", "0"}
+
+
+def parse_text(text: str, t: SqlType) -> object:
+    """A text value read as type ``t`` the way PostgreSQL reads input (surrounding blanks ignored), in the
+    engine's representation; ValueError naming the text when it is not one."""
+    s = text.strip()
+    try:
+        if t.kind == "int":
+            return to_engine_value(int(s), t)
+        if t.kind == "decimal":
+            return to_engine_value(decimal.Decimal(s), t)
+        if t.kind == "float":
+            return float(s)
+        if t.kind == "bool":
+            low = s.lower()
+            if low in _TRUE or low in _FALSE:
+                return low in _TRUE
+            raise ValueError
+        if t.kind in ("date", "timestamp"):
+            return to_engine_value(s, t)
+    except (ValueError, ArithmeticError, TypeError):
+        pass
+    else:
+        if t.kind == "text":
+            return POOL.code(text)
+    raise ValueError(f"invalid input for {t}: {text!r}")
+
+
+def format_text(value: object, t: SqlType) -> str:
+    """An engine value written as PostgreSQL writes it as text."""
+    if t.kind == "decimal":
+        return str(decimal.Decimal(int(value)).scaleb(-t.scale))
+    if t.kind == "date":
+        return (EPOCH + dt.timedelta(days=int(value))).isoformat()
+    if t.kind == "timestamp":
+        return (EPOCH_TS + dt.timedelta(microseconds=int(value))).isoformat(sep=" ")
+    if t.kind == "bool":
+        return "true" if value else "false"
+    if t.kind == "float":
+        f = float(value)
+        return (
+            "NaN"
+            if f != f
+            else "Infinity"
+            if f == float("inf")
+            else "-Infinity"
+            if f == -float("inf")
+            else repr(f)
+        )
+    return str(int(value))

@@ -12,11 +12,26 @@ import numpy as np
 from ivm.batch import Batch, Mask
 from ivm.scope import Operator, Point, Scope
 
-__all__ = ["takes_rows", "MapOp", "FilterOp", "ConcatOp", "NegateOp", "CaptureOp", "MapFn", "PredicateFn"]
+__all__ = [
+    "EvaluationError",
+    "takes_rows",
+    "MapOp",
+    "FilterOp",
+    "ConcatOp",
+    "NegateOp",
+    "CaptureOp",
+    "MapFn",
+    "PredicateFn",
+]
 
 Columns = tuple[tuple[np.ndarray, ...], tuple[Mask, ...]]
 MapFn = Callable[[tuple[np.ndarray, ...], tuple[Mask, ...]], Columns]
 PredicateFn = Callable[[tuple[np.ndarray, ...], tuple[Mask, ...]], np.ndarray]
+
+
+class EvaluationError(RuntimeError):
+    """A map or filter function could not evaluate some row (say, text that is not a number): the dataflow
+    cannot go on exactly, so the engine stops it with this error."""
 
 
 class _Unary(Operator):

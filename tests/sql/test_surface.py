@@ -187,3 +187,38 @@ def test_global_aggregate_over_a_never_written_table_has_its_row():
     assert db.execute("SELECT COUNT(*), MAX(a) FROM e").fetchall() == [(0, None)]
     db.execute("INSERT INTO e VALUES (4)")
     assert db.execute("SELECT * FROM n").fetchall() == [(1, 4)]
+
+
+def test_casts_to_and_from_text_match_duckdb_and_bad_text_stops_the_view():
+    import duckdb
+
+    from sql.errors import SqlError
+    from tests.oracle import same_rows
+
+    db, con = ivm.connect(), duckdb.connect()
+    ddl = "CREATE TABLE tx (id INTEGER PRIMARY KEY, s TEXT, n INTEGER, c DECIMAL(6,2), d DATE, b BOOLEAN)"
+    rows = (
+        "(1, ' 42 ', 7, 1.50, '2024-01-02', true), (2, '-3', NULL, NULL, NULL, false), "
+        "(3, NULL, 0, -2.25, NULL, NULL)"
+    )
+    queries = {
+        "as_numbers": "SELECT id, CAST(s AS INTEGER) AS i, CAST(s AS DECIMAL(10,2)) AS dec FROM tx",
+        "as_text": "SELECT id, CAST(n AS TEXT) AS n, CAST(c AS TEXT) AS c, CAST(d AS TEXT) AS d, "
+        "CAST(b AS TEXT) AS b, CAST(id AS VARCHAR) || '-' || CAST(n AS TEXT) AS joined FROM tx",
+    }
+    for s in (ddl, f"INSERT INTO tx VALUES {rows}"):
+        db.execute(s)
+        con.execute(s)
+    for name, sql in queries.items():
+        db.execute(f"CREATE VIEW {name} AS {sql}")
+        assert same_rows(db.execute(f"SELECT * FROM {name}").fetchall(), con.execute(sql).fetchall()), name
+    assert db.execute("SELECT CAST(' 12 ' AS INTEGER), CAST('yes' AS BOOLEAN)").fetchall() == [(12, True)]
+    with pytest.raises(SqlError, match="invalid input for BIGINT: 'x1'") as err:
+        db.execute("SELECT CAST('x1' AS INTEGER)")
+    assert err.value.col is not None
+    # text that is not a number stops the view that casts it; the write itself and other views stand
+    with pytest.raises(SqlError, match="view 'as_numbers' failed.*invalid input for BIGINT: 'abc'"):
+        db.execute("INSERT INTO tx VALUES (9, 'abc', 1, 1, NULL, NULL)")
+    assert db.execute("SELECT COUNT(*) FROM as_text").fetchall() == [(4,)]
+    with pytest.raises(SqlError, match="invalid input for BIGINT: 'abc'"):
+        db.execute("SELECT CAST(s AS INTEGER) FROM tx")
