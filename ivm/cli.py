@@ -13,6 +13,10 @@ def main(argv: list[str] | None = None) -> int:
 
         demo(argv)
         return 0
+    if cmd == "sidecar":
+        from connectors.postgres.sidecar import main as sidecar
+
+        return sidecar(argv)
     if cmd == "bench":
         from ivm.bench import main as bench
 

@@ -1,0 +1,22 @@
+"""Connector benchmarks: ``python -m connectors.bench postgres|spark [--json] [options]``."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    which = argv.pop(0) if argv else ""
+    if which == "postgres":
+        from connectors.postgres.bench import main as run
+    elif which == "spark":
+        from connectors.spark.bench import main as run
+    else:
+        print("usage: python -m connectors.bench postgres|spark [--json] [options]", file=sys.stderr)
+        return 2
+    return run(argv) or 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
