@@ -139,11 +139,11 @@ class Connection:
         self._arrow_write(table, data, -1)
 
     def apply_changes_arrow(self, changes: dict, transactions: int) -> None:
-        """Commit ``transactions`` consecutive transactions at once. ``changes`` maps a table to a
-        ``pyarrow.Table`` of its columns (by name) plus ``diff`` (the signed multiplicity change) and ``tx``
-        (which of the transactions, from 0): transaction ``i`` becomes logical time ``now + i`` and the engine
-        processes them all in one step, with the same results as committing them one by one but without the
-        cost per transaction. Meant for the change log of a database that already enforced its keys: types
+        """Commit ``transactions`` consecutive transactions at once. ``changes`` maps a table to ``(rows, diff,
+        tx)``: a ``pyarrow.Table`` of the table's columns (by name), the signed multiplicity change of each
+        row and the transaction (from 0) it belongs to. Transaction ``i`` becomes logical time ``now + i`` and
+        the engine processes them all in one step, with the same results as committing them one by one but
+        without the cost per transaction. Meant for the change log of a database that enforced its keys: types
         and NOT NULL are checked, primary keys and the presence of deleted rows are not."""
         from sql.arrow import to_engine_column
 
@@ -152,16 +152,20 @@ class Connection:
         if transactions < 1:
             return
         batches = []
-        for table, data in changes.items():
+        for table, (data, diff, tx) in changes.items():
             if table not in self.tables:
                 raise SqlError(f"table {table!r} does not exist")
             st = self.tables[table]
-            n = data.num_rows
-            tx = np.asarray(data.column("tx").to_numpy(), dtype=np.int64)
-            if n and (tx.min() < 0 or tx.max() >= transactions):
+            tx = np.asarray(tx, dtype=np.int64)
+            diff = np.asarray(diff, dtype=np.int64)
+            if not (len(tx) == len(diff) == data.num_rows):
+                raise SqlError(f"changes of {table!r}: rows, diffs and transactions differ in length")
+            if len(tx) and (tx.min() < 0 or tx.max() >= transactions):
                 raise SqlError(f"changes of {table!r} name a transaction outside 0..{transactions - 1}")
             cols, masks = [], []
             for c in st.table.columns:
+                if c.name not in data.column_names:
+                    raise SqlError(f"column {c.name!r} of table {table!r} is missing")
                 col, mask = to_engine_column(data.column(c.name), c.type, c.name)
                 if mask is not None and not c.nullable and not mask.all():
                     raise SqlError(
@@ -169,8 +173,7 @@ class Connection:
                     )
                 cols.append(col)
                 masks.append(mask)
-            diffs = np.asarray(data.column("diff").to_numpy(), dtype=np.int64)
-            batches.append((st, Batch.build(cols, masks, self.time + tx, diffs)))
+            batches.append((st, Batch.build(cols, masks, self.time + tx, diff)))
         for st, b in batches:
             st.input.send(b)
         self.time += transactions

@@ -19,7 +19,7 @@ from connectors.postgres._catalog import SourceTable
 from connectors.postgres._pgoutput import RelationChanges
 from connectors.postgres._types import text_to_arrow
 
-__all__ = ["TableFeed", "consolidate_rows", "expand"]
+__all__ = ["TableFeed", "Changes", "consolidate", "expand"]
 
 
 class TableFeed:
@@ -40,10 +40,9 @@ class TableFeed:
         ]
         return pa.Table.from_arrays(arrays, names=self.names)
 
-    def changes(self, db, parts: list[tuple[int, RelationChanges]]) -> pa.Table:
-        """The engine changes (the table's columns plus ``diff`` and ``tx``) of this table's events in
-        several consecutive transactions: ``parts`` pairs a transaction's index with its events, in order.
-        A transaction that truncated the table must come alone."""
+    def changes(self, db, parts: list[tuple[int, RelationChanges]]) -> Changes:
+        """The engine changes of this table's events in several consecutive transactions: ``parts`` pairs a
+        transaction's index with its events, in order. A transaction that truncated the table comes alone."""
         ch = _concat(parts)
         tx = np.repeat(np.array([i for i, _ in parts], dtype=np.int64), [len(c) for _, c in parts])
         new = self.to_arrow(ch.new)
@@ -57,47 +56,52 @@ class TableFeed:
             if len(parts) != 1:
                 raise ValueError("a truncating transaction must be applied alone")
             current = db.execute(f"SELECT * FROM {self.table.name}").fetch_arrow().cast(new.schema)
+        out = []
+        if current is not None:
+            out.append(_tagged(current, -1, np.full(current.num_rows, parts[0][0])))
         if not self.key:
-            out = [_tagged(new.filter(pa.array(has_new)), 1, tx[has_new])]
+            out.append(_tagged(new.filter(pa.array(has_new)), 1, tx[has_new]))
             out.append(_tagged(old.filter(pa.array(has_old)), -1, tx[has_old]))
-            if current is not None:
-                out.append(_tagged(current, -1, np.full(current.num_rows, parts[0][0])))
-            return consolidate_rows(pa.concat_tables(out), [*self.names, "tx"])
+            return consolidate(*_join(out))
         # events in order: the removal of an old key (seq 2i), then the setting of the new row (seq 2i + 1);
         # per key and transaction only the last one counts
         oi, ni = np.flatnonzero(has_old), np.flatnonzero(has_new)
-        keys = pa.concat_tables([old.select(self.key).take(oi), new.select(self.key).take(ni)])
-        keys = keys.append_column("_tx", pa.array(np.concatenate([tx[oi], tx[ni]])))
-        keys = keys.append_column("_seq", pa.array(np.concatenate([2 * oi, 2 * ni + 1])))
-        last = keys.group_by([*self.key, "_tx"], use_threads=False).aggregate([("_seq", "max")])
-        last = last.sort_by([(k, "ascending") for k in self.key] + [("_tx", "ascending")])
-        seq = last.column("_seq_max").to_numpy()
-        ltx = last.column("_tx").to_numpy()
+        kcols = [f"k{i}" for i in range(len(self.key))]
+        keys = pa.concat_tables([old.select(self.key).take(oi), new.select(self.key).take(ni)]).rename_columns(
+            kcols
+        )
+        keys = keys.append_column("tx", pa.array(np.concatenate([tx[oi], tx[ni]])))
+        keys = keys.append_column("seq", pa.array(np.concatenate([2 * oi, 2 * ni + 1])))
+        last = keys.group_by([*kcols, "tx"], use_threads=False).aggregate([("seq", "max")])
+        last = last.sort_by([(k, "ascending") for k in kcols] + [("tx", "ascending")])
+        seq = last.column("seq_max").to_numpy()
+        ltx = last.column("tx").to_numpy()
         present = seq % 2 == 1
         row = (seq - 1) // 2
         # the same key as the previous (key, transaction): its row before is that one's row after
         same = np.zeros(last.num_rows, dtype=bool)
         if last.num_rows > 1:
             eq = np.ones(last.num_rows - 1, dtype=bool)
-            for k in self.key:
+            for k in kcols:
                 col = last.column(k).combine_chunks()
                 eq &= pc.equal(col.slice(1), col.slice(0, len(col) - 1)).to_numpy(zero_copy_only=False)
             same[1:] = eq
         prev = np.flatnonzero(same)
         after_prev = prev[present[prev - 1]]
-        out = [
-            _tagged(new.take(row[present]), 1, ltx[present]),
-            _tagged(new.take(row[after_prev - 1]), -1, ltx[after_prev]),
-        ]
-        firsts = last.filter(pa.array(~same))
-        if current is not None:
-            out.append(_tagged(current, -1, np.full(current.num_rows, parts[0][0])))
-        else:
-            before = db.lookup_arrow(self.table.name, firsts.select(self.key)).cast(new.schema)
+        out.append(_tagged(new.take(row[present]), 1, ltx[present]))
+        out.append(_tagged(new.take(row[after_prev - 1]), -1, ltx[after_prev]))
+        if current is None:
+            firsts = last.filter(pa.array(~same))
+            before = db.lookup_arrow(self.table.name, firsts.select(kcols).rename_columns(self.key))
             if before.num_rows:
-                at = before.join(firsts.select([*self.key, "_tx"]), self.key)
-                out.append(_tagged(at.select(self.names), -1, at.column("_tx").to_numpy()))
-        return pa.concat_tables(out)
+                # which transaction first touched each found key: match found rows to keys by a join
+                probe = firsts.select(kcols).append_column("i", pa.array(np.arange(firsts.num_rows)))
+                found = before.select(self.key).rename_columns(kcols)
+                found = found.append_column("j", pa.array(np.arange(before.num_rows)))
+                m = found.join(probe, kcols, use_threads=False)
+                j, i = m.column("j").to_numpy(), m.column("i").to_numpy()
+                out.append(_tagged(before.cast(new.schema).take(j), -1, firsts.column("tx").to_numpy()[i]))
+        return _join(out)
 
     def _fill_unchanged(self, db, ch, new: pa.Table, old: pa.Table, has_old: np.ndarray) -> pa.Table:
         """Unchanged TOASTed values an update did not send: from the full old tuple (REPLICA IDENTITY FULL)
@@ -126,9 +130,19 @@ class TableFeed:
         return new
 
 
-def _tagged(t: pa.Table, d: int, tx: np.ndarray) -> pa.Table:
-    t = t.append_column("diff", pa.array(np.full(t.num_rows, d, dtype=np.int64)))
-    return t.append_column("tx", pa.array(np.asarray(tx, dtype=np.int64)))
+Changes = tuple[pa.Table, np.ndarray, np.ndarray]  # rows, diff per row, transaction index per row
+
+
+def _tagged(t: pa.Table, d: int, tx: np.ndarray) -> Changes:
+    return t, np.full(t.num_rows, d, dtype=np.int64), np.asarray(tx, dtype=np.int64)
+
+
+def _join(parts: list[Changes]) -> Changes:
+    return (
+        pa.concat_tables([p[0] for p in parts]),
+        np.concatenate([p[1] for p in parts]),
+        np.concatenate([p[2] for p in parts]),
+    )
 
 
 def _concat(parts: list[tuple[int, RelationChanges]]) -> RelationChanges:
@@ -151,12 +165,20 @@ def _concat(parts: list[tuple[int, RelationChanges]]) -> RelationChanges:
     return out
 
 
-def consolidate_rows(t: pa.Table, names: list[str]) -> pa.Table:
-    """Rows of ``t`` (columns ``names`` plus ``diff``) with equal rows summed, zero sums dropped."""
-    if t.num_rows == 0:
-        return t.select([*names, "diff"])
-    g = t.group_by(names, use_threads=False).aggregate([("diff", "sum")]).rename_columns([*names, "diff"])
-    return g.filter(pc.not_equal(g.column("diff"), 0))
+def consolidate(rows: pa.Table, diff: np.ndarray, tx: np.ndarray | None = None) -> Changes:
+    """Equal rows (at equal ``tx``) with their diffs summed, zero sums dropped: (rows, diff, tx)."""
+    names = rows.column_names
+    cols = [f"c{i}" for i in range(len(names))]
+    t = rows.rename_columns(cols).append_column("d", pa.array(np.asarray(diff, dtype=np.int64)))
+    keys = cols
+    if tx is not None:
+        t = t.append_column("t", pa.array(np.asarray(tx, dtype=np.int64)))
+        keys = [*cols, "t"]
+    if t.num_rows:
+        t = t.group_by(keys, use_threads=False).aggregate([("d", "sum")]).rename_columns([*keys, "d"])
+        t = t.filter(pc.not_equal(t.column("d"), 0))
+    out_tx = t.column("t").to_numpy() if tx is not None else np.zeros(t.num_rows, dtype=np.int64)
+    return t.select(cols).rename_columns(names), t.column("d").to_numpy(), out_tx
 
 
 def expand(t: pa.Table, counts: np.ndarray) -> pa.Table:

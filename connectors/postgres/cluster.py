@@ -33,7 +33,6 @@ class LocalCluster:
             "port": str(self.port),
             "unix_socket_directories": f"'{self.dir}'",
             "fsync": "off",
-            "synchronous_commit": "off",
             "full_page_writes": "off",
             "max_connections": "100",
             **(settings or {}),

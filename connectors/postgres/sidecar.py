@@ -33,7 +33,7 @@ from connectors.postgres._catalog import (
     unique_key,
     view_pg_types,
 )
-from connectors.postgres._changes import TableFeed, consolidate_rows, expand
+from connectors.postgres._changes import TableFeed, consolidate, expand
 from connectors.postgres._pgoutput import Decoder, Relation, Transaction, format_lsn, parse_lsn
 from connectors.postgres._types import pg_type
 from connectors.postgres.source import SlotInUse, Source
@@ -151,8 +151,8 @@ class Sidecar:
             db.execute("COMMIT")
             contents = {}
             for name, sub in subs.items():
-                d = _diffs(sub)
-                contents[name] = expand(d.drop_columns(["diff"]), d.column("diff").to_numpy())
+                rows, diff = _diffs(sub)
+                contents[name] = expand(rows, diff)
             with TARGET:
                 tgt.replace_all(list(views.values()), contents, lsn)
             log.info(
@@ -234,7 +234,7 @@ class Sidecar:
                 lsn,
                 len(txns),
                 rows_in,
-                sum(abs(d.column("diff").to_numpy()).sum() for d in diffs.values()),
+                sum(int(abs(d).sum()) for _, d in diffs.values()),
                 lag,
             )
             if self.on_batch is not None:
@@ -299,14 +299,18 @@ def _describe_change(t: SourceTable, rel: Relation) -> str | None:
     return "; ".join(parts) or None
 
 
-def _diffs(sub) -> pa.Table:
-    """A subscription's pending changes (its columns plus ``diff``), consolidated over all their times."""
+def _diffs(sub) -> tuple[pa.Table, np.ndarray]:
+    """A subscription's pending changes, consolidated over all their times: (rows, diff)."""
     names = [c.name for c in sub.columns]
+    n = len(names)
     batches = list(sub)
     if not batches:
         arrays = [to_arrow_column(np.zeros(0, c.type.dtype), None, c.type) for c in sub.columns]
-        return pa.Table.from_arrays([*arrays, pa.array([], pa.int64())], names=[*names, "diff"])
-    return consolidate_rows(pa.Table.from_batches(batches).drop_columns(["time"]), names)
+        return pa.Table.from_arrays(arrays, names=names), np.zeros(0, dtype=np.int64)
+    # by position: a view may have columns named like the subscription's own time and diff
+    t = pa.Table.from_batches(batches)
+    rows, diff, _ = consolidate(t.select(list(range(n))), t.column(n + 1).to_numpy())
+    return rows, diff
 
 
 # -- command line -------------------------------------------------------------------------------------------

@@ -119,17 +119,15 @@ class Target:
         self._progress(lsn, 0)
         c.commit()
 
-    def apply(self, diffs: dict[str, pa.Table], lsn: str, txns: int, failed: dict[str, str]) -> None:
-        """One batch in one transaction: each view's consolidated diffs (its columns plus ``diff``), the
-        views that stopped (name -> error), and the LSN."""
+    def apply(self, diffs: dict, lsn: str, txns: int, failed: dict[str, str]) -> None:
+        """One batch in one transaction: each view's consolidated changes ``(rows, diff)``, the views that
+        stopped (name -> error), and the LSN."""
         c = self.conn
-        for name, d in diffs.items():
-            if d.num_rows == 0:
+        for name, (rows, counts) in diffs.items():
+            if rows.num_rows == 0:
                 continue
             v = self.views[name]
             ins, dele = self.temp[name]
-            counts = d.column("diff").to_numpy()
-            rows = d.drop_columns(["diff"])
             gone = rows.filter(pa.array(counts < 0))
             if gone.num_rows:
                 if v.key:

@@ -55,11 +55,9 @@ def test_apply_changes_arrow_gives_each_transaction_its_time():
             "id": [2, 1, 1, 3],
             "g": ["a", "a", "b", None],
             "v": pa.array([Decimal(2), Decimal(1), Decimal(1), Decimal(5)], pa.decimal128(10, 2)),
-            "diff": [1, -1, 1, 1],
-            "tx": [0, 1, 1, 2],
         }
     )
-    db.apply_changes_arrow({"t": changes}, 3)
+    db.apply_changes_arrow({"t": (changes, [1, -1, 1, 1], [0, 1, 1, 2])}, 3)
     assert db.time == start + 3
     out = pa.Table.from_batches(list(sub)).to_pylist()
     at = {(r["g"], r["n"], float(r["total"]), r["diff"]): r["time"] - start for r in out}
@@ -77,8 +75,7 @@ def test_apply_changes_arrow_gives_each_transaction_its_time():
     )
     with pytest.raises(SqlError, match="not-null"):
         db.apply_changes_arrow(
-            {"t": pa.table({"id": pa.array([None], pa.int64()), "g": ["x"], "v": [1], "diff": [1], "tx": [0]})},
-            1,
+            {"t": (pa.table({"id": pa.array([None], pa.int64()), "g": ["x"], "v": [1]}), [1], [0])}, 1
         )
     with pytest.raises(SqlError, match="outside"):
-        db.apply_changes_arrow({"t": changes}, 2)
+        db.apply_changes_arrow({"t": (changes, [1, -1, 1, 1], [0, 1, 1, 2])}, 2)
