@@ -104,25 +104,35 @@ class TableFeed:
         return _join(out)
 
     def _fill_unchanged(self, db, ch, new: pa.Table, old: pa.Table, has_old: np.ndarray) -> pa.Table:
-        """Unchanged TOASTed values an update did not send: from the full old tuple (REPLICA IDENTITY FULL)
-        or from the row the key had at the last commit."""
+        """Unchanged TOASTed values an update did not send: from the whole old row (REPLICA IDENTITY FULL)
+        or from the row its key (the old key, if the update changed it) had at the engine's last commit. The
+        sidecar starts a new engine step at each transaction with such updates, so that commit is the state
+        just before the transaction."""
         by_col: dict[int, list[int]] = {}
         for i, j in ch.unchanged:
             by_col.setdefault(j, []).append(i)
+        kcols = [f"k{i}" for i in range(len(self.key))]
         for j, idx_list in by_col.items():
-            idx = np.array(sorted(idx_list), dtype=np.int64)
+            idx = np.array(sorted(set(idx_list)), dtype=np.int64)
             if self.full_identity and has_old[idx].all():
                 vals = old.column(j).take(idx)
             else:
-                probe = new.select(self.key).take(idx).append_column("_i", pa.array(idx))
-                found = db.lookup_arrow(self.table.name, probe.select(self.key))
-                joined = probe.join(found.select([*self.key, self.names[j]]), self.key).sort_by("_i")
-                if joined.num_rows != len(idx):
+                use_old = pa.array(has_old[idx])
+                keys = [pc.if_else(use_old, old.column(k).take(idx), new.column(k).take(idx)) for k in self.key]
+                probe = pa.Table.from_arrays(keys, names=self.key)
+                found = db.lookup_arrow(self.table.name, probe).cast(new.schema)
+                f = found.select(self.key).rename_columns(kcols)
+                f = f.append_column("j", pa.array(np.arange(found.num_rows)))
+                p = probe.rename_columns(kcols).append_column("i", pa.array(np.arange(len(idx))))
+                m = p.join(f, kcols, use_threads=False)
+                if m.num_rows != len(idx):
                     raise ValueError(
-                        f"table {self.table.name!r}: an update left column {self.names[j]!r} unchanged "
-                        "but its row is not known"
+                        f"table {self.table.name!r}: an update left column {self.names[j]!r} unsent (TOASTed, "
+                        "unchanged) and the row it updated is not known"
                     )
-                vals = joined.column(self.names[j])
+                pos = np.empty(len(idx), dtype=np.int64)
+                pos[m.column("i").to_numpy()] = m.column("j").to_numpy()
+                vals = found.column(j).take(pos)
             mask = np.zeros(new.num_rows, dtype=bool)
             mask[idx] = True
             col = pc.replace_with_mask(new.column(j).combine_chunks(), pa.array(mask), vals.combine_chunks())

@@ -27,15 +27,19 @@ from connectors.postgres.workload import VIEWS, Load, bump_marker, setup, wait_f
 
 __all__ = ["main", "run"]
 
+NAME = "ivm_bench"  # the slot, publication and target schema the benchmark (re)creates
+
 
 def run(dsn: str, seconds: float, threads: int, pause: float) -> dict:
-    """One measurement against the database ``dsn`` (its workload tables are recreated)."""
+    """One measurement against the database ``dsn``: its workload tables and the ``ivm_bench`` slot,
+    publication and schema are recreated."""
     setup(dsn)
     with psycopg.connect(dsn, autocommit=True) as c:
-        c.execute("DROP SCHEMA IF EXISTS ivm CASCADE")
+        c.execute(f"DROP SCHEMA IF EXISTS {NAME} CASCADE")
         c.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'ivm'"
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s", (NAME,)
         )
+        c.execute(f"DROP PUBLICATION IF EXISTS {NAME}")
     latencies: list[np.ndarray] = []
     applied = [0]
 
@@ -43,7 +47,7 @@ def run(dsn: str, seconds: float, threads: int, pause: float) -> dict:
         latencies.append(committed_at - np.array([t.commit_ts_us for t in txns], dtype=np.float64) / 1e6)
         applied[0] += sum(t.rows for t in txns)
 
-    car = Sidecar(dsn, VIEWS, on_batch=on_batch)
+    car = Sidecar(dsn, VIEWS, slot=NAME, publication=NAME, schema=NAME, on_batch=on_batch)
     errors: list[BaseException] = []
 
     def side() -> None:
@@ -55,7 +59,7 @@ def run(dsn: str, seconds: float, threads: int, pause: float) -> dict:
     th = threading.Thread(target=side, daemon=True)
     th.start()
     try:
-        wait_for_marker(dsn, 0, timeout=120)
+        wait_for_marker(dsn, 0, NAME, timeout=120)
         latencies.clear()
         applied[0] = 0
         load = Load(dsn, threads=threads, pause=pause, seed=7).start()
@@ -63,7 +67,7 @@ def run(dsn: str, seconds: float, threads: int, pause: float) -> dict:
         time.sleep(seconds)
         load.stop()
         marker = bump_marker(dsn)
-        wait_for_marker(dsn, marker, timeout=600)
+        wait_for_marker(dsn, marker, NAME, timeout=600)
         elapsed = time.monotonic() - start
     finally:
         car.stop()

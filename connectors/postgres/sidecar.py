@@ -271,12 +271,15 @@ class Sidecar:
 
 
 def _groups(txns: list[Transaction]) -> list[list[Transaction]]:
-    """Runs of transactions the engine takes in one step; a transaction that truncates a table is alone
-    (what it removes is the table's contents at that moment)."""
+    """Runs of transactions the engine takes in one step. A transaction that truncates a table is alone
+    (what it removes is the table's contents at that moment); one with updates whose unchanged TOASTed values
+    were not sent starts a run (they are read from the engine's state just before it)."""
     out: list[list[Transaction]] = [[]]
     for t in txns:
         if any(ch.truncated for ch in t.changes.values()):
             out += [[t], []]
+        elif any(ch.unchanged for ch in t.changes.values()):
+            out.append([t])
         else:
             out[-1].append(t)
     return [g for g in out if g]

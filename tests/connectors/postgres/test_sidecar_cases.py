@@ -105,6 +105,12 @@ def test_types_nulls_toast_truncate_and_full_identity(dsn):
                 c.execute("UPDATE t SET i = i + 1 WHERE id = 5")  # twice in one transaction
             # TOASTed payloads are not sent when an update leaves them unchanged
             c.execute("UPDATE toast SET n = n + 100 WHERE id <= 3")
+            c.execute("UPDATE toast SET id = 40 WHERE id = 4")  # key changed, payload unsent
+            big = "SELECT string_agg(md5(g::text), '') FROM generate_series(1, 300) g"
+            c.execute(f"UPDATE toast SET payload = ({big}) WHERE id = 5")  # a new TOASTed value...
+            c.execute(
+                "UPDATE toast SET n = -1 WHERE id = 5"
+            )  # ...then left unchanged, likely in the same batch
             c.execute("UPDATE pf SET v = 'changed' WHERE id <= 2")
             with c.transaction():
                 c.execute("UPDATE f SET v = 'b' WHERE k = 1")
@@ -195,13 +201,19 @@ def test_errors_at_start_name_the_problem(dsn, tmp_path, capsys, ddl, views, mes
     assert message in err, err
 
 
-def test_unreachable_source_is_retried_and_sigterm_stops(sidecar_process):
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_unreachable_side_is_retried_with_backoff_and_sigterm_stops(dsn, sidecar_process, side):
     from connectors.postgres.cluster import _free_port
 
-    port = _free_port()
-    car = sidecar_process("CREATE MATERIALIZED VIEW v AS SELECT 1 AS one FROM t")
-    car.args[car.args.index("--source") + 1] = f"host=127.0.0.1 port={port} user=postgres connect_timeout=2"
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    nowhere = f"host=127.0.0.1 port={_free_port()} user=postgres connect_timeout=2"
+    car = sidecar_process("CREATE MATERIALIZED VIEW v AS SELECT id FROM t")
+    if side == "source":
+        car.args[car.args.index("--source") + 1] = nowhere
+    else:
+        car.args += ["--target", nowhere]
     car.start()
-    car.wait_log("source unreachable", count=2)
+    car.wait_log(f"{side} unreachable", count=2)
     assert "retrying in 0.5s" in car.text() and "retrying in 1.0s" in car.text()
     assert car.terminate() == 0
