@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import psycopg
 import sqlglot
 from sqlglot import exp
 
@@ -210,7 +211,7 @@ def view_pg_types(conn, views: ViewsFile) -> dict[str, list[str]] | None:
                         (f"pg_temp.{name}",),
                     ).fetchall()
                 ]
-    except Exception as err:  # the view's SQL is ivm's; Postgres may not accept all of it
+    except psycopg.Error as err:  # the view's SQL is ivm's; Postgres may not accept all of it
         log.warning("Postgres cannot type the views (%s); using ivm's column types", str(err).strip())
         return None
     return out
