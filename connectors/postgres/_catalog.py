@@ -143,24 +143,44 @@ def read_source_tables(conn, names: list[str]) -> dict[str, SourceTable]:
     return out
 
 
-def unique_key(plan: Plan) -> tuple[int, ...] | None:
-    """Output positions that are a unique, non-NULL key of a view's rows, when the plan shows one (GROUP BY
-    columns kept by the projection, or DISTINCT); else None."""
-    key = _key(plan)
-    if not key or any(plan.columns[i].nullable for i in key):
+def unique_key(plan: Plan, keys: dict[str, tuple[int, ...]] | None = None) -> tuple[int, ...] | None:
+    """Output positions that are a unique, non-NULL key of a view's rows, when the plan shows one: GROUP BY
+    columns, DISTINCT, or the primary key of a table it only filters and projects (``keys`` maps relation
+    names to their keys); else None."""
+    key = _key(plan, keys or {})
+    if not key or not all(_non_null(plan, i) for i in key):
         return None
     return key
 
 
-def _key(plan: Plan) -> tuple[int, ...] | None:
+def _non_null(plan: Plan, pos: int) -> bool:
+    """Whether output column ``pos`` is never NULL: it comes unchanged from a NOT NULL table column (or is a
+    count). The SQL layer's own flags are conservative after projections."""
+    if isinstance(plan, Scan):
+        return not plan.columns[pos].nullable
+    if isinstance(plan, (Filter, TopK, Distinct)):
+        return _non_null(plan.input, pos)
+    if isinstance(plan, Project):
+        e = plan.exprs[pos]
+        return isinstance(e, ColRef) and _non_null(plan.input, e.index)
+    if isinstance(plan, Aggregate):
+        if pos < len(plan.group):
+            return _non_null(plan.input, plan.group[pos])
+        return plan.aggs[pos - len(plan.group)].func in ("count", "count_star")
+    return False
+
+
+def _key(plan: Plan, keys: dict[str, tuple[int, ...]]) -> tuple[int, ...] | None:
+    if isinstance(plan, Scan):
+        return keys.get(plan.table) or None
     if isinstance(plan, Aggregate):
         return tuple(range(len(plan.group))) if plan.group else None
     if isinstance(plan, Distinct):
         return tuple(range(len(plan.columns)))
     if isinstance(plan, (Filter, TopK)):
-        return _key(plan.input)
+        return _key(plan.input, keys)
     if isinstance(plan, Project):
-        inner = _key(plan.input)
+        inner = _key(plan.input, keys)
         if inner is None:
             return None
         pos: dict[int, int] = {}

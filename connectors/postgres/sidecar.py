@@ -177,6 +177,7 @@ class Sidecar:
                 raise ConfigError(f"views file: {err} in {stmt[:80]!r}") from err
         views, subs = {}, {}
         plans = {n: db.views[n].view.plan for n in self.views_file.views}
+        keys = {n: t.primary_key for n, t in db.catalog.tables.items() if t.primary_key}
         for name in self.views_file.views:
             v = db.views[name].view
             names = [c.name for c in v.columns]
@@ -187,7 +188,9 @@ class Sidecar:
                     _IVM_TO_PG.get(c.type.kind) or f"numeric({c.type.precision},{c.type.scale})"
                     for c in v.columns
                 ]
-            views[name] = ViewTarget(name, names, types, unique_key(v.plan))
+            views[name] = ViewTarget(name, names, types, unique_key(v.plan, keys))
+            if views[name].key:
+                keys[name] = views[name].key
             subs[name] = db.subscribe(name, snapshot=False)
         self.reads = {n: tables_read(plans[n], plans) for n in plans}
         feeds = {t.name: TableFeed(t) for t in tables.values()}
@@ -205,16 +208,20 @@ class Sidecar:
             if not msgs:
                 self._sleep(0.05)
                 continue
-            txns = []
+            txns, seen = [], committed
             for m in msgs:
                 t = decoder.feed(m)
                 if decoder.new_relations:
                     for rel in decoder.new_relations:
                         self._check_relation(rel, tables, ignored, db, views, subs, newly_failed)
                     decoder.new_relations.clear()
-                if t is not None and t.end_lsn > committed:
-                    txns.append(t)
-            if not txns:
+                if t is not None:
+                    seen = max(seen, t.end_lsn)
+                    if t.end_lsn > committed:
+                        txns.append(t)
+            if not txns:  # all already in the target: only the slot is behind
+                with SOURCE:
+                    src.advance(format_lsn(seen))
                 continue
             rows_in = sum(t.rows for t in txns)
             for group in _groups(txns):

@@ -93,6 +93,21 @@ def test_types_nulls_toast_truncate_and_full_identity(dsn):
         c.execute(MARKER + TYPES)
         with running(dsn, TYPE_VIEWS):
             _sync_and_compare(dsn, TYPE_VIEWS)
+            # a view with a unique non-NULL key gets it as primary key; the others keep duplicate rows
+            pk = dict(
+                c.execute(
+                    "SELECT c.relname, string_agg(a.attname, ',') FROM pg_index i JOIN pg_class c ON c.oid = "
+                    "i.indrelid JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey) "
+                    "WHERE i.indisprimary AND c.relnamespace = 'ivm'::regnamespace GROUP BY c.relname"
+                ).fetchall()
+            )
+            assert pk == {
+                "all_t": "id",
+                "all_pf": "id",
+                "all_toast": "id",
+                "_ivm_progress": "slot",
+                "_ivm_status": "view",
+            }
             with c.transaction():
                 c.execute(
                     "INSERT INTO t VALUES (5, 5, 5, -5, -0.5, 'NaN', 'NaN', 'nan', 'v', 'abcd', '2024-02-29', "
