@@ -33,7 +33,7 @@ from connectors.postgres._catalog import (
     unique_key,
     view_pg_types,
 )
-from connectors.postgres._changes import TableFeed, consolidate, expand
+from connectors.postgres._changes import TableFeed, consolidate
 from connectors.postgres._pgoutput import Decoder, Relation, Transaction, format_lsn, parse_lsn
 from connectors.postgres._types import pg_type
 from connectors.postgres.source import SlotInUse, Source
@@ -149,16 +149,13 @@ class Sidecar:
                 if t.num_rows:
                     db.insert_arrow(name, t)
             db.execute("COMMIT")
-            contents = {}
-            for name, sub in subs.items():
-                rows, diff = _diffs(sub)
-                contents[name] = expand(rows, diff)
+            contents = {name: _diffs(sub) for name, sub in subs.items()}
             with TARGET:
                 tgt.replace_all(list(views.values()), contents, lsn)
             log.info(
                 "initial state written at %s: %s",
                 lsn,
-                ", ".join(f"{n} {t.num_rows} rows" for n, t in contents.items()),
+                ", ".join(f"{n} {int(d.sum())} rows" for n, (_, d) in contents.items()),
             )
             self._stream(src, tgt, db, tables, views, feeds, subs, parse_lsn(lsn))
         finally:

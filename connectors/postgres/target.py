@@ -16,7 +16,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from connectors.postgres._changes import expand
+from connectors.postgres._pgoutput import parse_lsn
 
 __all__ = ["ViewTarget", "Target", "quote"]
 
@@ -50,7 +50,7 @@ class Target:
         self.slot = slot
         self.conn: psycopg.Connection | None = None
         self.views: dict[str, ViewTarget] = {}
-        self.temp: dict[str, tuple[str, str]] = {}
+        self.temp: dict[str, str] = {}  # view -> its session's change table
 
     def connect(self) -> None:
         self.conn = psycopg.connect(self.dsn, application_name="ivm sidecar target")
@@ -81,9 +81,10 @@ class Target:
         c.commit()
         return None if row is None else row[0]
 
-    def replace_all(self, views: list[ViewTarget], contents: dict[str, pa.Table], lsn: str) -> None:
+    def replace_all(self, views: list[ViewTarget], contents: dict, lsn: str) -> None:
         """In one transaction: create what is missing (recreating a table whose columns changed), make every
-        view's table hold exactly ``contents`` and record ``lsn``. Readers see the old or the new contents."""
+        view's table hold exactly its ``contents`` ``(rows, counts)`` and record ``lsn``. Readers see the old or
+        the new contents."""
         c = self.conn
         s = quote(self.schema)
         c.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
@@ -99,72 +100,82 @@ class Target:
             if self._signature(v.name) != (v.columns, v.pg_types, [v.columns[k] for k in v.key or ()]):
                 c.execute(f"DROP TABLE IF EXISTS {self._t(v.name)}")
                 c.execute(v.ddl(self.schema))
-            ins, dele = f"_ivm_ins_{i}", f"_ivm_del_{i}"
-            c.execute(f"DROP TABLE IF EXISTS pg_temp.{ins}, pg_temp.{dele}")
-            c.execute(f"CREATE TEMP TABLE {ins} (LIKE {self._t(v.name)}) ON COMMIT DELETE ROWS")
-            c.execute(f"CREATE TEMP TABLE {dele} (LIKE {self._t(v.name)}) ON COMMIT DELETE ROWS")
-            if not v.key:
-                c.execute(f"ALTER TABLE {dele} ADD COLUMN _ivm_n bigint")
-            self.temp[v.name] = (ins, dele)
-            c.execute(f"DELETE FROM {self._t(v.name)}")
-            self._copy(ins, v.columns, contents[v.name])
-            cols = ", ".join(quote(x) for x in v.columns)
-            c.execute(f"INSERT INTO {self._t(v.name)} ({cols}) SELECT {cols} FROM {ins}")
+            chg = f"_ivm_chg_{i}"
+            c.execute(f"DROP TABLE IF EXISTS pg_temp.{chg}")
+            c.execute(f"CREATE TEMP TABLE {chg} (LIKE {self._t(v.name)}) ON COMMIT DELETE ROWS")
+            c.execute(f"ALTER TABLE {chg} ADD COLUMN _ivm_n bigint NOT NULL")
+            self.temp[v.name] = chg
             c.execute(
                 f"INSERT INTO {s}._ivm_status VALUES (%s, 'running', NULL, now()) ON CONFLICT (view) DO UPDATE "
                 "SET state = 'running', error = NULL, changed_at = now()",
                 (v.name,),
             )
         self.views = {v.name: v for v in views}
-        self._progress(lsn, 0)
+        statements = []
+        for v in views:
+            rows, counts = contents[v.name]
+            statements.append(f"DELETE FROM {self._t(v.name)}")
+            if rows.num_rows:
+                self._copy(v, rows, counts)
+                statements.append(self._insert_sql(v))
+        c.execute(";\n".join([*statements, self._progress_sql(lsn, 0)]))
         c.commit()
 
     def apply(self, diffs: dict, lsn: str, txns: int, failed: dict[str, str]) -> None:
         """One batch in one transaction: each view's consolidated changes ``(rows, diff)``, the views that
-        stopped (name -> error), and the LSN."""
+        stopped (name -> error), and the LSN. One COPY per changed view, then one round trip for all the
+        DELETEs and INSERTs and the LSN."""
         c = self.conn
+        statements = []
         for name, (rows, counts) in diffs.items():
             if rows.num_rows == 0:
                 continue
             v = self.views[name]
-            ins, dele = self.temp[name]
-            gone = rows.filter(pa.array(counts < 0))
-            if gone.num_rows:
-                if v.key:
-                    self._copy(dele, v.columns, gone)
-                    on = " AND ".join(f"t.{quote(v.columns[k])} = d.{quote(v.columns[k])}" for k in v.key)
-                    c.execute(f"DELETE FROM {self._t(name)} t USING {dele} d WHERE {on}")
-                else:
-                    n = pa.array(-counts[counts < 0])
-                    self._copy(dele, [*v.columns, "_ivm_n"], gone.append_column("_ivm_n", n))
-                    row = f"ROW({', '.join(quote(x) for x in v.columns)})::text"
-                    c.execute(
-                        f"DELETE FROM {self._t(name)} t USING (SELECT x.ctid AS c FROM (SELECT r.ctid, "
-                        "d._ivm_n, row_number() OVER (PARTITION BY r.k) AS rn FROM "
-                        f"(SELECT ctid, {row} AS k FROM {self._t(name)}) r "
-                        f"JOIN (SELECT {row} AS k, _ivm_n FROM {dele}) d ON r.k = d.k) x "
-                        "WHERE x.rn <= x._ivm_n) z WHERE t.ctid = z.c"
-                    )
-            added = expand(rows, counts)
-            if added.num_rows:
-                self._copy(ins, v.columns, added)
-                cols = ", ".join(quote(x) for x in v.columns)
-                c.execute(f"INSERT INTO {self._t(name)} ({cols}) SELECT {cols} FROM {ins}")
+            self._copy(v, rows, counts)
+            if (counts < 0).any():
+                statements.append(self._delete_sql(v))
+            if (counts > 0).any():
+                statements.append(self._insert_sql(v))
         for name, err in failed.items():
             c.execute(
                 f"UPDATE {self._t('_ivm_status')} SET state = 'failed', error = %s, changed_at = now() "
                 "WHERE view = %s",
                 (err, name),
             )
-        self._progress(lsn, txns)
+        c.execute(";\n".join([*statements, self._progress_sql(lsn, txns)]))
         c.commit()
 
-    def _progress(self, lsn: str, txns: int) -> None:
-        self.conn.execute(
-            f"INSERT INTO {self._t('_ivm_progress')} VALUES (%s, %s::pg_lsn, %s, now()) ON CONFLICT (slot) DO "
-            "UPDATE SET lsn = excluded.lsn, source_txns = _ivm_progress.source_txns + excluded.source_txns, "
-            "committed_at = now()",
-            (self.slot, lsn, txns),
+    def _insert_sql(self, v: ViewTarget) -> str:
+        """Rows of the change table with a positive count, each repeated count times."""
+        cols = ", ".join(quote(x) for x in v.columns)
+        picked = ", ".join(f"d.{quote(x)}" for x in v.columns)
+        return (
+            f"INSERT INTO {self._t(v.name)} ({cols}) SELECT {picked} FROM {self.temp[v.name]} d, "
+            "generate_series(1, d._ivm_n) AS g(_ivm_i) WHERE d._ivm_n > 0"
+        )
+
+    def _delete_sql(self, v: ViewTarget) -> str:
+        """Rows of the change table with a negative count: by key, or -count copies of an equal row (NULLs
+        equal, matched on the row's text form so the join can hash)."""
+        chg, t = self.temp[v.name], self._t(v.name)
+        if v.key:
+            on = " AND ".join(f"t.{quote(v.columns[k])} = d.{quote(v.columns[k])}" for k in v.key)
+            return f"DELETE FROM {t} t USING {chg} d WHERE d._ivm_n < 0 AND {on}"
+        row = f"ROW({', '.join(quote(x) for x in v.columns)})::text"
+        return (
+            f"DELETE FROM {t} t USING (SELECT x.ctid AS c FROM (SELECT r.ctid, d.n, row_number() OVER "
+            f"(PARTITION BY r.k) AS rn FROM (SELECT ctid, {row} AS k FROM {t}) r "
+            f"JOIN (SELECT {row} AS k, -_ivm_n AS n FROM {chg} WHERE _ivm_n < 0) d ON r.k = d.k) x "
+            "WHERE x.rn <= x.n) z WHERE t.ctid = z.c"
+        )
+
+    def _progress_sql(self, lsn: str, txns: int) -> str:
+        parse_lsn(lsn)  # only an LSN goes into the statement
+        slot = self.slot.replace("'", "''")
+        return (
+            f"INSERT INTO {self._t('_ivm_progress')} VALUES ('{slot}', '{lsn}'::pg_lsn, {int(txns)}, now()) "
+            "ON CONFLICT (slot) DO UPDATE SET lsn = excluded.lsn, "
+            "source_txns = _ivm_progress.source_txns + excluded.source_txns, committed_at = now()"
         )
 
     def _signature(self, name: str) -> tuple[list[str], list[str], list[str]] | None:
@@ -183,11 +194,11 @@ class Target:
         ).fetchall()
         return [r[0] for r in rows], [r[1] for r in rows], [r[0] for r in pk]
 
-    def _copy(self, table: str, columns: list[str], data: pa.Table) -> None:
-        if data.num_rows == 0:
-            return
+    def _copy(self, v: ViewTarget, rows: pa.Table, counts) -> None:
+        """A view's changed rows with their counts into its change table."""
+        data = rows.append_column("_ivm_n", pa.array(counts, pa.int64()))
         buf = io.BytesIO()
         pacsv.write_csv(data, buf, pacsv.WriteOptions(include_header=False))
-        cols = ", ".join(quote(x) for x in columns)
-        with self.conn.cursor().copy(f"COPY {table} ({cols}) FROM STDIN (FORMAT csv)") as cp:
+        cols = ", ".join(quote(x) for x in [*v.columns, "_ivm_n"])
+        with self.conn.cursor().copy(f"COPY {self.temp[v.name]} ({cols}) FROM STDIN (FORMAT csv)") as cp:
             cp.write(buf.getbuffer())
