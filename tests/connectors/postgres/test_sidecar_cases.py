@@ -228,6 +228,7 @@ def test_unreachable_side_is_retried_with_backoff_and_sigterm_stops(dsn, sidecar
         car.args[car.args.index("--source") + 1] = nowhere
     else:
         car.args += ["--target", nowhere]
+        car.args[1:3] = ["-m", "ivm.cli", "sidecar"]  # through the ivm command
     car.start()
     car.wait_log(f"{side} unreachable", count=2)
     assert "retrying in 0.5s" in car.text() and "retrying in 1.0s" in car.text()
