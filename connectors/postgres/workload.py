@@ -215,18 +215,23 @@ def wait_for_marker(dsn: str, value: int, schema: str = "ivm", timeout: float = 
             time.sleep(0.05)
 
 
-def mismatches(dsn: str, views: dict[str, str], schema: str = "ivm") -> dict[str, tuple[Counter, Counter]]:
-    """Views whose target table differs, as a multiset, from Postgres running the view's SQL: name ->
-    (rows only in the target, rows only in the recompute)."""
+def mismatches(
+    dsn: str, views: dict[str, str], schema: str = "ivm", target: str | None = None
+) -> dict[str, tuple[Counter, Counter]]:
+    """Views whose target table (in ``target``, default the source) differs, as a multiset, from Postgres
+    running the view's SQL on the source: name -> (rows only in the target, rows only in the recompute).
+    Call it when the source is quiet and the target has caught up."""
     out = {}
-    with psycopg.connect(dsn) as c:
+    with psycopg.connect(dsn) as c, psycopg.connect(target or dsn) as t:
         c.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        t.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         for name, query in views.items():
-            got = Counter(map(_comparable, c.execute(f"SELECT * FROM {schema}.{name}").fetchall()))
+            got = Counter(map(_comparable, t.execute(f"SELECT * FROM {schema}.{name}").fetchall()))
             want = Counter(map(_comparable, c.execute(f"SELECT * FROM ({query}) q").fetchall()))
             if got != want:
                 out[name] = (got - want, want - got)
         c.rollback()
+        t.rollback()
     return out
 
 

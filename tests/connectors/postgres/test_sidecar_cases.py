@@ -233,3 +233,38 @@ def test_unreachable_side_is_retried_with_backoff_and_sigterm_stops(dsn, sidecar
     car.wait_log(f"{side} unreachable", count=2)
     assert "retrying in 0.5s" in car.text() and "retrying in 1.0s" in car.text()
     assert car.terminate() == 0
+
+
+def test_separate_target_database_and_schema(dsn, cluster, sidecar_process):
+    views = (
+        MARKER_VIEW
+        + "CREATE MATERIALIZED VIEW per_g AS SELECT g, COUNT(*) AS n, MAX(v) AS top FROM s GROUP BY g;\n"
+    )
+    with psycopg.connect(cluster.dsn, autocommit=True) as c:
+        c.execute("DROP DATABASE IF EXISTS elsewhere")
+        c.execute("CREATE DATABASE elsewhere")
+    target = cluster.dsn.replace("dbname=postgres", "dbname=elsewhere")
+    try:
+        with psycopg.connect(dsn, autocommit=True) as c:
+            c.execute(MARKER + "CREATE TABLE s (id int PRIMARY KEY, g text, v real)")
+            c.execute("INSERT INTO s SELECT i, 'g' || (i % 3), i / 2.0 FROM generate_series(1, 50) i")
+            car = sidecar_process(
+                views, "--target", target, "--schema", "out", "--slot", "s1", "--publication", "p1"
+            )
+            car.start()
+            wait_for_marker(target, 0, "out")
+            c.execute("UPDATE s SET g = NULL WHERE id % 5 = 0")
+            c.execute("DELETE FROM s WHERE id > 45")
+            wait_for_marker(target, bump_marker(dsn), "out")
+            assert mismatches(dsn, parse_views(views).views, "out", target) == {}
+            assert c.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 's1'").fetchone() == (
+                1,
+            )
+            assert car.terminate() == 0
+            with psycopg.connect(target) as t:
+                assert t.execute("SELECT slot, source_txns > 0 FROM out._ivm_progress").fetchall() == [
+                    ("s1", True)
+                ]
+    finally:
+        with psycopg.connect(cluster.dsn, autocommit=True) as c:
+            c.execute("DROP DATABASE elsewhere WITH (FORCE)")
