@@ -57,6 +57,14 @@ def test_concurrent_load_during_snapshot_and_stream(dsn, sidecar_process):
     streamed_from = load.commits
     while load.commits < streamed_from + 3000:  # a few thousand transactions while streaming
         car.wait_log("batch lsn=", count=car.text().count("batch lsn=") + 1)
+    # connections lost mid-stream: the sidecar says so, reconnects and rebuilds
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'ivm sidecar%'"
+        )
+    car.wait_log("initial state written", count=2)
+    assert "unreachable or connection lost" in car.text()
+    car.wait_log("batch lsn=", count=car.text().count("batch lsn=") + 3)
     load.stop()
     _quiet_and_compare(dsn)
     reader.finish()
