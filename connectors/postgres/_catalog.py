@@ -75,8 +75,9 @@ def parse_views(text: str, source: str = "views file") -> ViewsFile:
                         f"{source}: view {name!r}: schema-qualified table {t.sql()!r} is not supported; "
                         "name source tables without a schema (they are looked up on the search path)"
                     )
-                if t.name not in ctes and t.name not in views and t.name not in tables:
-                    tables.append(t.name)
+                table = t.name if getattr(t.this, "quoted", False) else t.name.lower()  # as Postgres folds
+                if t.name not in ctes and t.name not in views and table not in tables:
+                    tables.append(table)
             views[name] = stmt.expression.sql(dialect="postgres")
         elif kind != "INDEX":
             raise ConfigError(

@@ -238,7 +238,7 @@ def test_unreachable_side_is_retried_with_backoff_and_sigterm_stops(dsn, sidecar
 def test_separate_target_database_and_schema(dsn, cluster, sidecar_process):
     views = (
         MARKER_VIEW
-        + "CREATE MATERIALIZED VIEW per_g AS SELECT g, COUNT(*) AS n, MAX(v) AS top FROM s GROUP BY g;\n"
+        + "CREATE MATERIALIZED VIEW per_g AS SELECT g, COUNT(*) AS n, MAX(v) AS top FROM S GROUP BY g;\n"
     )
     with psycopg.connect(cluster.dsn, autocommit=True) as c:
         c.execute("DROP DATABASE IF EXISTS elsewhere")
