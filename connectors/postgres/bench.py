@@ -1,0 +1,120 @@
+"""End-to-end benchmark of the sidecar: ``python -m connectors.bench postgres [--json] [options]``.
+
+Client threads run the workload's multi-statement transactions (``connectors.postgres.workload``) against a
+Postgres (a throwaway local cluster unless ``--dsn`` is given) for ``--seconds`` while the sidecar maintains
+the workload's seven views into the same database. Reported:
+
+- ``changes_per_s``: source row changes applied end to end (into the target, committed) per second, from the
+  start of the load until the sidecar has caught up with its last transaction;
+- ``latency_p50_ms`` / ``latency_p99_ms``: per source transaction, from its commit in the source (the commit
+  timestamp in the replication stream) to the commit of the target transaction that contains it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import threading
+import time
+
+import numpy as np
+import psycopg
+
+from connectors.postgres.cluster import LocalCluster
+from connectors.postgres.sidecar import Sidecar
+from connectors.postgres.workload import VIEWS, Load, bump_marker, setup, wait_for_marker
+
+__all__ = ["main", "run"]
+
+NAME = "ivm_bench"  # the slot, publication and target schema the benchmark (re)creates
+
+
+def run(dsn: str, seconds: float, threads: int, pause: float) -> dict:
+    """One measurement against the database ``dsn``: its workload tables and the ``ivm_bench`` slot,
+    publication and schema are recreated."""
+    setup(dsn)
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(f"DROP SCHEMA IF EXISTS {NAME} CASCADE")
+        c.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s", (NAME,)
+        )
+        c.execute(f"DROP PUBLICATION IF EXISTS {NAME}")
+    latencies: list[np.ndarray] = []
+    applied = [0]
+
+    def on_batch(txns, committed_at: float) -> None:
+        latencies.append(committed_at - np.array([t.commit_ts_us for t in txns], dtype=np.float64) / 1e6)
+        applied[0] += sum(t.rows for t in txns)
+
+    car = Sidecar(dsn, VIEWS, slot=NAME, publication=NAME, schema=NAME, on_batch=on_batch)
+    errors: list[BaseException] = []
+
+    def side() -> None:
+        try:
+            car.run()
+        except BaseException as err:
+            errors.append(err)
+
+    th = threading.Thread(target=side, daemon=True)
+    th.start()
+    try:
+        wait_for_marker(dsn, 0, NAME, timeout=120)
+        latencies.clear()
+        applied[0] = 0
+        load = Load(dsn, threads=threads, pause=pause, seed=7).start()
+        start = time.monotonic()
+        time.sleep(seconds)
+        load.stop()
+        marker = bump_marker(dsn)
+        wait_for_marker(dsn, marker, NAME, timeout=600)
+        elapsed = time.monotonic() - start
+    finally:
+        car.stop()
+        th.join()
+    if errors:
+        raise errors[0]
+    lat = np.concatenate(latencies) * 1000 if latencies else np.zeros(1)
+    return {
+        "changes_per_s": round(applied[0] / elapsed, 1),
+        "latency_p50_ms": round(float(np.percentile(lat, 50)), 2),
+        "latency_p99_ms": round(float(np.percentile(lat, 99)), 2),
+        "source_transactions": load.commits,
+        "source_changes": applied[0],
+        "load_seconds": seconds,
+        "seconds_to_catch_up": round(elapsed, 2),
+        "client_threads": threads,
+        "views": VIEWS.count("CREATE MATERIALIZED VIEW"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m connectors.bench postgres", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--dsn", help="an existing Postgres with wal_level=logical (default: a temporary cluster)")
+    p.add_argument("--seconds", type=float, default=10.0, help="how long the write load runs (default 10)")
+    p.add_argument("--threads", type=int, default=3, help="client threads writing (default 3)")
+    p.add_argument("--pause", type=float, default=0.0, help="seconds each client waits between transactions")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    if args.dsn:
+        result = run(args.dsn, args.seconds, args.threads, args.pause)
+    else:
+        with LocalCluster() as cluster:
+            result = run(cluster.dsn, args.seconds, args.threads, args.pause)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"sidecar, {result['views']} views, {args.threads} client threads for {args.seconds:g}s")
+        print(f"  changes/s end to end   {result['changes_per_s']:>10.1f}")
+        print(f"  latency p50 (ms)       {result['latency_p50_ms']:>10.2f}")
+        print(f"  latency p99 (ms)       {result['latency_p99_ms']:>10.2f}")
+        print(f"  source transactions    {result['source_transactions']:>10d}")
+        print(f"  source row changes     {result['source_changes']:>10d}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

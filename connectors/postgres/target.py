@@ -1,0 +1,204 @@
+"""The target side: each view is a Postgres table kept equal to the view, written one batch per transaction
+together with the source LSN it reflects.
+
+A view with a unique non-NULL key (its GROUP BY columns, or DISTINCT) gets that key as primary key and
+deletes join on it. Any other view keeps duplicate rows as repeated rows: a delete of ``n`` copies of a row
+removes ``n`` physical rows equal to it (matched through the row's text form, so NULLs match and the join
+can hash). Data goes in with COPY into session temporary tables, then set-based DELETE and INSERT.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import psycopg
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from connectors.postgres._pgoutput import parse_lsn
+
+__all__ = ["ViewTarget", "Target", "quote"]
+
+
+def quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+@dataclass
+class ViewTarget:
+    """One view's table: column names and Postgres types, and the key positions (None: no unique key)."""
+
+    name: str
+    columns: list[str]
+    pg_types: list[str]
+    key: tuple[int, ...] | None
+
+    def ddl(self, schema: str) -> str:
+        cols = [f"{quote(c)} {t}" for c, t in zip(self.columns, self.pg_types, strict=True)]
+        if self.key:
+            cols.append(f"PRIMARY KEY ({', '.join(quote(self.columns[i]) for i in self.key)})")
+        return f"CREATE TABLE {quote(schema)}.{quote(self.name)} ({', '.join(cols)})"
+
+
+class Target:
+    """A connection to the target database writing the views of one slot into ``schema``."""
+
+    def __init__(self, dsn: str, schema: str, slot: str) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.slot = slot
+        self.conn: psycopg.Connection | None = None
+        self.views: dict[str, ViewTarget] = {}
+        self.temp: dict[str, str] = {}  # view -> its session's change table
+
+    def connect(self) -> None:
+        self.conn = psycopg.connect(self.dsn, application_name="ivm sidecar target")
+        self.conn.execute("SET TimeZone = 'UTC'")
+        self.conn.execute("SET DateStyle = 'ISO'")
+        self.conn.commit()
+
+    def close(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            finally:
+                self.conn = None
+
+    def _t(self, name: str) -> str:
+        return f"{quote(self.schema)}.{quote(name)}"
+
+    def committed_lsn(self) -> str | None:
+        """The source LSN the target reflects, if it has been written before."""
+        c = self.conn
+        exists = c.execute("SELECT to_regclass(%s)", (f"{quote(self.schema)}._ivm_progress",)).fetchone()[0]
+        if exists is None:
+            c.commit()
+            return None
+        row = c.execute(
+            f"SELECT lsn::text FROM {self._t('_ivm_progress')} WHERE slot = %s", (self.slot,)
+        ).fetchone()
+        c.commit()
+        return None if row is None else row[0]
+
+    def replace_all(self, views: list[ViewTarget], contents: dict, lsn: str) -> None:
+        """In one transaction: create what is missing (recreating a table whose columns changed), make every
+        view's table hold exactly its ``contents`` ``(rows, counts)`` and record ``lsn``. Readers see the old or
+        the new contents."""
+        c = self.conn
+        s = quote(self.schema)
+        c.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+        c.execute(
+            f"CREATE TABLE IF NOT EXISTS {s}._ivm_progress (slot text PRIMARY KEY, lsn pg_lsn NOT NULL, "
+            "source_txns bigint NOT NULL DEFAULT 0, committed_at timestamptz NOT NULL DEFAULT now())"
+        )
+        c.execute(
+            f"CREATE TABLE IF NOT EXISTS {s}._ivm_status (view text PRIMARY KEY, state text NOT NULL, "
+            "error text, changed_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for i, v in enumerate(views):
+            if self._signature(v.name) != (v.columns, v.pg_types, [v.columns[k] for k in v.key or ()]):
+                c.execute(f"DROP TABLE IF EXISTS {self._t(v.name)}")
+                c.execute(v.ddl(self.schema))
+            chg = f"_ivm_chg_{i}"
+            c.execute(f"DROP TABLE IF EXISTS pg_temp.{chg}")
+            c.execute(f"CREATE TEMP TABLE {chg} (LIKE {self._t(v.name)}) ON COMMIT DELETE ROWS")
+            c.execute(f"ALTER TABLE {chg} ADD COLUMN _ivm_n bigint NOT NULL")
+            self.temp[v.name] = chg
+            c.execute(
+                f"INSERT INTO {s}._ivm_status VALUES (%s, 'running', NULL, now()) ON CONFLICT (view) DO UPDATE "
+                "SET state = 'running', error = NULL, changed_at = now()",
+                (v.name,),
+            )
+        self.views = {v.name: v for v in views}
+        statements = []
+        for v in views:
+            rows, counts = contents[v.name]
+            statements.append(f"DELETE FROM {self._t(v.name)}")
+            if rows.num_rows:
+                self._copy(v, rows, counts)
+                statements.append(self._insert_sql(v))
+        c.execute(";\n".join([*statements, self._progress_sql(lsn, 0)]))
+        c.commit()
+
+    def apply(self, diffs: dict, lsn: str, txns: int, failed: dict[str, str]) -> None:
+        """One batch in one transaction: each view's consolidated changes ``(rows, diff)``, the views that
+        stopped (name -> error), and the LSN. One COPY per changed view, then one round trip for all the
+        DELETEs and INSERTs and the LSN."""
+        c = self.conn
+        statements = []
+        for name, (rows, counts) in diffs.items():
+            if rows.num_rows == 0:
+                continue
+            v = self.views[name]
+            self._copy(v, rows, counts)
+            if (counts < 0).any():
+                statements.append(self._delete_sql(v))
+            if (counts > 0).any():
+                statements.append(self._insert_sql(v))
+        for name, err in failed.items():
+            c.execute(
+                f"UPDATE {self._t('_ivm_status')} SET state = 'failed', error = %s, changed_at = now() "
+                "WHERE view = %s",
+                (err, name),
+            )
+        c.execute(";\n".join([*statements, self._progress_sql(lsn, txns)]))
+        c.commit()
+
+    def _insert_sql(self, v: ViewTarget) -> str:
+        """Rows of the change table with a positive count, each repeated count times."""
+        cols = ", ".join(quote(x) for x in v.columns)
+        picked = ", ".join(f"d.{quote(x)}" for x in v.columns)
+        return (
+            f"INSERT INTO {self._t(v.name)} ({cols}) SELECT {picked} FROM {self.temp[v.name]} d, "
+            "generate_series(1, d._ivm_n) AS g(_ivm_i) WHERE d._ivm_n > 0"
+        )
+
+    def _delete_sql(self, v: ViewTarget) -> str:
+        """Rows of the change table with a negative count: by key, or -count copies of an equal row (NULLs
+        equal, matched on the row's text form so the join can hash)."""
+        chg, t = self.temp[v.name], self._t(v.name)
+        if v.key:
+            on = " AND ".join(f"t.{quote(v.columns[k])} = d.{quote(v.columns[k])}" for k in v.key)
+            return f"DELETE FROM {t} t USING {chg} d WHERE d._ivm_n < 0 AND {on}"
+        row = f"ROW({', '.join(quote(x) for x in v.columns)})::text"
+        return (
+            f"DELETE FROM {t} t USING (SELECT x.ctid AS c FROM (SELECT r.ctid, d.n, row_number() OVER "
+            f"(PARTITION BY r.k) AS rn FROM (SELECT ctid, {row} AS k FROM {t}) r "
+            f"JOIN (SELECT {row} AS k, -_ivm_n AS n FROM {chg} WHERE _ivm_n < 0) d ON r.k = d.k) x "
+            "WHERE x.rn <= x.n) z WHERE t.ctid = z.c"
+        )
+
+    def _progress_sql(self, lsn: str, txns: int) -> str:
+        parse_lsn(lsn)  # only an LSN goes into the statement
+        slot = self.slot.replace("'", "''")
+        return (
+            f"INSERT INTO {self._t('_ivm_progress')} VALUES ('{slot}', '{lsn}'::pg_lsn, {int(txns)}, now()) "
+            "ON CONFLICT (slot) DO UPDATE SET lsn = excluded.lsn, "
+            "source_txns = _ivm_progress.source_txns + excluded.source_txns, committed_at = now()"
+        )
+
+    def _signature(self, name: str) -> tuple[list[str], list[str], list[str]] | None:
+        rows = self.conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            (self._t(name),),
+        ).fetchall()
+        if not rows:
+            return None
+        pk = self.conn.execute(
+            "SELECT a.attname FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(n, o) JOIN pg_attribute a "
+            "ON a.attnum = k.n WHERE i.indrelid = to_regclass(%s) AND i.indisprimary "
+            "AND a.attrelid = i.indrelid ORDER BY k.o",
+            (self._t(name),),
+        ).fetchall()
+        return [r[0] for r in rows], [r[1] for r in rows], [r[0] for r in pk]
+
+    def _copy(self, v: ViewTarget, rows: pa.Table, counts) -> None:
+        """A view's changed rows with their counts into its change table."""
+        data = rows.append_column("_ivm_n", pa.array(counts, pa.int64()))
+        buf = io.BytesIO()
+        pacsv.write_csv(data, buf, pacsv.WriteOptions(include_header=False))
+        cols = ", ".join(quote(x) for x in [*v.columns, "_ivm_n"])
+        with self.conn.cursor().copy(f"COPY {self.temp[v.name]} ({cols}) FROM STDIN (FORMAT csv)") as cp:
+            cp.write(buf.getbuffer())
