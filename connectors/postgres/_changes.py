@@ -50,7 +50,7 @@ class TableFeed:
         has_new = np.array(ch.has_new, dtype=bool)
         has_old = np.array(ch.has_old, dtype=bool)
         if ch.unchanged:
-            new = self._fill_unchanged(db, ch, new, old, has_old)
+            new = self._fill_unchanged(db, ch, new, old, has_new, has_old, tx)
         current = None
         if ch.truncated:
             if len(parts) != 1:
@@ -103,9 +103,12 @@ class TableFeed:
                 out.append(_tagged(before.cast(new.schema).take(j), -1, firsts.column("tx").to_numpy()[i]))
         return _join(out)
 
-    def _fill_unchanged(self, db, ch, new: pa.Table, old: pa.Table, has_old: np.ndarray) -> pa.Table:
-        """Unchanged TOASTed values an update did not send: from the whole old row (REPLICA IDENTITY FULL)
-        or from the row its key (the old key, if the update changed it) had at the engine's last commit. The
+    def _fill_unchanged(
+        self, db, ch, new: pa.Table, old: pa.Table, has_new: np.ndarray, has_old: np.ndarray, tx: np.ndarray
+    ) -> pa.Table:
+        """Unchanged TOASTed values an update did not send: from the whole old row (REPLICA IDENTITY FULL);
+        else from the row's latest earlier version in the same transaction, if the transaction wrote one; else
+        from the row its key (the old key, if the update changed it) had at the engine's last commit. The
         sidecar starts a new engine step at each transaction with such updates, so that commit is the state
         just before the transaction."""
         by_col: dict[int, list[int]] = {}
@@ -116,27 +119,35 @@ class TableFeed:
             idx = np.array(sorted(set(idx_list)), dtype=np.int64)
             if self.full_identity and has_old[idx].all():
                 vals = old.column(j).take(idx)
-            else:
-                use_old = pa.array(has_old[idx])
-                keys = [pc.if_else(use_old, old.column(k).take(idx), new.column(k).take(idx)) for k in self.key]
-                probe = pa.Table.from_arrays(keys, names=self.key)
+                new = _with_values(new, j, self.names[j], idx, vals)
+                continue
+            use_old = pa.array(has_old[idx])
+            keys = [pc.if_else(use_old, old.column(k).take(idx), new.column(k).take(idx)) for k in self.key]
+            prior = _earlier_version(keys, idx, new.select(self.key), has_new, tx)
+            first = prior < 0  # no earlier version in the transaction: the engine's
+            fidx, fkeys = idx[first], [k.filter(pa.array(first)) for k in keys]
+            if len(fidx):
+                probe = pa.Table.from_arrays(fkeys, names=self.key)
                 found = db.lookup_arrow(self.table.name, probe).cast(new.schema)
                 f = found.select(self.key).rename_columns(kcols)
                 f = f.append_column("j", pa.array(np.arange(found.num_rows)))
-                p = probe.rename_columns(kcols).append_column("i", pa.array(np.arange(len(idx))))
+                p = probe.rename_columns(kcols).append_column("i", pa.array(np.arange(len(fidx))))
                 m = p.join(f, kcols, use_threads=False)
-                if m.num_rows != len(idx):
+                if m.num_rows != len(fidx):
                     raise ValueError(
                         f"table {self.table.name!r}: an update left column {self.names[j]!r} unsent (TOASTed, "
                         "unchanged) and the row it updated is not known"
                     )
-                pos = np.empty(len(idx), dtype=np.int64)
+                pos = np.empty(len(fidx), dtype=np.int64)
                 pos[m.column("i").to_numpy()] = m.column("j").to_numpy()
-                vals = found.column(j).take(pos)
-            mask = np.zeros(new.num_rows, dtype=bool)
-            mask[idx] = True
-            col = pc.replace_with_mask(new.column(j).combine_chunks(), pa.array(mask), vals.combine_chunks())
-            new = new.set_column(j, self.names[j], col)
+                new = _with_values(new, j, self.names[j], fidx, found.column(j).take(pos))
+            # rows written earlier in the transaction: that version's value, once it has its own (in rounds,
+            # for a row updated several times with the value unsent each time)
+            pending = ~first
+            while pending.any():
+                ready = pending & ~np.isin(prior, idx[pending])
+                new = _with_values(new, j, self.names[j], idx[ready], new.column(j).take(prior[ready]))
+                pending &= ~ready
         return new
 
 
@@ -194,3 +205,30 @@ def consolidate(rows: pa.Table, diff: np.ndarray, tx: np.ndarray | None = None) 
 def expand(t: pa.Table, counts: np.ndarray) -> pa.Table:
     """Each row of ``t`` repeated ``max(count, 0)`` times."""
     return t.take(np.repeat(np.arange(t.num_rows), np.maximum(counts, 0)))
+
+
+def _with_values(new: pa.Table, j: int, name: str, idx: np.ndarray, vals) -> pa.Table:
+    """``new`` with column ``j`` at rows ``idx`` set to ``vals``."""
+    if len(idx) == 0:
+        return new
+    mask = np.zeros(new.num_rows, dtype=bool)
+    mask[idx] = True
+    vals = vals.combine_chunks() if isinstance(vals, pa.ChunkedArray) else vals
+    return new.set_column(j, name, pc.replace_with_mask(new.column(j).combine_chunks(), pa.array(mask), vals))
+
+
+def _earlier_version(keys: list, idx: np.ndarray, new_keys: pa.Table, has_new: np.ndarray, tx: np.ndarray):
+    """For each event ``idx[i]`` (updating the row with key ``keys[.][i]``), the latest earlier event of the
+    same transaction that wrote a row with that key, or -1."""
+    kcols = [f"k{i}" for i in range(len(keys))]
+    writes = np.flatnonzero(has_new)
+    w = new_keys.take(writes).rename_columns(kcols)
+    w = w.append_column("e", pa.array(writes)).append_column("etx", pa.array(tx[writes]))
+    q = pa.Table.from_arrays(keys, names=kcols).append_column("i", pa.array(np.arange(len(idx))))
+    q = q.append_column("at", pa.array(idx)).append_column("qtx", pa.array(tx[idx]))
+    m = q.join(w, kcols, use_threads=False)
+    at, e = m.column("at").to_numpy(), m.column("e").to_numpy()
+    ok = (e < at) & (m.column("etx").to_numpy() == m.column("qtx").to_numpy())
+    out = np.full(len(idx), -1, dtype=np.int64)
+    np.maximum.at(out, m.column("i").to_numpy()[ok], e[ok])
+    return out

@@ -126,6 +126,10 @@ def test_types_nulls_toast_truncate_and_full_identity(dsn):
             c.execute(
                 "UPDATE toast SET n = -1 WHERE id = 5"
             )  # ...then left unchanged, likely in the same batch
+            with c.transaction():  # a new TOASTed value, then the row updated again leaving it unsent
+                c.execute(f"UPDATE toast SET payload = ({big}) || 'x' WHERE id = 6")
+                c.execute("UPDATE toast SET n = -6 WHERE id = 6")
+                c.execute("UPDATE toast SET n = -7 WHERE id = 6")
             c.execute("UPDATE pf SET v = 'changed' WHERE id <= 2")
             with c.transaction():
                 c.execute("UPDATE f SET v = 'b' WHERE k = 1")
