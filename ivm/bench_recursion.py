@@ -45,7 +45,7 @@ def graphs(quick: bool, rng: np.random.Generator) -> dict[str, tuple[str, np.nda
     right = (cell[:, :-1].ravel(), cell[:, 1:].ravel())
     down = (cell[:-1, :].ravel(), cell[1:, :].ravel())
     grid = (f"{k}x{k} grid", np.concatenate([right[0], down[0]]), np.concatenate([right[1], down[1]]))
-    nodes = 1_000 if quick else 200_000
+    nodes = 1_000 if quick else 500_000
     pairs = np.unique(rng.integers(0, nodes, (int(nodes * 0.95), 2)), axis=0)
     rand = (f"random graph, {nodes:,} nodes, {len(pairs):,} edges", pairs[:, 0], pairs[:, 1])
     return {"tree": tree, "grid": grid, "random": rand}
