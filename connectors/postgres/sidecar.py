@@ -199,12 +199,21 @@ class Sidecar:
         ignored: set[str] = set()  # tables whose definition changed
         newly_failed: dict[str, str] = {}
         committed = start_lsn
+        idle_since = time.monotonic()
         while not self.stopping:
             with SOURCE:
+                before = src.position()
                 msgs = src.peek(self.batch_changes)
             if not msgs:
+                # nothing published committed before ``before``: the slot may release the WAL up to there
+                # (at most once a second), so a source busy only with other tables does not fill its disk
+                if time.monotonic() - idle_since >= 1.0 and parse_lsn(before) > committed:
+                    with SOURCE:
+                        src.advance(before)
+                    idle_since = time.monotonic()
                 self._sleep(0.05)
                 continue
+            idle_since = time.monotonic()
             txns, seen = [], committed
             for m in msgs:
                 t = decoder.feed(m)

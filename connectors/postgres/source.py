@@ -145,6 +145,10 @@ class Source:
         ).fetchall()
         return [r[0] for r in rows]
 
+    def position(self) -> str:
+        """The source's current WAL insert position."""
+        return self.conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+
     def advance(self, lsn: str) -> None:
         """Release WAL up to ``lsn`` (the end of the last transaction the target committed)."""
         self.conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, lsn))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 import psycopg
 import pytest
@@ -272,3 +273,22 @@ def test_separate_target_database_and_schema(dsn, cluster, sidecar_process):
     finally:
         with psycopg.connect(cluster.dsn, autocommit=True) as c:
             c.execute("DROP DATABASE elsewhere WITH (FORCE)")
+
+
+def test_slot_releases_wal_while_only_other_tables_change(dsn):
+    """Transactions on tables no view reads never reach the sidecar; the slot still moves past them."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(MARKER + "CREATE TABLE other (id integer PRIMARY KEY, v text);")
+    with running(dsn, MARKER_VIEW), psycopg.connect(dsn, autocommit=True) as c:
+        for i in range(50):
+            c.execute("INSERT INTO other VALUES (%s, repeat('x', 1000))", (i,))
+        target = c.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+        deadline = time.monotonic() + 60
+        while True:
+            (flushed,) = c.execute(
+                "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE database = current_database()"
+            ).fetchone()
+            if flushed >= target or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert flushed >= target
