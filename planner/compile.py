@@ -20,6 +20,7 @@ from sql.logical import (
     Aggregate,
     ColRef,
     Column,
+    Const,
     Distinct,
     Filter,
     Fixpoint,
@@ -37,6 +38,7 @@ from sql.logical import (
     Values,
     is_recursive,
 )
+from sql.types import INT
 
 __all__ = ["Registry", "compile_view"]
 
@@ -127,7 +129,7 @@ class _Compiler:
             return self.arranged(plan.input, key).reduce(distinct())
         ng = len(plan.group) if isinstance(plan, Aggregate) else 0
         if ng and key == tuple(range(ng)) and not _avg_fixes(plan):
-            return self._reduced(plan, None)
+            return self._reduced(plan)
         return self.collection(plan).arrange(key)
 
     def collection(self, plan: Plan) -> Collection:
@@ -196,12 +198,12 @@ class _Compiler:
         if isinstance(plan, Positive):
             return self.collection(plan.input).threshold(_positive)
         if isinstance(plan, TopK):
-            src = self.collection(plan.input)
-            keyed = src.map(_prepend_zero, (np.dtype(np.int64), *src.dtypes))
             types = [c.type.kind for c in plan.input.columns]
             order = tuple((p, desc, "text") if types[p] == "text" else (p, desc) for p, desc in plan.order)
-            out = keyed.top_k([0], order, plan.limit, plan.offset).as_collection()
-            return out.project(range(1, len(plan.columns) + 1))
+            ranked = self.arranged(_one_group(plan.input), (0,)).reduce(
+                ivm.TopK(order, plan.limit, plan.offset)
+            )
+            return ranked.as_collection().project(range(1, len(plan.columns) + 1))
         raise NotImplementedError(type(plan).__name__)
 
     def registry_key_of(self, scan: Scan) -> tuple[int, ...]:
@@ -254,24 +256,20 @@ class _Compiler:
         fixes = _avg_fixes(plan)
         if ng and not fixes:
             return self.arranged(plan, tuple(range(ng))).as_collection()
-        src = None
-        if ng == 0:
-            src = self.collection(plan.input)
-            src = src.map(_prepend_zero, (np.dtype(np.int64), *src.dtypes))
-        out = self._reduced(plan, src).as_collection()
+        out = self._reduced(plan).as_collection()
         if fixes:
             out = out.map(_divide_columns(fixes), out.dtypes)
         if ng:
             return out
         counts = [a.func in ("count_star", "count") for a in plan.aggs]
         default = self.constant_row(out.dtypes, counts)
-        nonempty = src.project([0]).distinct()
+        nonempty = self.collection(_one_group(plan.input)).project([0]).distinct()
         out = out.concat(default.antijoin(nonempty, [0]))
         return out.project(range(1, 1 + len(plan.aggs)))
 
-    def _reduced(self, plan: Aggregate, src: Collection | None) -> Arranged:
-        """The aggregate's reduction, arranged by its group columns (a constant 0 column for a global
-        aggregate over ``src``, the input with that column in front)."""
+    def _reduced(self, plan: Aggregate) -> Arranged:
+        """The aggregate's reduction, arranged by its group columns (for a global aggregate, a constant 0
+        column put in front of the input: see ``_one_group``)."""
         ng = len(plan.group)
         group, shift = (plan.group, 0) if ng else ((0,), 1)
         width = len(plan.input.columns) + shift
@@ -284,8 +282,16 @@ class _Compiler:
             if a.func in ("min", "max") and a.type.kind == "text":
                 kind = a.func + "_text"
             specs.append((kind, None if a.arg is None else rest.index(a.arg + shift)))
-        arranged = self.arranged(plan.input, group) if ng else src.arrange(group)
+        arranged = self.arranged(plan.input if ng else _one_group(plan.input), group)
         return arranged.reduce(ivm.Aggregate(specs))
+
+
+def _one_group(plan: Plan) -> Plan:
+    """``plan``'s rows behind a constant 0 column: one group holding every row, for a global aggregate or a
+    top-k. A plan like any other, so views ranking or totalling the same rows share its arrangement."""
+    cols = (Column("?group", INT, False), *plan.columns)
+    refs = tuple(ColRef(i, c.type) for i, c in enumerate(plan.columns))
+    return Project(plan, (Const(0, INT), *refs), cols)
 
 
 def _avg_fixes(plan: Aggregate) -> dict[int, float]:
@@ -312,10 +318,6 @@ def _pad(columns, after: bool):
 
 def _positive(w: np.ndarray) -> np.ndarray:
     return np.maximum(w, 0)
-
-
-def _prepend_zero(cols, valid, n):
-    return (np.zeros(n, dtype=np.int64), *cols), (None, *valid)
 
 
 def _divide_columns(fixes: dict[int, float]):

@@ -222,3 +222,13 @@ def test_casts_to_and_from_text_match_duckdb_and_bad_text_stops_the_view():
     assert db.execute("SELECT COUNT(*) FROM as_text").fetchall() == [(4,)]
     with pytest.raises(SqlError, match="invalid input for BIGINT: 'abc'"):
         db.execute("SELECT CAST(s AS INTEGER) FROM tx")
+
+
+def test_top_k_views_over_the_same_rows_share_their_arrangement(db):
+    db.execute("CREATE VIEW top3 AS SELECT ok, total FROM o ORDER BY total DESC LIMIT 3")
+    db.execute("CREATE VIEW top1 AS SELECT ok, total FROM o ORDER BY total DESC LIMIT 1")
+    ranked = [(p, k, h) for p, k, h in db.views["top1"].used if k == (0,) and p.columns[0].name == "?group"]
+    assert [h for _, _, h in ranked] == ["reused"]
+    db.execute("INSERT INTO o VALUES (20, 1, 99.00, NULL)")
+    assert db.execute("SELECT * FROM top1").fetchall() == [(20, decimal.Decimal("99.00"))]
+    assert len(db.execute("SELECT * FROM top3").fetchall()) == 3
