@@ -74,10 +74,13 @@ class Connection:
         self.pending: dict[str, list[Batch]] = {}
         self._result: tuple | None = None
         self.description: list[tuple] | None = None
+        self.closed = False
 
     # -- DB-API surface ---------------------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence | None = None) -> Connection:
         """Run one or more statements; a query's rows are then available from ``fetchall``."""
+        if self.closed:
+            raise SqlError("the connection is closed")
         if params:
             sql = _bind(sql, params)
         word = sql.strip().rstrip(";").strip().upper()
@@ -235,6 +238,8 @@ class Connection:
         return pa.Table.from_arrays(arrays, names=[c.name for c in t.columns])
 
     def _arrow_write(self, table: str, data, sign: int) -> None:
+        if self.closed:
+            raise SqlError("the connection is closed")
         from sql.arrow import to_engine_column
 
         if table not in self.tables:
@@ -284,7 +289,17 @@ class Connection:
             self._commit()
 
     def close(self) -> None:
-        pass
+        """Drop every view and table now, releasing their arrangements (whose arrays go at once, rather than
+        whenever the garbage collector reaches the operators' reference cycles)."""
+        for df in list(self.engine.dataflows):
+            df.drop()
+        self.views.clear()
+        self.tables.clear()
+        self.pending.clear()
+        self.registry = Registry()
+        self.catalog = Catalog()
+        self._result = None
+        self.closed = True
 
     # -- statements -------------------------------------------------------------------------------------
     def _statement(self, stmt: exp.Expression) -> None:

@@ -89,6 +89,8 @@ def bench_query(q: str, stream, sizes, txns: int, held: dict) -> dict:
     total = sum(r.num_rows for _, r, _ in changes)
     db = None
     for size in sizes:
+        if db is not None:
+            db.close()
         db = _new_db([q])
         t0 = time.perf_counter()
         for txn in _transactions(changes, size):
@@ -113,6 +115,7 @@ def bench_query(q: str, stream, sizes, txns: int, held: dict) -> dict:
     out["txn_latency_ms_p50"] = float(np.percentile(lat, 50) * 1e3)
     out["txn_latency_ms_p99"] = float(np.percentile(lat, 99) * 1e3)
     out["memory_bytes"] = memory_bytes(db)
+    db.close()
     return out
 
 

@@ -232,3 +232,15 @@ def test_top_k_views_over_the_same_rows_share_their_arrangement(db):
     db.execute("INSERT INTO o VALUES (20, 1, 99.00, NULL)")
     assert db.execute("SELECT * FROM top1").fetchall() == [(20, decimal.Decimal("99.00"))]
     assert len(db.execute("SELECT * FROM top3").fetchall()) == 3
+
+
+def test_close_releases_every_arrangement(db):
+    from sql.errors import SqlError
+
+    db.execute("CREATE VIEW per_c AS SELECT ck, SUM(total) AS s FROM o GROUP BY ck")
+    engine = db.engine
+    assert engine.stored_updates() > 0
+    db.close()
+    assert engine.traces() == [] and engine.dataflows == []
+    with pytest.raises(SqlError, match="closed"):
+        db.execute("SELECT * FROM per_c")
