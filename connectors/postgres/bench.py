@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import threading
 import time
 
 import numpy as np
@@ -48,17 +47,7 @@ def run(dsn: str, seconds: float, threads: int, pause: float) -> dict:
         applied[0] += sum(t.rows for t in txns)
 
     car = Sidecar(dsn, VIEWS, slot=NAME, publication=NAME, schema=NAME, on_batch=on_batch)
-    errors: list[BaseException] = []
-
-    def side() -> None:
-        try:
-            car.run()
-        except BaseException as err:
-            errors.append(err)
-
-    th = threading.Thread(target=side, daemon=True)
-    th.start()
-    try:
+    with car.in_thread():
         wait_for_marker(dsn, 0, NAME, timeout=120)
         latencies.clear()
         applied[0] = 0
@@ -69,11 +58,6 @@ def run(dsn: str, seconds: float, threads: int, pause: float) -> dict:
         marker = bump_marker(dsn)
         wait_for_marker(dsn, marker, NAME, timeout=600)
         elapsed = time.monotonic() - start
-    finally:
-        car.stop()
-        th.join()
-    if errors:
-        raise errors[0]
     lat = np.concatenate(latencies) * 1000 if latencies else np.zeros(1)
     return {
         "changes_per_s": round(applied[0] / elapsed, 1),

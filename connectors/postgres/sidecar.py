@@ -13,9 +13,11 @@ the target at a committed LSN that the next start replaces atomically.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -105,6 +107,32 @@ class Sidecar:
     def stop(self) -> None:
         """Stop after the batch in flight."""
         self.stopping = True
+
+    @contextlib.contextmanager
+    def in_thread(self):
+        """Run in a background thread for the ``with`` block, then stop after the batch in flight. An error of
+        the sidecar's own is raised in place of (or after) the block's."""
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self.run()
+            except BaseException as err:
+                errors.append(err)
+
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        try:
+            yield self
+        except BaseException:
+            if errors:  # the sidecar's own failure explains the block's
+                raise errors[0] from None
+            raise
+        finally:
+            self.stop()
+            th.join()
+        if errors:
+            raise errors[0]
 
     # -- the outer loop: restart on lost connections, with backoff -------------------------------------------
     def run(self) -> None:

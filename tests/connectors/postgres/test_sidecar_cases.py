@@ -4,7 +4,6 @@ TRUNCATE, REPLICA IDENTITY FULL, ALTER TABLE on a source table, errors at start,
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 
 import psycopg
@@ -22,28 +21,9 @@ MARKER_VIEW = "CREATE MATERIALIZED VIEW marker_n AS SELECT n FROM marker;\n"
 def running(dsn: str, views: str):
     """The sidecar in a thread, stopped (after its batch in flight) at the end."""
     car = Sidecar(dsn, views, batch_changes=500)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            car.run()
-        except BaseException as err:
-            errors.append(err)
-
-    th = threading.Thread(target=run, daemon=True)
-    th.start()
-    try:
+    with car.in_thread():
         wait_for_marker(dsn, 0, timeout=60)
         yield car
-    except BaseException:
-        if errors:  # the sidecar's own failure explains the test's
-            raise errors[0] from None
-        raise
-    finally:
-        car.stop()
-        th.join()
-    if errors:
-        raise errors[0]
 
 
 def _sync_and_compare(dsn: str, views: str) -> None:
