@@ -78,30 +78,30 @@ def _pct(xs: list[float], p: float) -> float:
     return float(np.percentile(np.array(xs) * 1000.0, p))
 
 
+def _timed(db, sql: str) -> float:
+    """Seconds one statement (one transaction) takes."""
+    t = time.perf_counter()
+    db.execute(sql)
+    return time.perf_counter() - t
+
+
+def _latency(name: str, seconds: list[float]) -> dict:
+    return {f"{name}_p50_ms": _pct(seconds, 50), f"{name}_p99_ms": _pct(seconds, 99)}
+
+
 def _edge_updates(db, src, dst, samples: int, rng: np.random.Generator) -> dict:
     """Delete one existing edge, then insert it back; each its own transaction, each timed."""
     ins, dels = [], []
     for i in rng.choice(len(src), samples, replace=False):
-        row = f"({int(src[i])}, {int(dst[i])})"
-        t = time.perf_counter()
-        db.execute(f"DELETE FROM e WHERE src = {int(src[i])} AND dst = {int(dst[i])}")
-        dels.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        db.execute(f"INSERT INTO e VALUES {row}")
-        ins.append(time.perf_counter() - t)
-    return {
-        "insert_p50_ms": _pct(ins, 50),
-        "insert_p99_ms": _pct(ins, 99),
-        "delete_p50_ms": _pct(dels, 50),
-        "delete_p99_ms": _pct(dels, 99),
-    }
+        a, b = int(src[i]), int(dst[i])
+        dels.append(_timed(db, f"DELETE FROM e WHERE src = {a} AND dst = {b}"))
+        ins.append(_timed(db, f"INSERT INTO e VALUES ({a}, {b})"))
+    return {**_latency("insert", ins), **_latency("delete", dels)}
 
 
 def _workload(name: str, sql: str, src, dst, samples: int, rng) -> dict:
     db = _load(src, dst)
-    t = time.perf_counter()
-    db.execute(f"CREATE VIEW v AS {sql}")
-    full = time.perf_counter() - t
+    full = _timed(db, f"CREATE VIEW v AS {sql}")
     rows = db.execute("SELECT COUNT(*) FROM v").fetchall()[0][0]
     duck, duck_rows = _duckdb_seconds(src, dst, sql)
     if rows != duck_rows:
@@ -110,6 +110,7 @@ def _workload(name: str, sql: str, src, dst, samples: int, rng) -> dict:
     out.update(_edge_updates(db, src, dst, samples, rng))
     if rows != db.execute("SELECT COUNT(*) FROM v").fetchall()[0][0]:
         raise AssertionError(f"{name}: the view changed after deleting and restoring edges")
+    db.close()
     return out
 
 
@@ -118,20 +119,11 @@ def _interactive(src, dst, samples: int, rng) -> dict:
     db.execute(f"CREATE VIEW v AS {INTERACTIVE}")
     add, remove, sizes = [], [], []
     for node in rng.choice(int(max(src.max(), dst.max())) + 1, samples, replace=False):
-        t = time.perf_counter()
-        db.execute(f"INSERT INTO q VALUES ({int(node)})")
-        add.append(time.perf_counter() - t)
+        add.append(_timed(db, f"INSERT INTO q VALUES ({int(node)})"))
         sizes.append(db.execute("SELECT COUNT(*) FROM v").fetchall()[0][0])
-        t = time.perf_counter()
-        db.execute(f"DELETE FROM q WHERE r = {int(node)}")
-        remove.append(time.perf_counter() - t)
-    return {
-        "add_p50_ms": _pct(add, 50),
-        "add_p99_ms": _pct(add, 99),
-        "remove_p50_ms": _pct(remove, 50),
-        "remove_p99_ms": _pct(remove, 99),
-        "reached_median": float(np.median(sizes)),
-    }
+        remove.append(_timed(db, f"DELETE FROM q WHERE r = {int(node)}"))
+    db.close()
+    return {**_latency("add", add), **_latency("remove", remove), "reached_median": float(np.median(sizes))}
 
 
 def run(quick: bool = False, samples: int | None = None, seed: int = 7) -> dict:
