@@ -165,13 +165,17 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
 
 
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
 def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer on uint64 arrays."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * _M1
-    x = x ^ (x >> np.uint64(27))
-    x = x * _M2
-    return x ^ (x >> np.uint64(31))
+    """splitmix64 finalizer on uint64 arrays (a new array; ``x`` is left alone)."""
+    x = x ^ (x >> _S30)
+    x *= _M1
+    x ^= x >> _S27
+    x *= _M2
+    x ^= x >> _S31
+    return x
 
 
 def key_hash(columns: Sequence[np.ndarray], valid: Sequence[Mask], n: int | None = None) -> np.ndarray:
@@ -189,14 +193,24 @@ def key_hash(columns: Sequence[np.ndarray], valid: Sequence[Mask], n: int | None
         if valid[0] is not None:
             h = np.where(valid[0], h, NULL_HASH)
         return h
-    with np.errstate(over="ignore"):
-        h = np.full(len(columns[0]), _GOLD, dtype=np.uint64)
-        for i, (col, mask) in enumerate(zip(columns, valid, strict=True)):
-            v = _bits(col).view(np.uint64) + np.uint64(i + 1) * _GOLD
-            if mask is not None:
-                v = v ^ (~mask).astype(np.uint64) * _M2
-            h = _mix(h ^ _mix(v))
+    h = np.full(len(columns[0]), _GOLD, dtype=np.uint64)
+    for i, (col, mask) in enumerate(zip(columns, valid, strict=True)):
+        v = _bits(col).view(np.uint64) + _salt(i)  # array arithmetic wraps around silently
+        if mask is not None:
+            v ^= (~mask).astype(np.uint64) * _M2
+        h ^= _mix(v)
+        h = _mix(h)
     return h.view(np.int64)
+
+
+def _salt(i: int) -> np.uint64:
+    """The constant added to the ``i``-th key column before mixing (``(i + 1) * golden ratio`` mod 2**64)."""
+    while len(_SALTS) <= i:
+        _SALTS.append(np.uint64((len(_SALTS) + 1) * int(_GOLD) % (1 << 64)))
+    return _SALTS[i]
+
+
+_SALTS: list[np.uint64] = []
 
 
 def rows_equal(
@@ -293,8 +307,17 @@ def sort_groups(keys: Sequence[np.ndarray], split: int | None = None) -> tuple[n
     if n < 2:
         return np.arange(n, dtype=np.int64), np.ones(n, dtype=bool)
     if n < SMALL_SORT:
-        order = np.lexsort(tuple(reversed(keys)))
-        return order, group_starts([k[order] for k in keys], n)
+        # one array of all keys (booleans and integers share int64 exactly), sorted and compared at once
+        table = np.stack(keys) if len(keys) > 1 else keys[0][None]
+        if table.dtype.kind not in "biu":
+            order = np.lexsort(tuple(reversed(keys)))
+            return order, group_starts([k[order] for k in keys], n)
+        order = np.lexsort(table[::-1])
+        ordered = table[:, order]
+        starts = np.empty(n, dtype=bool)
+        starts[0] = True
+        np.any(ordered[:, 1:] != ordered[:, :-1], axis=0, out=starts[1:])
+        return order, starts
     starts = np.empty(n, dtype=bool)
     starts[0] = True
     if len(keys) > 1:

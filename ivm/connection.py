@@ -17,7 +17,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from ivm.batch import Batch, consolidate, key_hash
+from ivm.batch import Batch, consolidate, key_hash, rows_equal
 from ivm.dataflow import Arranged, Dataflow, Engine, Input
 from ivm.operators.basic import EvaluationError
 from ivm.operators.iterate import IterationLimitError
@@ -731,32 +731,64 @@ class Connection:
     def _check_key(self, st: _TableState, batch: Batch) -> None:
         table = st.table
         pk = table.primary_key
-        after = self.pending.get(table.name, []) + [batch]
+        before = self.pending.get(table.name)
         cols, valid = batch.select(pk)
+        h = key_hash(cols, valid, len(batch))
+        if not before:
+            # the first change of the table in its transaction: deletions cannot duplicate a key, and
+            # insertions of distinct keys only need the keys' committed multiplicities
+            if (batch.diffs < 0).all():
+                return
+            if (batch.diffs == 1).all() and len(np.unique(h)) == len(h):
+                found, q = st.arranged.trace.gather(h, cols, valid)
+                if found is None:
+                    return
+                present = np.bincount(q, weights=found.diffs, minlength=len(h)) > 0
+                if not present.any():
+                    return
+                self._duplicate_key(table, cols, np.flatnonzero(present)[:1])
         keys = Batch(cols, valid, batch.times, batch.diffs)
         # the resulting multiplicity of every key touched: committed rows plus all pending changes
-        h = key_hash(cols, valid, len(batch))
         found, q = st.arranged.trace.gather(*_unique(h, cols, valid))
         parts = [keys.with_times(np.zeros((len(keys), 1), np.int64))]
         if found is not None:
             kc, kv = found.select(range(len(pk)))
             parts.append(Batch(kc, kv, np.zeros((len(found), 1), np.int64), found.diffs))
-        for b in after[:-1]:
+        for b in before or []:
             c, v = b.select(pk)
             parts.append(Batch(c, v, np.zeros((len(b), 1), np.int64), b.diffs))
         total, _ = consolidate(Batch.concat(parts))
         dup = np.flatnonzero(total.diffs > 1)
         if len(dup):
-            first = dup[:1]
-            shown = ", ".join(
-                f"{table.columns[p].name}={to_python(c[first], None, table.columns[p].type)[0]!r}"
-                for p, c in zip(pk, total.columns, strict=True)
-            )
-            raise SqlError(f"duplicate key value violates the primary key of {table.name!r} ({shown})")
+            self._duplicate_key(table, total.columns, dup[:1])
+
+    @staticmethod
+    def _duplicate_key(table: Table, key_cols: tuple, first: np.ndarray) -> None:
+        shown = ", ".join(
+            f"{table.columns[p].name}={to_python(c[first], None, table.columns[p].type)[0]!r}"
+            for p, c in zip(table.primary_key, key_cols, strict=True)
+        )
+        raise SqlError(f"duplicate key value violates the primary key of {table.name!r} ({shown})")
 
     def _check_present(self, st: _TableState, batch: Batch) -> None:
         """Every row deleted by ``batch`` must be in the table (with this transaction's changes)."""
         key = _layout(st.table, len(st.table.columns), st.arranged.nkey)
+        if not self.pending.get(st.table.name) and (batch.diffs == -1).all():
+            # the first change of the table in its transaction, one copy of each row: when the rows' keys are
+            # distinct, each must match a committed row with the same key exactly
+            rows = batch.select(key)
+            kcols, kvalid = rows[0][: st.arranged.nkey], rows[1][: st.arranged.nkey]
+            h = key_hash(kcols, kvalid, len(batch))
+            if len(np.unique(h)) == len(h):
+                found, q = st.arranged.trace.gather(h, kcols, kvalid)
+                held = np.zeros(len(h), np.int64)
+                if found is not None:
+                    mine = (tuple(c[q] for c in rows[0]), tuple(None if m is None else m[q] for m in rows[1]))
+                    same = rows_equal(*mine, found.columns, found.valid)
+                    held = np.bincount(q[same], weights=found.diffs[same], minlength=len(h))
+                if (held < 1).any():
+                    raise SqlError(f"a deleted row is not in table {st.table.name!r}")
+                return
         changes = [batch, *self.pending.get(st.table.name, [])]
         parts = [Batch(*b.select(key), np.zeros((len(b), 1), np.int64), b.diffs) for b in changes]
         every = Batch.concat(parts)

@@ -12,13 +12,15 @@ from sql.types import SqlType
 
 __all__ = ["to_engine_column", "to_arrow_column", "arrow_type"]
 
+SMALL = 64  # text columns this short are interned value by value rather than dictionary-encoded first
+
 
 def to_engine_column(
     arr: pa.Array | pa.ChunkedArray, t: SqlType, name: str
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """An engine column and validity mask from an Arrow array of a compatible type."""
     if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
+        arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
     valid = None
     nulls = arr.null_count
     if nulls:
@@ -29,15 +31,23 @@ def to_engine_column(
         if k == "text":
             if not (pa.types.is_string(at) or pa.types.is_large_string(at) or pa.types.is_string_view(at)):
                 raise TypeError
-            enc = pc.dictionary_encode(arr if pa.types.is_string(at) else arr.cast(pa.string()))
-            codes = POOL.encode(enc.dictionary.to_pylist())
-            idx = _numbers(enc.indices, nulls, 0)
-            data = codes[idx] if len(codes) else np.zeros(len(arr), dtype=np.int64)
+            if not nulls and len(arr) <= SMALL:
+                data = POOL.encode(arr.to_pylist())
+            else:
+                enc = pc.dictionary_encode(arr if pa.types.is_string(at) else arr.cast(pa.string()))
+                codes = POOL.encode(enc.dictionary.to_pylist())
+                idx = _numbers(enc.indices, nulls, 0)
+                data = codes[idx] if len(codes) else np.zeros(len(arr), dtype=np.int64)
         elif k == "decimal":
             if pa.types.is_integer(at):
                 data = _numbers(arr, nulls, 0).astype(np.int64) * 10**t.scale
             elif pa.types.is_decimal(at):
-                exact = arr if at == pa.decimal128(38, t.scale) else arr.cast(pa.decimal128(38, t.scale))
+                # every decimal128 holds 16-byte words whatever its precision: only the scale must agree
+                exact = (
+                    arr
+                    if pa.types.is_decimal128(at) and at.scale == t.scale
+                    else arr.cast(pa.decimal128(38, t.scale))
+                )
                 if nulls:
                     exact = exact.fill_null(0)
                 words = np.frombuffer(exact.buffers()[1], dtype=np.int64)

@@ -73,9 +73,10 @@ class Threshold:
         return g.ids[keep], (), (), mult[keep]
 
 
-def distinct() -> Threshold:
-    """Multiplicity 1 for every row present with a positive count."""
-    return Threshold(lambda w: (w > 0).astype(np.int64))
+def distinct() -> Aggregate:
+    """Multiplicity 1 for every row present with a positive count: an aggregate computing nothing, so that
+    outside loops it keeps a running count per row instead of re-reading the row's history."""
+    return Aggregate([])
 
 
 AGGREGATES = ("count", "count_col", "sum", "avg", "min", "max", "min_text", "max_text", "count_distinct")

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ivm.batch import NULL_HASH, Batch, consolidate, key_hash, rows_equal
+from ivm import stats
+from ivm.batch import NULL_HASH, Batch, argsort, consolidate, key_hash, merge_order, rows_equal
 from ivm.trace.seek import DirectIndex, Fence, build_index, seek_ranges
 
 __all__ = ["TraceBatch", "expand_ranges"]
@@ -40,6 +41,20 @@ class TraceBatch:
         """Sorts and consolidates ``updates`` whose key hashes are ``hashes`` (``split``: see
         ``consolidate``)."""
         cols, valid = updates.select(range(nkey))
+        n = len(updates)
+        if n:
+            order = merge_order(hashes, split) if split is not None else argsort(hashes)
+            hs = hashes[order]
+            if n == 1 or not (hs[1:] == hs[:-1]).any():
+                # distinct hashes mean distinct keys, so distinct rows: nothing to add up, only zeros to drop
+                stats.rows_sorted += n
+                keep = updates.diffs[order] != 0
+                if not keep.all():
+                    order, hs = order[keep], hs[keep]
+                out = updates.take(order)
+                if identity_hash(cols, valid):
+                    hs = key_hash(*out.select(range(nkey)), len(out))
+                return TraceBatch(out, hs, nkey)
         if identity_hash(cols, valid):
             out, _ = consolidate(updates, split=split)
             return TraceBatch(out, key_hash(*out.select(range(nkey)), len(out)), nkey)

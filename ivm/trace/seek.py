@@ -4,7 +4,8 @@ Three ways, chosen per batch when it is first searched:
 - keys that are dense integers (the key is its own hash and the batch covers most of its value range) get a
   *direct index*, one int32 row position per value: a lookup is one array access;
 - large batches get a sparse *fence* (every 16th hash), searched first because it fits in cache, so that the
-  final probes of the binary search stay within one small block;
+  final probes of the binary search stay within one small block (for many queries at once; a few are
+  binary-searched directly);
 - other batches are binary-searched as they are.
 Ranges are then closed by looking at the next row: most keys own one row or a few, and only the rest need a
 second search.
@@ -20,6 +21,7 @@ STRIDE = 16
 FENCE_MIN = 1 << 22
 DIRECT_MIN = 1 << 14
 DIRECT_DENSITY = 2  # at most this many table slots per row
+FENCE_QUERIES = 256  # fewer queries than this search the whole array: the fence's own steps cost more
 
 
 class Fence:
@@ -60,7 +62,7 @@ def build_index(sorted_hashes: np.ndarray, identity: bool) -> Fence | DirectInde
 
 def _left(arr: np.ndarray, q: np.ndarray, fence: Fence | None) -> np.ndarray:
     """``np.searchsorted(arr, q, side="left")``."""
-    if fence is None:
+    if fence is None or len(q) < FENCE_QUERIES:
         return np.searchsorted(arr, q, side="left")
     n = len(arr)
     b = np.searchsorted(fence.values, q, side="left")

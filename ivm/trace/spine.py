@@ -20,6 +20,7 @@ __all__ = ["Spine"]
 
 FUEL_PER_UPDATE = 4
 CHUNK = 1 << 16
+MIN_CHUNK = 1 << 10
 
 
 class _Merge:
@@ -32,12 +33,20 @@ class _Merge:
         self.result: TraceBatch | None = None
         self.size = len(older) + len(newer)
         self.out = _Buffer(older, newer)
+        self.saved = 0
 
     def work(self, fuel: int) -> int:
-        """Merge at least ``fuel`` input updates (or all that remain); return the fuel left."""
+        """Merge ``fuel`` input updates (or all that remain); return the fuel left. Fuel is saved up until it
+        pays for a chunk of ``MIN_CHUNK`` updates, so that small insertions mostly merge nothing: the work per
+        update is the same, without the cost of a chunk on every one."""
+        fuel += self.saved
+        self.saved = 0
+        if fuel < MIN_CHUNK and self.size > MIN_CHUNK:
+            self.saved = fuel
+            return 0
         a, b = self.inputs
         while self.result is None and fuel > 0:
-            step = max(min(fuel, CHUNK), 1024)
+            step = max(min(fuel, CHUNK), MIN_CHUNK)
             ia, ib = self.pos
             ea = min(len(a), ia + step)
             if ea < len(a):
@@ -138,7 +147,8 @@ class Spine:
         self.handles: list[TraceHandle] = []
         self.freed = False
         self.inserted = 0
-        self.since = Antichain(np.zeros((1, dim), dtype=np.int64))
+        self._since = Antichain(np.zeros((1, dim), dtype=np.int64))
+        self._since_stale = False
 
     # -- handles ---------------------------------------------------------------------------------
     def handle(self, frontier: Antichain | None = None) -> TraceHandle:
@@ -156,22 +166,30 @@ class Spine:
             self.entries = []
             self.freed = True
         else:
-            self._frontier_changed()
+            self._since_stale = True
 
     def _frontier_changed(self) -> None:
-        if not self.handles:
-            return
-        fronts = [h.frontier.elements for h in self.handles]
-        if all(f.shape[0] == 1 for f in fronts):
-            rows = np.concatenate(fronts)
-            least = rows.min(axis=0)
-            if (rows == least).all(axis=1).any():  # one frontier is below all others: it is the meet
-                self.since = Antichain(least.reshape(1, -1))
-                return
-        frontier = self.handles[0].frontier
-        for h in self.handles[1:]:
-            frontier = frontier.meet(h.frontier)
-        self.since = frontier
+        """A handle moved its frontier: the meet is recomputed when next needed (handles advance on every
+        step, merges and new handles read it far less often)."""
+        self._since_stale = True
+
+    @property
+    def since(self) -> Antichain:
+        """The compaction frontier: the meet of the handles' frontiers."""
+        if self._since_stale and self.handles:
+            self._since_stale = False
+            fronts = [h.frontier for h in self.handles]
+            if all(len(f) == 1 for f in fronts):
+                rows = np.concatenate([f.elements for f in fronts])
+                least = rows.min(axis=0)
+                if (rows == least).all(axis=1).any():  # one frontier is below all others: it is the meet
+                    self._since = Antichain(least.reshape(1, -1))
+                    return self._since
+            frontier = fronts[0]
+            for f in fronts[1:]:
+                frontier = frontier.meet(f)
+            self._since = frontier
+        return self._since
 
     # -- writing ---------------------------------------------------------------------------------
     def insert(self, batch: TraceBatch) -> None:

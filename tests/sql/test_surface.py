@@ -133,6 +133,44 @@ def test_arrow_deletes_in_one_transaction_and_missing_rows(db):
         db.delete_arrow("o", rows.slice(0, 1))
 
 
+def test_arrow_key_and_presence_checks(db):
+    """Arrow writes check keys and deleted rows against committed rows and the transaction's own changes."""
+    rows = db.execute("SELECT * FROM o ORDER BY ok").fetch_arrow()
+    before = sorted(db.execute("SELECT * FROM o").fetchall())
+    with pytest.raises(SqlError, match=r"primary key of 'o' \(ok=2\)"):
+        db.insert_arrow("o", rows.slice(1, 1))  # a committed key
+    with pytest.raises(SqlError, match="primary key"):
+        db.insert_arrow(
+            "o", pa.concat_tables([rows.slice(0, 1), rows.slice(0, 1)]).set_column(0, "ok", pa.array([9, 9]))
+        )
+    changed = rows.slice(0, 1).set_column(2, "total", pa.array([decimal.Decimal("9.99")], pa.decimal128(10, 2)))
+    with pytest.raises(SqlError, match="not in table"):
+        db.delete_arrow("o", changed)  # the key exists, the row does not
+    with pytest.raises(SqlError, match="not in table"):
+        db.delete_arrow("o", rows.slice(0, 1).set_column(0, "ok", pa.array([42])))
+    assert sorted(db.execute("SELECT * FROM o").fetchall()) == before
+    db.delete_arrow("o", rows.slice(1, 2))  # rows with NULLs match rows with NULLs
+    db.insert_arrow("o", rows.slice(1, 1))  # a key deleted earlier is free again
+    db.execute("BEGIN")
+    db.delete_arrow("o", rows.slice(0, 1))
+    db.insert_arrow("o", rows.slice(0, 1))  # deleted in this transaction: may come back
+    with pytest.raises(SqlError, match="primary key"):
+        db.insert_arrow("o", rows.slice(0, 1))
+    db.execute("BEGIN")
+    db.delete_arrow("o", rows.slice(0, 1))
+    with pytest.raises(SqlError, match="not in table"):
+        db.delete_arrow("o", rows.slice(0, 1))  # already deleted in this transaction
+    assert sorted(db.execute("SELECT * FROM o").fetchall()) == sorted(before[:2])
+    db.execute("CREATE TABLE bag (x INTEGER, y TEXT)")
+    db.execute("INSERT INTO bag VALUES (1, 'a'), (1, 'a'), (2, NULL)")
+    both = db.execute("SELECT * FROM bag WHERE x = 1").fetch_arrow()
+    db.delete_arrow("bag", both)  # two copies, both there
+    with pytest.raises(SqlError, match="not in table"):
+        db.delete_arrow("bag", both.slice(0, 1))
+    db.delete_arrow("bag", db.execute("SELECT * FROM bag").fetch_arrow())
+    assert db.execute("SELECT * FROM bag").fetchall() == []
+
+
 TIME_VIEWS = {
     "ts_shift": "SELECT id, ts + INTERVAL '1 day' AS a, ts - INTERVAL '2 hours' AS b, "
     "ts + INTERVAL '1 month' AS c, d + INTERVAL '3 hours' AS e FROM tt",
