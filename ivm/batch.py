@@ -119,17 +119,14 @@ class Batch:
         if len(batches) == 1:
             return batches[0]
         arity = batches[0].arity
-        cols = tuple(np.concatenate([b.columns[i] for b in batches]) for i in range(arity))
-        masks: list[Mask] = []
-        for i in range(arity):
-            if all(b.valid[i] is None for b in batches):
-                masks.append(None)
-            else:
-                masks.append(
-                    np.concatenate(
+        cols = tuple(map(np.concatenate, zip(*(b.columns for b in batches), strict=True)))
+        masks: list[Mask] = [None] * arity
+        if any(m is not None for b in batches for m in b.valid):
+            for i in range(arity):
+                if any(b.valid[i] is not None for b in batches):
+                    masks[i] = np.concatenate(
                         [np.ones(len(b), dtype=bool) if b.valid[i] is None else b.valid[i] for b in batches]
                     )
-                )
         return Batch(
             cols,
             tuple(masks),
@@ -235,7 +232,7 @@ def rows_equal(
     return eq
 
 
-def _pack(keys: Sequence[np.ndarray]) -> np.ndarray | None:
+def pack_keys(keys: Sequence[np.ndarray]) -> np.ndarray | None:
     """One int64 per row ordering rows like ``keys`` lexicographically, when the keys' value ranges allow
     (mixed radix over each key's ``[min, max]``); ``None`` when they do not fit in 63 bits."""
     spans = []
@@ -259,6 +256,20 @@ def _pack(keys: Sequence[np.ndarray]) -> np.ndarray | None:
         packed += part * np.int64(mult) if mult != 1 else part
         mult *= span
     return packed
+
+
+def _fits(keys: Sequence[np.ndarray], total: int = 1) -> bool:
+    """Whether the keys' value ranges, times ``total``, fit in 63 bits (``pack_keys`` would succeed)."""
+    for k in keys:
+        if k.dtype.kind == "b":
+            total *= 2
+        elif k.dtype.kind in "iu" and len(k):
+            total *= int(k.max()) - int(k.min()) + 1
+        else:
+            return False
+        if total >= 1 << 63:
+            return False
+    return True
 
 
 def merge_order(values: np.ndarray, split: int) -> np.ndarray:
@@ -321,7 +332,7 @@ def sort_groups(keys: Sequence[np.ndarray], split: int | None = None) -> tuple[n
     starts = np.empty(n, dtype=bool)
     starts[0] = True
     if len(keys) > 1:
-        packed = _pack(keys)
+        packed = pack_keys(keys)
         if packed is not None:
             order = merge_order(packed, split) if split is not None else argsort(packed)
             ps = packed[order]
@@ -330,9 +341,18 @@ def sort_groups(keys: Sequence[np.ndarray], split: int | None = None) -> tuple[n
     first = keys[0]
     order = merge_order(first, split) if split is not None else argsort(first)
     fs = first[order]
-    eq = fs[1:] == fs[:-1]
+    return refine_ties(order, fs[1:] == fs[:-1], keys[1:])
+
+
+def refine_ties(order: np.ndarray, eq: np.ndarray, keys: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``sort_groups`` from rows already ordered by a first key (``order``; ``eq[i]``: sorted rows ``i`` and
+    ``i + 1`` tie on it): the runs that tie are ordered by ``keys``. Returns the order (``order`` itself,
+    rearranged in place) and the group starts."""
+    n = len(order)
+    starts = np.empty(n, dtype=bool)
+    starts[0] = True
     np.logical_not(eq, out=starts[1:])
-    if len(keys) == 1 or not eq.any():
+    if not keys or not eq.any():
         return order, starts
     # order the runs that tie on the first key by the others: all at once when they pack into one integer,
     # else one key at a time, each pass sorting only the rows still tied (few after a discriminating key)
@@ -342,16 +362,17 @@ def sort_groups(keys: Sequence[np.ndarray], split: int | None = None) -> tuple[n
     idx = np.flatnonzero(tie)
     sub = order[idx]
     run = np.cumsum(np.concatenate(([True], ~eq))[idx])  # dense run ids, ordered like the first key
-    packed = _pack([run] + [k[sub] for k in keys[1:]])
+    # whole columns' ranges bound the tied rows' ones: gather every key only when they surely pack
+    packed = pack_keys([run] + [k[sub] for k in keys]) if _fits(keys, int(run[-1]) + 1) else None
     if packed is not None:
         so = np.argsort(packed)
         order[idx] = sub[so]
         ps = packed[so]
         starts[idx[1:]] |= ps[1:] != ps[:-1]
         return order, starts
-    for k in keys[1:]:
+    for k in keys:
         kv = k[sub]
-        pair = _pack([run, kv])
+        pair = pack_keys([run, kv])
         sub = sub[np.argsort(pair, kind="stable") if pair is not None else np.lexsort((kv, run))]
         order[idx] = sub
         kv = k[sub]
@@ -410,7 +431,7 @@ def consolidate(
     if n == 0:
         return batch, np.zeros(0, dtype=np.int64)
     keys = list(lead) + sort_keys(batch.columns, batch.valid, batch.times)
-    packed = _pack(keys) if len(keys) > 1 and n >= SMALL_SORT else None
+    packed = pack_keys(keys) if len(keys) > 1 and n >= SMALL_SORT else None
     if packed is not None:
         order = merge_order(packed, split) if split is not None else argsort(packed)
         sp = packed[order]

@@ -3,66 +3,278 @@
 Codes are assigned in order of first appearance and never reused; equal strings always get the same code, so
 equality of text is equality of codes. Functions of text (LIKE, UPPER, comparisons) run once per distinct code
 present in a batch, never once per row.
+
+The strings are kept in Arrow arrays, not as Python objects. A column is interned through its distinct strings
+(Arrow's dictionary encoding): their hashes are looked up in an open-addressing table held in numpy arrays, all
+at once, and a string found there is compared with the pool's copy, so two strings sharing a hash never share a
+code (the later one goes to a small side table). A handful of strings, as a small transaction brings, are
+looked up one by one instead, which is cheaper than the dozens of numpy calls of the vectorized path.
 """
 
 from __future__ import annotations
 
-import itertools
+import bisect
 from collections.abc import Callable, Iterable
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 __all__ = ["StringPool", "POOL"]
 
+FEW = 16  # at most this many strings are interned one by one
+TAIL = 4096  # strings interned one by one wait in a list until this many, then become an Arrow chunk
+TIER_WIDTH = 8  # chunks of one tier merge into one of the next when this many have gathered
+RECENT = 1 << 16  # strings remembered for one-by-one lookups
+_U64 = (1 << 64) - 1
+_hash = hash  # a string's key in the table (Python's own string hash, consistent within the process)
+
+
+class _HashTable:
+    """An open-addressing (linear probing) map from uint64 keys to int64 codes, kept at most half full; bulk
+    operations are vectorized over many keys, single ones probe in Python."""
+
+    def __init__(self, capacity: int = 1 << 12) -> None:
+        self.keys = np.zeros(capacity, dtype=np.uint64)
+        self.values = np.full(capacity, -1, dtype=np.int64)  # -1: empty slot
+        self.count = 0
+
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        """The value of each key, or -1."""
+        mask = np.uint64(len(self.keys) - 1)
+        out = np.full(len(keys), -1, dtype=np.int64)
+        pos = keys & mask
+        active = np.arange(len(keys))
+        while len(active):
+            p = pos[active]
+            v = self.values[p]
+            occupied = v >= 0
+            hit = occupied & (self.keys[p] == keys[active])
+            out[active[hit]] = v[hit]
+            active = active[occupied & ~hit]
+            pos[active] = (pos[active] + np.uint64(1)) & mask
+        return out
+
+    def insert(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Add keys that are absent and distinct."""
+        if 2 * (self.count + len(keys)) > len(self.keys):
+            self._grow(self.count + len(keys))
+        mask = np.uint64(len(self.keys) - 1)
+        pos = keys & mask
+        pending = np.arange(len(keys))
+        while len(pending):
+            p = pos[pending]
+            free = self.values[p] < 0
+            trying, slots = pending[free], p[free]
+            # keys aiming at one free slot: the last write wins, and since keys are distinct the slot's key
+            # says which one that was; the others move on like keys that met an occupied slot
+            self.keys[slots] = keys[trying]
+            won = self.keys[slots] == keys[trying]
+            self.values[slots[won]] = values[trying[won]]
+            keep = np.ones(len(pending), dtype=bool)
+            keep[np.flatnonzero(free)[won]] = False
+            pending = pending[keep]
+            pos[pending] = (pos[pending] + np.uint64(1)) & mask
+        self.count += len(keys)
+
+    def get(self, key: int) -> int:
+        """The value of one key (a Python int in ``[0, 2**64)``), or -1."""
+        mask = len(self.keys) - 1
+        i = key & mask
+        while True:
+            v = int(self.values[i])
+            if v < 0 or int(self.keys[i]) == key:
+                return v
+            i = (i + 1) & mask
+
+    def put(self, key: int, value: int) -> None:
+        """Add one absent key."""
+        if 2 * (self.count + 1) > len(self.keys):
+            self._grow(self.count + 1)
+        mask = len(self.keys) - 1
+        i = key & mask
+        while self.values[i] >= 0:
+            i = (i + 1) & mask
+        self.keys[i] = key
+        self.values[i] = value
+        self.count += 1
+
+    def _grow(self, needed: int) -> None:
+        used = self.values >= 0
+        keys, values = self.keys[used], self.values[used]
+        capacity = len(self.keys)
+        while 2 * needed > capacity:
+            capacity *= 2
+        self.keys = np.zeros(capacity, dtype=np.uint64)
+        self.values = np.full(capacity, -1, dtype=np.int64)
+        self.count = 0
+        self.insert(keys, values)
+
 
 class StringPool:
-    """Bidirectional map between strings and int64 codes."""
+    """Bidirectional map between strings and int64 codes (code 0 is the empty string)."""
 
     def __init__(self) -> None:
-        self._codes: dict[str, int] = {}
-        self._strings: list[str] = []
+        self._table = _HashTable()
+        self._chunks: list[pa.Array] = []  # the strings by code, in a few large_string arrays
+        self._starts: list[int] = []  # the code of each chunk's first string
+        self._tiers: list[int] = []  # how many merges each chunk has been through
+        self._tail: list[str] = []  # the newest strings, not in a chunk yet
+        self._size = 0
+        self._others: dict[str, int] = {}  # strings whose hash belongs to another string's code
+        self._recent: dict[str, int] = {}
+        self.code("")
 
     def __len__(self) -> int:
-        return len(self._strings)
+        return self._size
 
     def code(self, s: str) -> int:
-        c = self._codes.get(s)
-        if c is None:
-            c = len(self._strings)
-            self._codes[s] = c
-            self._strings.append(s)
-        return c
+        return int(self._encode_few([s])[0])
 
     def encode(self, values: Iterable[str]) -> np.ndarray:
-        """Codes of strings (best given once each: callers dictionary-encode first); new strings get new codes.
-
-        Lookups and insertions run in the interpreter's C loops (``map``, ``dict.update``), not a Python
-        loop per value."""
+        """Codes of strings; new strings get new codes."""
         if not isinstance(values, list):
             values = list(values)
-        found = np.array(list(map(self._codes.get, values, itertools.repeat(-1))), dtype=np.int64)
-        missing = np.flatnonzero(found < 0)
-        if len(missing):
-            new = values if len(missing) == len(values) else np.array(values, dtype=object)[missing]
-            fresh = list(dict.fromkeys(new))  # each new string once, in order of appearance
-            start = len(self._strings)
-            self._codes.update(zip(fresh, range(start, start + len(fresh)), strict=True))
-            self._strings.extend(fresh)
-            found[missing] = np.fromiter(map(self._codes.__getitem__, new), dtype=np.int64, count=len(missing))
-        return found
+        if len(values) <= FEW:
+            return self._encode_few(values)
+        return self.encode_arrow(pa.array(values, type=pa.large_string()))
+
+    def encode_arrow(self, arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """Codes of the strings of an Arrow string array (a NULL gets the code of the empty string)."""
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        if arr.null_count:
+            arr = arr.fill_null("")
+        if len(arr) <= FEW:
+            return self._encode_few(arr.to_pylist())
+        enc = pc.dictionary_encode(arr)
+        return self._intern(enc.dictionary)[enc.indices.to_numpy(zero_copy_only=False)]
+
+    def _encode_few(self, values: list[str]) -> np.ndarray:
+        out = np.empty(len(values), dtype=np.int64)
+        recent = self._recent
+        for i, s in enumerate(values):  # a handful (see FEW)
+            c = recent.get(s)
+            if c is None:
+                c = self._one(s)
+                if len(recent) >= RECENT:
+                    recent.clear()
+                recent[s] = c
+            out[i] = c
+        return out
+
+    def _one(self, s: str) -> int:
+        key = _hash(s) & _U64
+        c = self._table.get(key)
+        if c >= 0:
+            return c if self._string(c) == s else self._other(s)
+        c = self._add(s)
+        self._table.put(key, c)
+        return c
+
+    def _intern(self, distinct: pa.Array) -> np.ndarray:
+        """Codes of distinct strings, all at once."""
+        values = distinct.to_pylist()
+        keys = np.fromiter(map(_hash, values), dtype=np.int64, count=len(values)).view(np.uint64)
+        codes = self._table.lookup(keys)
+        found = np.flatnonzero(codes >= 0)
+        if len(found):
+            same = pc.equal(distinct.take(pa.array(found)).cast(pa.large_string()), self.strings(codes[found]))
+            codes[found[~same.to_numpy(zero_copy_only=False)]] = -2  # another string owns the hash
+        new = np.flatnonzero(codes == -1)
+        if len(new):
+            kn = keys[new]
+            order = np.argsort(kn, kind="stable")
+            first = np.ones(len(new), dtype=bool)
+            first[1:] = kn[order][1:] != kn[order][:-1]
+            owners = new[order[first]]
+            codes[new[order[~first]]] = -2  # distinct strings of this batch sharing a hash
+            codes[owners] = self._append(distinct.take(pa.array(owners)))
+            self._table.insert(keys[owners], codes[owners])
+        for i in np.flatnonzero(codes == -2).tolist():  # 64-bit hash collisions: vanishingly rare
+            codes[i] = self._other(values[i])
+        return codes
+
+    def _other(self, s: str) -> int:
+        c = self._others.get(s)
+        if c is None:
+            c = self._others[s] = self._add(s)
+        return c
+
+    def _add(self, s: str) -> int:
+        self._tail.append(s)
+        self._size += 1
+        if len(self._tail) >= TAIL:
+            self._flush()
+        return self._size - 1
+
+    def _flush(self) -> None:
+        if self._tail:
+            tail, self._tail = self._tail, []
+            self._chunk(pa.array(tail, type=pa.large_string()), self._size - len(tail))
+
+    def _append(self, strings: pa.Array) -> np.ndarray:
+        """Store new strings; their codes."""
+        self._flush()
+        start = self._size
+        self._size += len(strings)
+        self._chunk(strings.cast(pa.large_string()), start)
+        return np.arange(start, self._size, dtype=np.int64)
+
+    def _chunk(self, strings: pa.Array, start: int) -> None:
+        self._chunks.append(strings)
+        self._starts.append(start)
+        self._tiers.append(0)
+        # chunks merge like the digits of a counter in base TIER_WIDTH: few chunks, and each string is copied
+        # once per tier it rises through
+        while len(self._tiers) >= TIER_WIDTH and len(set(self._tiers[-TIER_WIDTH:])) == 1:
+            merged = pa.concat_arrays(self._chunks[-TIER_WIDTH:])
+            tier, first = self._tiers[-1] + 1, self._starts[-TIER_WIDTH]
+            del self._chunks[-TIER_WIDTH:], self._starts[-TIER_WIDTH:], self._tiers[-TIER_WIDTH:]
+            self._chunks.append(merged)
+            self._starts.append(first)
+            self._tiers.append(tier)
+
+    def _string(self, c: int) -> str:
+        tail_start = self._size - len(self._tail)
+        if c >= tail_start:
+            return self._tail[c - tail_start]
+        k = bisect.bisect_right(self._starts, c) - 1
+        return self._chunks[k][c - self._starts[k]].as_py()
+
+    def strings(self, codes: np.ndarray) -> pa.Array:
+        """The strings of ``codes`` as an Arrow large_string array (taken chunk by chunk)."""
+        self._flush()
+        codes = np.asarray(codes, dtype=np.int64)
+        if len(codes) == 0:
+            return pa.array([], pa.large_string())
+        if len(self._chunks) == 1:
+            return self._chunks[0].take(pa.array(codes))
+        chunk = np.searchsorted(np.asarray(self._starts), codes, side="right") - 1
+        order = np.argsort(chunk, kind="stable")
+        ordered = chunk[order]
+        bounds = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1], [True])))
+        parts = []
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            c = int(ordered[lo])
+            parts.append(self._chunks[c].take(pa.array(codes[order[lo:hi]] - self._starts[c])))
+        back = np.empty(len(codes), dtype=np.int64)
+        back[order] = np.arange(len(codes))
+        return pa.concat_arrays(parts).take(pa.array(back))
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
-        """The strings of ``codes`` as an object array (looked up once per distinct code)."""
+        """The strings of ``codes`` as an object array (converted once per distinct code)."""
+        if len(codes) == 0:
+            return np.zeros(0, dtype=object)
         uniq, inv = np.unique(codes, return_inverse=True)
-        table = np.array([self._strings[c] for c in uniq.tolist()], dtype=object)
-        return table[inv.reshape(-1)] if len(codes) else np.zeros(0, dtype=object)
+        table = np.array(self.strings(uniq).to_pylist(), dtype=object)
+        return table[inv.reshape(-1)]
 
     def ranks(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each code, its rank in string order among the distinct codes given; and the code of each rank.
         Sorting by rank sorts by string (code order is arrival order, not string order)."""
         uniq, inv = np.unique(codes, return_inverse=True)
-        strings = np.array([self._strings[c] for c in uniq.tolist()], dtype=object)
-        order = np.argsort(strings.astype(str), kind="stable") if len(uniq) else np.zeros(0, dtype=np.int64)
+        order = pc.sort_indices(self.strings(uniq)).to_numpy() if len(uniq) else np.zeros(0, dtype=np.int64)
         rank = np.empty(len(uniq), dtype=np.int64)
         rank[order] = np.arange(len(uniq))
         return rank[inv.reshape(-1)], uniq[order]
@@ -72,7 +284,7 @@ class StringPool:
         if len(codes) == 0:
             return np.zeros(0, dtype=dtype)
         uniq, inv = np.unique(codes, return_inverse=True)
-        vals = np.array([fn(self._strings[c]) for c in uniq.tolist()], dtype=dtype)
+        vals = np.array([fn(s) for s in self.decode(uniq)], dtype=dtype)
         return vals[inv.reshape(-1)]
 
     def map_codes(self, codes: np.ndarray, fn: Callable[[str], str]) -> np.ndarray:
@@ -80,7 +292,7 @@ class StringPool:
         if len(codes) == 0:
             return codes
         uniq, inv = np.unique(codes, return_inverse=True)
-        vals = np.array([self.code(fn(self._strings[c])) for c in uniq.tolist()], dtype=np.int64)
+        vals = self.encode([fn(s) for s in self.decode(uniq)])
         return vals[inv.reshape(-1)]
 
 

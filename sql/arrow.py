@@ -12,8 +12,6 @@ from sql.types import SqlType
 
 __all__ = ["to_engine_column", "to_arrow_column", "arrow_type"]
 
-SMALL = 64  # text columns this short are interned value by value rather than dictionary-encoded first
-
 
 def to_engine_column(
     arr: pa.Array | pa.ChunkedArray, t: SqlType, name: str
@@ -31,13 +29,9 @@ def to_engine_column(
         if k == "text":
             if not (pa.types.is_string(at) or pa.types.is_large_string(at) or pa.types.is_string_view(at)):
                 raise TypeError
-            if not nulls and len(arr) <= SMALL:
-                data = POOL.encode(arr.to_pylist())
-            else:
-                enc = pc.dictionary_encode(arr if pa.types.is_string(at) else arr.cast(pa.string()))
-                codes = POOL.encode(enc.dictionary.to_pylist())
-                idx = _numbers(enc.indices, nulls, 0)
-                data = codes[idx] if len(codes) else np.zeros(len(arr), dtype=np.int64)
+            data = POOL.encode_arrow(
+                arr if pa.types.is_string(at) or pa.types.is_large_string(at) else arr.cast(pa.string())
+            )
         elif k == "decimal":
             if pa.types.is_integer(at):
                 data = _numbers(arr, nulls, 0).astype(np.int64) * 10**t.scale
@@ -100,7 +94,10 @@ def to_arrow_column(data: np.ndarray, valid: np.ndarray | None, t: SqlType) -> p
     mask = None if valid is None else ~valid
     k = t.kind
     if k == "text":
-        return pa.array(POOL.decode(data).astype(object), type=pa.string(), mask=mask)
+        strings = POOL.strings(data).cast(pa.string())
+        return (
+            strings if mask is None else pc.if_else(pa.array(mask), pa.nulls(len(data), pa.string()), strings)
+        )
     if k == "decimal":
         words = np.empty((len(data), 2), dtype=np.int64)
         words[:, 0] = data

@@ -173,16 +173,25 @@ class ReduceOp(Operator):
         old, qi = self.state.trace.gather(qh, qcols, qvalid)
         nkeys = len(starts)
         first = np.append(True, q[1:] != q[:-1])  # first new epoch of its key
-        new_states, prev_states = [], []
-        for j, c in enumerate(contrib):
-            cs = np.cumsum(c)
-            within = cs - (cs[starts] - c[starts])[kid]
-            base = np.zeros(nkeys, dtype=c.dtype)
+        later = np.flatnonzero(~first)
+        new_states: list = [None] * len(contrib)
+        prev_states: list = [None] * len(contrib)
+        # the state columns of one dtype as the rows of one array, so each step is one numpy call for all
+        for dtype in dict.fromkeys(c.dtype for c in contrib):
+            js = [j for j, c in enumerate(contrib) if c.dtype == dtype]
+            c = np.stack([contrib[j] for j in js])
+            cs = np.cumsum(c, axis=1)
+            within = cs - (cs[:, starts] - c[:, starts])[:, kid]
+            base = np.zeros((len(js), nkeys), dtype=dtype)
             if old is not None:
-                np.add.at(base, qi, old.columns[nk + j] * old.diffs.astype(c.dtype))
-            now = base[q] + within[ends]
-            new_states.append(now)
-            prev_states.append(np.where(first, base[q], np.roll(now, 1)))
+                held = np.stack([old.columns[nk + j] for j in js]) * old.diffs.astype(dtype)
+                np.add.at(base, (slice(None), qi), held)
+            before = base[:, q]
+            now = before + within[:, ends]
+            before[:, later] = now[:, later - 1]
+            for t, j in enumerate(js):
+                new_states[j] = now[t]
+                prev_states[j] = before[t]
         alive_now = new_states[0] > 0
         alive_before = prev_states[0] > 0
         out_now, mask_now = self.reducer.finish(self.state_layout, new_states)

@@ -11,7 +11,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ivm import stats
-from ivm.batch import NULL_HASH, Batch, argsort, consolidate, key_hash, merge_order, rows_equal
+from ivm.batch import (
+    NULL_HASH,
+    SMALL_SORT,
+    Batch,
+    argsort,
+    key_hash,
+    merge_order,
+    pack_keys,
+    refine_ties,
+    rows_equal,
+    sort_groups,
+    sort_keys,
+)
 from ivm.trace.seek import DirectIndex, Fence, build_index, seek_ranges
 
 __all__ = ["TraceBatch", "expand_ranges"]
@@ -40,26 +52,11 @@ class TraceBatch:
     def consolidated(updates: Batch, hashes: np.ndarray, nkey: int, split: int | None = None) -> TraceBatch:
         """Sorts and consolidates ``updates`` whose key hashes are ``hashes`` (``split``: see
         ``consolidate``)."""
-        cols, valid = updates.select(range(nkey))
-        n = len(updates)
-        if n:
-            order = merge_order(hashes, split) if split is not None else argsort(hashes)
-            hs = hashes[order]
-            if n == 1 or not (hs[1:] == hs[:-1]).any():
-                # distinct hashes mean distinct keys, so distinct rows: nothing to add up, only zeros to drop
-                stats.rows_sorted += n
-                keep = updates.diffs[order] != 0
-                if not keep.all():
-                    order, hs = order[keep], hs[keep]
-                out = updates.take(order)
-                if identity_hash(cols, valid):
-                    hs = key_hash(*out.select(range(nkey)), len(out))
-                return TraceBatch(out, hs, nkey)
-        if identity_hash(cols, valid):
-            out, _ = consolidate(updates, split=split)
+        index, diffs = consolidation(updates, hashes, nkey, split)
+        out = updates.take(index).with_diffs(diffs)
+        if identity_hash(*updates.select(range(nkey))):
             return TraceBatch(out, key_hash(*out.select(range(nkey)), len(out)), nkey)
-        out, first = consolidate(updates, lead=(hashes,), split=split)
-        return TraceBatch(out, hashes[first], nkey)
+        return TraceBatch(out, hashes[index], nkey)
 
     @staticmethod
     def from_sorted(updates: Batch, hashes: np.ndarray, nkey: int) -> TraceBatch:
@@ -96,6 +93,45 @@ class TraceBatch:
             if not ok.all():
                 q, r = q[ok], r[ok]
         return q, r
+
+
+def consolidation(
+    updates: Batch, hashes: np.ndarray, nkey: int, split: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """What consolidating ``updates`` (keyed by their first ``nkey`` columns, with key hashes ``hashes``)
+    keeps: the index of one update of each distinct (row, time) with a nonzero sum, in trace order (key hash,
+    key, value, time), and those sums. With ``split``, ``[:split]`` and ``[split:]`` are each in trace order.
+
+    Rows are ordered by hash first; only rows that share a hash are compared on their columns and times (a key
+    that is its own hash skips its column), so a batch of distinct keys costs one sort of its hashes."""
+    n = len(updates)
+    stats.rows_sorted += n
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), updates.diffs
+    cols, valid = updates.select(range(nkey))
+    skip = 1 if identity_hash(cols, valid) else 0
+    rest = sort_keys(updates.columns[skip:], updates.valid[skip:], updates.times)
+    packed = pack_keys([hashes, *rest]) if skip and n >= SMALL_SORT else None  # small keys: one integer
+    if packed is not None:
+        order = merge_order(packed, split) if split is not None else argsort(packed)
+        ps = packed[order]
+        starts = np.empty(n, dtype=bool)
+        starts[0] = True
+        np.not_equal(ps[1:], ps[:-1], out=starts[1:])
+    elif n < SMALL_SORT:
+        order, starts = sort_groups([hashes, *rest], split)
+    else:
+        order = merge_order(hashes, split) if split is not None else argsort(hashes)
+        hs = hashes[order]
+        order, starts = refine_ties(order, hs[1:] == hs[:-1], rest)
+    if starts.all():
+        diffs = updates.diffs[order]
+        keep = diffs != 0
+        return (order, diffs) if keep.all() else (order[keep], diffs[keep])
+    idx = np.flatnonzero(starts)
+    sums = np.add.reduceat(updates.diffs[order], idx)
+    keep = sums != 0
+    return order[idx[keep]], sums[keep]
 
 
 def identity_hash(cols: tuple, valid: tuple, hashes: np.ndarray | None = None) -> bool:

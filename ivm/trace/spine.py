@@ -13,7 +13,7 @@ import numpy as np
 
 from ivm.batch import Batch, rows_equal
 from ivm.lattice import Antichain
-from ivm.trace.batch import TraceBatch, expand_ranges, identity_hash
+from ivm.trace.batch import TraceBatch, consolidation, expand_ranges, identity_hash
 from ivm.trace.handle import TraceHandle
 
 __all__ = ["Spine"]
@@ -77,8 +77,8 @@ class _Merge:
         h = np.concatenate([a.hashes[ia:ea], b.hashes[ib:eb]])
         # advancing single-coordinate times keeps each input sorted; product times may reorder
         presorted = len(ua) and len(ub) and both.dim == 1
-        merged = TraceBatch.consolidated(both, h, a.nkey, split=len(ua) if presorted else None)
-        self.out.append(merged)
+        index, diffs = consolidation(both, h, a.nkey, split=len(ua) if presorted else None)
+        self.out.append(both, h, index, diffs)
 
     def _finish(self) -> None:
         self.result = self.out.result(self.inputs[0].nkey)
@@ -108,19 +108,23 @@ class _Buffer:
         self.hashes = self.columns[0] if self.identity else np.empty(n, dtype=np.int64)
         self.filled = 0
 
-    def append(self, tb: TraceBatch) -> None:
-        s, m = self.filled, len(tb)
+    def append(self, u: Batch, hashes: np.ndarray, index: np.ndarray, diffs: np.ndarray) -> None:
+        """Append the updates of ``u`` at ``index`` with new ``diffs``, gathered straight into the buffers
+        (``mode="clip"``: the indices are valid, and numpy would otherwise gather into a temporary first)."""
+        s, m = self.filled, len(index)
         e = s + m
-        u = tb.updates
         for buf, col in zip(self.columns, u.columns, strict=True):
-            buf[s:e] = col
+            np.take(col, index, out=buf[s:e], mode="clip")
         for buf, mask in zip(self.valid, u.valid, strict=True):
             if buf is not None:
-                buf[s:e] = True if mask is None else mask
-        self.times[s:e] = u.times
-        self.diffs[s:e] = u.diffs
+                if mask is None:
+                    buf[s:e] = True
+                else:
+                    np.take(mask, index, out=buf[s:e], mode="clip")
+        np.take(u.times, index, axis=0, out=self.times[s:e], mode="clip")
+        self.diffs[s:e] = diffs
         if not self.identity:
-            self.hashes[s:e] = tb.hashes
+            np.take(hashes, index, out=self.hashes[s:e], mode="clip")
         self.filled = e
 
     def result(self, nkey: int) -> TraceBatch:
@@ -218,7 +222,10 @@ class Spine:
             if _weight(newer) * 2 < _weight(older):
                 break
             older_b, newer_b = self._complete(older), self._complete(newer)
-            self.entries[-2:] = [_Merge(older_b, newer_b, self.since)]
+            if len(older_b) + len(newer_b) <= MIN_CHUNK:
+                self.entries[-2:] = [_merged(older_b, newer_b, self.since)]
+            else:
+                self.entries[-2:] = [_Merge(older_b, newer_b, self.since)]
             if len(self.entries) >= 2 and _weight(self.entries[-1]) * 2 >= _weight(self.entries[-2]):
                 continue
             break
@@ -281,6 +288,16 @@ class Spine:
             if not ok.all():
                 out, q = out.take(ok), q[ok]
         return out, q
+
+
+def _merged(older: TraceBatch, newer: TraceBatch, frontier: Antichain) -> TraceBatch:
+    """Two small batches merged at once (what a ``_Merge`` does chunk by chunk, without its buffers)."""
+    both = Batch.concat([older.updates, newer.updates])
+    if len(frontier):
+        both = both.with_times(frontier.advance(both.times))
+    h = np.concatenate([older.hashes, newer.hashes])
+    presorted = len(older) and len(newer) and both.dim == 1
+    return TraceBatch.consolidated(both, h, older.nkey, split=len(older) if presorted else None)
 
 
 def _weight(e: TraceBatch | _Merge) -> int:

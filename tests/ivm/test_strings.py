@@ -1,0 +1,86 @@
+"""The string pool: equal strings share a code, distinct strings never do, whatever their hashes."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ivm.strings as strings
+from ivm.strings import StringPool
+
+TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
+
+
+def _check(pool: StringPool, batches: list[list[str]], how: list[str]) -> None:
+    seen: dict[str, int] = {}
+    for values, way in zip(batches, how, strict=True):
+        if way == "arrow":
+            codes = pool.encode_arrow(pa.array(values, pa.string()))
+        elif way == "one":
+            codes = np.array([pool.code(v) for v in values], dtype=np.int64)
+        else:
+            codes = pool.encode(values)
+        assert len(codes) == len(values)
+        for v, c in zip(values, codes.tolist(), strict=True):
+            assert seen.setdefault(v, c) == c, f"{v!r} got two codes"
+        if len(values):
+            assert list(pool.decode(codes)) == values
+            assert pool.strings(codes).to_pylist() == values
+    assert len(set(seen.values())) == len(seen), "two strings share a code"
+    names = list(seen)
+    rank, code_of = pool.ranks(np.array([seen[v] for v in names], dtype=np.int64))
+    in_order = sorted(names, key=lambda v: v.encode())
+    assert [names[i] for i in np.argsort(rank)] == in_order
+    assert pool.decode(code_of).tolist() == in_order
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.lists(TEXT, max_size=60), st.sampled_from(["arrow", "one", "list"])), max_size=8),
+    st.booleans(),
+)
+def test_codes_are_exact_under_any_hash(batches, collide):
+    """With a hash that makes most strings collide, codes stay exact (the side table takes the others)."""
+    original = strings._hash
+    if collide:
+        strings._hash = lambda s: len(s) % 3
+    try:
+        pool = StringPool()
+        _check(pool, [b for b, _ in batches], [w for _, w in batches])
+        if collide and len({v for b, _ in batches for v in b} | {""}) > 3:
+            assert pool._others  # some strings lost their hash to another
+    finally:
+        strings._hash = original
+
+
+def test_many_strings_grow_the_table_and_merge_chunks(monkeypatch):
+    monkeypatch.setattr(strings, "TAIL", 7)
+    monkeypatch.setattr(strings, "TIER_WIDTH", 3)
+    pool = StringPool()
+    rng = np.random.default_rng(3)
+    batches, how = [], []
+    for i in range(60):
+        n = int(rng.integers(1, 3000)) if i % 3 == 0 else int(rng.integers(1, 12))
+        batches.append([f"s{int(x)}" for x in rng.integers(0, 20000, n)])
+        how.append(["arrow", "one", "list"][i % 3])
+    _check(pool, batches, how)
+    assert len(pool._chunks) < 20
+
+
+def test_nulls_and_empty_strings():
+    pool = StringPool()
+    codes = pool.encode_arrow(pa.array(["a", None, "", "a"] * 10))
+    assert codes[2] == codes[1] == pool.code("") == 0
+    assert codes[0] == codes[3] != 0
+    assert pool.encode_arrow(pa.array([], pa.string())).tolist() == []
+    assert pool.decode(np.zeros(0, dtype=np.int64)).tolist() == []
+    pool.encode([f"v{i}" for i in range(100)])  # several chunks
+    assert pool.strings(np.zeros(0, dtype=np.int64)).to_pylist() == []
+
+
+@pytest.mark.parametrize("n", [1, 16, 17, 5000])
+def test_long_and_unicode_strings(n):
+    pool = StringPool()
+    values = [("é" * (i % 50)) + "\x00" + ("x" * (i * 37 % 3000)) for i in range(n)]
+    _check(pool, [values, values[::-1]], ["arrow", "list"])
