@@ -739,8 +739,15 @@ class Connection:
             # insertions of distinct keys only need the keys' committed multiplicities
             if (batch.diffs < 0).all():
                 return
-            if (batch.diffs == 1).all() and len(np.unique(h)) == len(h):
-                found, q = st.arranged.trace.gather(h, cols, valid)
+            order = np.argsort(h)
+            hs = h[order]
+            if (batch.diffs == 1).all() and not (hs[1:] == hs[:-1]).any():
+                # sorted queries seek faster (each search starts where the previous one ended)
+                cols, valid = (
+                    tuple(c[order] for c in cols),
+                    tuple(None if m is None else m[order] for m in valid),
+                )
+                found, q = st.arranged.trace.gather(hs, cols, valid)
                 if found is None:
                     return
                 present = np.bincount(q, weights=found.diffs, minlength=len(h)) > 0
@@ -779,11 +786,16 @@ class Connection:
             rows = batch.select(key)
             kcols, kvalid = rows[0][: st.arranged.nkey], rows[1][: st.arranged.nkey]
             h = key_hash(kcols, kvalid, len(batch))
-            if len(np.unique(h)) == len(h):
-                found, q = st.arranged.trace.gather(h, kcols, kvalid)
+            order = np.argsort(h)
+            hs = h[order]
+            if not (hs[1:] == hs[:-1]).any():
+                kcols = tuple(c[order] for c in kcols)
+                kvalid = tuple(None if m is None else m[order] for m in kvalid)
+                found, q = st.arranged.trace.gather(hs, kcols, kvalid)
                 held = np.zeros(len(h), np.int64)
                 if found is not None:
-                    mine = (tuple(c[q] for c in rows[0]), tuple(None if m is None else m[q] for m in rows[1]))
+                    r = order[q]
+                    mine = (tuple(c[r] for c in rows[0]), tuple(None if m is None else m[r] for m in rows[1]))
                     same = rows_equal(*mine, found.columns, found.valid)
                     held = np.bincount(q[same], weights=found.diffs[same], minlength=len(h))
                 if (held < 1).any():

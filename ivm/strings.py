@@ -24,14 +24,14 @@ __all__ = ["StringPool", "POOL"]
 
 FEW = 16  # at most this many strings are interned one by one
 TAIL = 4096  # strings interned one by one wait in a list until this many, then become an Arrow chunk
-TIER_WIDTH = 8  # chunks of one tier merge into one of the next when this many have gathered
+TIER_WIDTH = 16  # chunks of one tier merge into one of the next when this many have gathered
 RECENT = 1 << 16  # strings remembered for one-by-one lookups
 _U64 = (1 << 64) - 1
 _hash = hash  # a string's key in the table (Python's own string hash, consistent within the process)
 
 
 class _HashTable:
-    """An open-addressing (linear probing) map from uint64 keys to int64 codes, kept at most half full; bulk
+    """An open-addressing (linear probing) map from uint64 keys to int64 codes, at most half full; bulk
     operations are vectorized over many keys, single ones probe in Python."""
 
     def __init__(self, capacity: int = 1 << 12) -> None:
@@ -148,7 +148,9 @@ class StringPool:
         if len(arr) <= FEW:
             return self._encode_few(arr.to_pylist())
         enc = pc.dictionary_encode(arr)
-        return self._intern(enc.dictionary)[enc.indices.to_numpy(zero_copy_only=False)]
+        distinct = enc.dictionary
+        codes = self._encode_few(distinct.to_pylist()) if len(distinct) <= FEW else self._intern(distinct)
+        return codes[enc.indices.to_numpy(zero_copy_only=False)]
 
     def _encode_few(self, values: list[str]) -> np.ndarray:
         out = np.empty(len(values), dtype=np.int64)
