@@ -23,6 +23,7 @@ from ivm.operators.basic import EvaluationError
 from ivm.operators.iterate import IterationLimitError
 from ivm.strings import POOL
 from planner.compile import Registry, compile_view
+from planner.prune import prune
 from sql.catalog import Catalog, Table, View
 from sql.errors import SqlError, UnsupportedError, error_at
 from sql.logical import Column, Scan
@@ -268,6 +269,10 @@ class Connection:
                 self._rollback()
             raise
 
+    def _arranged(self, plan, key: tuple[int, ...]) -> bool:
+        """Whether an arrangement of ``plan`` by ``key`` exists for a new view to read."""
+        return self.registry.lookup(plan, key) is not None
+
     def relations(self) -> list[RelationInfo]:
         """Tables, views and indexes with row counts and stored sizes (``ivm.introspect.RelationInfo``)."""
         from ivm.introspect import relations
@@ -389,7 +394,7 @@ class Connection:
         if self.catalog.exists(name):
             raise error_at(stmt, f"relation {name!r} already exists")
         query = stmt.expression
-        plan = translate_query(query, self.catalog)
+        plan = prune(translate_query(query, self.catalog), self._arranged)
         self._check_readable(plan)
         view = View(name, plan, query.sql(dialect="postgres"))
         df, arranged, used = compile_view(self.engine, self.registry, name, plan)
@@ -442,7 +447,7 @@ class Connection:
         inner = parsed[0]
         if isinstance(inner, exp.Create) and (inner.args.get("kind") or "").upper() == "VIEW":
             inner = inner.expression
-        plan = translate_query(inner, self.catalog)
+        plan = prune(translate_query(inner, self.catalog), self._arranged)
         name = f"__explain{self.time}"
         df, _, used = compile_view(self.engine, self.registry, name, plan)
         df.drop()
@@ -522,7 +527,7 @@ class Connection:
         self.insert_arrow(table, data)
 
     def _query(self, stmt: exp.Expression) -> None:
-        plan = translate_query(stmt, self.catalog)
+        plan = prune(translate_query(stmt, self.catalog), self._arranged)
         self._check_readable(plan)
         self._result = (*self._evaluate(plan), plan.columns)
         self.description = [(c.name, str(c.type), None, None, None, None, c.nullable) for c in plan.columns]
@@ -623,7 +628,7 @@ class Connection:
 
     def _insert_select(self, st: _TableState, positions: list[int], query: exp.Expression) -> Batch:
         table = st.table
-        plan = translate_query(query, self.catalog)
+        plan = prune(translate_query(query, self.catalog), self._arranged)
         if len(plan.columns) != len(positions):
             raise error_at(query, f"the query has {len(plan.columns)} columns, INSERT expects {len(positions)}")
         cols, valid, mult = self._evaluate(plan)

@@ -22,28 +22,22 @@ from ivm.trace.batch import expand_ranges
 __all__ = ["JoinOp", "join_batches"]
 
 
-def _runs(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Unique hashes of a sorted array with their row ranges ``[start, end)``."""
-    n = len(hashes)
-    if n == 0:
-        z = np.zeros(0, dtype=np.int64)
-        return hashes, z, z
-    starts = np.flatnonzero(np.concatenate(([True], hashes[1:] != hashes[:-1])))
-    ends = np.append(starts[1:], n)
-    return hashes[starts], starts, ends
-
-
 def match_batches(a: TraceBatch, b: TraceBatch, nulls_match: bool) -> tuple[np.ndarray, np.ndarray]:
     """Row index pairs ``(i in a, j in b)`` of updates with exactly equal keys."""
     if len(a) == 0 or len(b) == 0:
         z = np.zeros(0, dtype=np.int64)
         return z, z
     if len(a) <= len(b):
-        ha, sa, ea = _runs(a.hashes)
+        ha, sa, ea = a.runs()
         sb, eb = b.seek(ha)
+        hit = eb > sb
     else:
-        hb, sb, eb = _runs(b.hashes)
+        hb, sb, eb = b.runs()
         sa, ea = a.seek(hb)
+        hit = ea > sa
+    if not hit.any():
+        z = np.zeros(0, dtype=np.int64)
+        return z, z
     # (sa, ea) and (sb, eb): aligned row ranges of equal key hashes; expand to all row pairs
     p, j = expand_ranges(sb, eb)
     q, i = expand_ranges(sa[p], ea[p])

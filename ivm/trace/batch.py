@@ -28,6 +28,8 @@ from ivm.trace.seek import DirectIndex, Fence, build_index, seek_ranges
 
 __all__ = ["TraceBatch", "expand_ranges"]
 
+KEEP_RUNS = 1 << 16
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class TraceBatch:
@@ -37,6 +39,7 @@ class TraceBatch:
     hashes: np.ndarray
     nkey: int
     _index: Fence | DirectIndex | None | bool = field(default=False, repr=False)
+    _runs: tuple | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.updates)
@@ -71,6 +74,19 @@ class TraceBatch:
     def seek(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each query hash, the row range ``[lo, hi)`` holding it."""
         return seek_ranges(self.hashes, hashes, self.index())
+
+    def runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The distinct key hashes with their row ranges ``[start, end)`` (kept for small batches, which are
+        matched against every batch of the other side)."""
+        if self._runs is not None:
+            return self._runs
+        h = self.hashes
+        n = len(h)
+        starts = np.flatnonzero(np.concatenate(([True], h[1:] != h[:-1]))) if n else np.zeros(0, np.int64)
+        runs = (h[starts], starts, np.append(starts[1:], n))
+        if n <= KEEP_RUNS:
+            object.__setattr__(self, "_runs", runs)
+        return runs
 
     def index(self) -> Fence | DirectIndex | None:
         """An index of the hashes for large or dense batches (built on first use, then kept)."""

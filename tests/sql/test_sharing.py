@@ -49,3 +49,27 @@ def test_second_view_with_same_join_builds_nothing_new():
     # only j2's own result arrangement is new; r by v and s by w come from j1
     assert built == [("Scan", (0, 1))]
     assert len(db.engine.traces()) == before + 1
+
+
+def test_wide_inputs_are_narrowed_unless_already_arranged():
+    """A join arranges only the columns a view reads of a wide table, unless the whole table is indexed by the
+    join key already: then it reads the index (see planner.prune)."""
+    db = ivm.connect()
+    db.execute("CREATE TABLE w (k INTEGER, a INTEGER, b INTEGER, c INTEGER, d INTEGER, e INTEGER, f TEXT)")
+    db.execute("CREATE TABLE n (k INTEGER PRIMARY KEY, x INTEGER)")
+    db.execute(
+        "INSERT INTO w VALUES (1, 2, 3, 4, 5, 6, 'p'), (1, 7, 0, 0, 0, 0, 'q'), (2, 8, 0, 0, 0, 0, NULL)"
+    )
+    db.execute("INSERT INTO n VALUES (1, 10), (3, 30)")
+    db.execute("CREATE VIEW v1 AS SELECT n.x, w.a FROM n JOIN w ON n.k = w.k")
+    plan = "\n".join(r[0] for r in db.execute("EXPLAIN SELECT n.x, w.a FROM n JOIN w ON n.k = w.k").fetchall())
+    assert "Project k, a\n" in plan  # w narrowed to the join key and the column the view reads
+    assert ("Project", (0,), "built") in _used(db, "v1")
+    db.execute("CREATE INDEX w_by_k ON w (k)")
+    db.execute("CREATE VIEW v2 AS SELECT n.x, w.b FROM n JOIN w ON n.k = w.k")
+    assert ("w", (0,), "reused") in _used(db, "v2")
+    assert [u for u in _used(db, "v2") if u[2] == "built"] == [("v2", (0, 1), "built")]  # its result only
+    assert sorted(db.execute("SELECT * FROM v1").fetchall()) == [(10, 2), (10, 7)]
+    assert sorted(db.execute("SELECT * FROM v2").fetchall()) == [(10, 0), (10, 3)]
+    db.execute("INSERT INTO w VALUES (3, 9, 9, 9, 9, 9, 'r')")
+    assert sorted(db.execute("SELECT * FROM v2").fetchall()) == [(10, 0), (10, 3), (30, 9)]
