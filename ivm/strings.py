@@ -269,7 +269,10 @@ class StringPool:
         if len(codes) == 0:
             return np.zeros(0, dtype=object)
         uniq, inv = np.unique(codes, return_inverse=True)
-        table = np.array(self.strings(uniq).to_pylist(), dtype=object)
+        if len(uniq) <= FEW:
+            table = np.array([self._string(c) for c in uniq.tolist()], dtype=object)
+        else:
+            table = np.array(self.strings(uniq).to_pylist(), dtype=object)
         return table[inv.reshape(-1)]
 
     def ranks(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,7 @@ __all__ = ["JoinOp", "join_batches"]
 
 def match_batches(a: TraceBatch, b: TraceBatch, nulls_match: bool) -> tuple[np.ndarray, np.ndarray]:
     """Row index pairs ``(i in a, j in b)`` of updates with exactly equal keys."""
-    if len(a) == 0 or len(b) == 0:
+    if len(a) == 0 or len(b) == 0 or not a.may_hold(*b.bounds()):
         z = np.zeros(0, dtype=np.int64)
         return z, z
     if len(a) <= len(b):

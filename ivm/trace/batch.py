@@ -40,6 +40,7 @@ class TraceBatch:
     nkey: int
     _index: Fence | DirectIndex | None | bool = field(default=False, repr=False)
     _runs: tuple | None = field(default=None, repr=False)
+    _bounds: tuple[int, int] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.updates)
@@ -74,6 +75,20 @@ class TraceBatch:
     def seek(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each query hash, the row range ``[lo, hi)`` holding it."""
         return seek_ranges(self.hashes, hashes, self.index())
+
+    def bounds(self) -> tuple[int, int]:
+        """The least and greatest key hash of a nonempty batch."""
+        if self._bounds is None:
+            object.__setattr__(self, "_bounds", (int(self.hashes[0]), int(self.hashes[-1])))
+        return self._bounds
+
+    def may_hold(self, lo: int, hi: int) -> bool:
+        """Whether some key hash of the batch lies in ``[lo, hi]`` (its hashes are sorted: a look at both
+        ends spares a search of a batch that holds none of the keys sought)."""
+        if len(self.hashes) == 0:
+            return False
+        first, last = self.bounds()
+        return lo <= last and hi >= first
 
     def runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The distinct key hashes with their row ranges ``[start, end)`` (kept for small batches, which are

@@ -271,7 +271,12 @@ class Spine:
         """
         parts = []
         qidx = []
+        if len(hashes) == 0:
+            return None, np.zeros(0, dtype=np.int64)
+        least, most = int(hashes.min()), int(hashes.max())
         for b in self.batches():
+            if not b.may_hold(least, most):
+                continue
             lo, hi = b.seek(hashes)
             if not (hi > lo).any():
                 continue
