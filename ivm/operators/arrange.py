@@ -3,7 +3,7 @@
 The arrange operator sorts each incoming batch by key once, appends it to its spine and forwards the sorted
 batch to every operator that reads the arrangement; those read the same trace through handles rather than
 keeping copies. An import presents an existing trace to a new dataflow: its history is replayed as the trace's
-own already sorted, consolidated batches, followed by every batch appended later.
+own already sorted batches, as of the time the import starts, followed by every batch appended later.
 """
 
 from __future__ import annotations
@@ -71,7 +71,10 @@ class ImportOp(Operator):
         self.dtypes = source.dtypes
         self.handle = self.trace.handle(self.trace.since)
         scope.dataflow.handles.append(self.handle)
-        self.history = self.trace.batches()
+        # the history is seen as of the last retired time: updates that cancelled out by then (in batches not
+        # merged yet) arrive together and cancel, rather than replaying states the new dataflow never had
+        as_of = max(source.scope.dataflow.frontier - 1, 0)
+        self.history = [_as_of(b, as_of) for b in self.trace.batches()]
         self.input = self.new_queue()
         source.subscribe(self.input)
 
@@ -90,6 +93,16 @@ class ImportOp(Operator):
     def release(self) -> None:
         self.handle.release()
         self.source.consumers = [c for c in self.source.consumers if c[0] is not self.input]
+
+
+def _as_of(b: TraceBatch, epoch: int) -> TraceBatch:
+    """``b`` with every epoch before ``epoch`` moved to it (still sorted: only ties among times appear)."""
+    times = b.updates.times
+    if len(times) == 0 or times[:, 0].min() >= epoch:
+        return b
+    moved = times.copy()
+    np.maximum(moved[:, 0], epoch, out=moved[:, 0])
+    return TraceBatch(b.updates.with_times(moved), b.hashes, b.nkey)
 
 
 def lift_times(times: np.ndarray, dim: int) -> np.ndarray:

@@ -141,20 +141,28 @@ def consolidation(
         return np.zeros(0, dtype=np.int64), updates.diffs
     cols, valid = updates.select(range(nkey))
     skip = 1 if identity_hash(cols, valid) else 0
-    rest = sort_keys(updates.columns[skip:], updates.valid[skip:], updates.times)
-    packed = pack_keys([hashes, *rest]) if skip and n >= SMALL_SORT else None  # small keys: one integer
+    packed = None
+    if skip and n >= SMALL_SORT:  # a key that is its own hash, and small values: all keys in one integer
+        rest = sort_keys(updates.columns[1:], updates.valid[1:], updates.times)
+        packed = pack_keys([hashes, *rest])
     if packed is not None:
         order = merge_order(packed, split) if split is not None else argsort(packed)
         ps = packed[order]
         starts = np.empty(n, dtype=bool)
         starts[0] = True
         np.not_equal(ps[1:], ps[:-1], out=starts[1:])
-    elif n < SMALL_SORT:
-        order, starts = sort_groups([hashes, *rest], split)
     else:
         order = merge_order(hashes, split) if split is not None else argsort(hashes)
         hs = hashes[order]
-        order, starts = refine_ties(order, hs[1:] == hs[:-1], rest)
+        eq = hs[1:] == hs[:-1]
+        if not eq.any():
+            starts = np.ones(n, dtype=bool)
+        else:
+            rest = sort_keys(updates.columns[skip:], updates.valid[skip:], updates.times)
+            if n < SMALL_SORT:
+                order, starts = sort_groups([hashes, *rest], split)
+            else:
+                order, starts = refine_ties(order, eq, rest)
     if starts.all():
         diffs = updates.diffs[order]
         keep = diffs != 0

@@ -1,10 +1,11 @@
 """The spine: a trace as an append-only list of immutable sorted batches, merged geometrically.
 
 Batches enter at the end. Whenever the newest batch is at least half as large as the one before it, the two
-are scheduled to merge. A merge proceeds in key ranges, a bounded amount of work per inserted update (its
-"fuel"), so that no insertion pays for a whole large merge; while it is under way readers see its two inputs.
-As a merge goes it advances every time by the meet of the readers' frontiers and cancels updates that became
-indistinguishable, which bounds the trace by the number of distinct live ``(row, time)`` pairs.
+are scheduled to merge; small batches first gather at the end, a few at a time, and merge together. A merge
+proceeds in key ranges, a bounded amount of work per inserted update (its "fuel"), so that no insertion pays
+for a whole large merge; while it is under way readers see its two inputs. As a merge goes it advances every
+time by the meet of the readers' frontiers and cancels updates that became indistinguishable, which bounds the
+trace by the number of distinct live ``(row, time)`` pairs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ __all__ = ["Spine"]
 FUEL_PER_UPDATE = 4
 CHUNK = 1 << 16
 MIN_CHUNK = 1 << 10
+TAIL_BATCHES = 8  # small batches (under MIN_CHUNK updates) gathered at the end before they merge
 
 
 class _Merge:
@@ -217,13 +219,26 @@ class Spine:
         self.entries = [e for e in self.entries if isinstance(e, _Merge) or len(e)]
 
     def _schedule_merges(self) -> None:
+        # small batches (as small transactions bring) wait at the end until there are TAIL_BATCHES of them,
+        # then merge all at once: one merge per several insertions instead of about one per insertion
+        small = 0
+        for e in reversed(self.entries):
+            if isinstance(e, _Merge) or len(e) >= MIN_CHUNK:
+                break
+            small += 1
+        if 0 < small < TAIL_BATCHES:
+            return
+        if small > 1:
+            self.entries[-small:] = [_merged(self.entries[-small:], self.since)]
+            if len(self.entries[-1]) < MIN_CHUNK:
+                return
         while len(self.entries) >= 2:
             older, newer = self.entries[-2], self.entries[-1]
             if _weight(newer) * 2 < _weight(older):
                 break
             older_b, newer_b = self._complete(older), self._complete(newer)
             if len(older_b) + len(newer_b) <= MIN_CHUNK:
-                self.entries[-2:] = [_merged(older_b, newer_b, self.since)]
+                self.entries[-2:] = [_merged([older_b, newer_b], self.since)]
             else:
                 self.entries[-2:] = [_Merge(older_b, newer_b, self.since)]
             if len(self.entries) >= 2 and _weight(self.entries[-1]) * 2 >= _weight(self.entries[-2]):
@@ -295,14 +310,15 @@ class Spine:
         return out, q
 
 
-def _merged(older: TraceBatch, newer: TraceBatch, frontier: Antichain) -> TraceBatch:
-    """Two small batches merged at once (what a ``_Merge`` does chunk by chunk, without its buffers)."""
-    both = Batch.concat([older.updates, newer.updates])
+def _merged(batches: list[TraceBatch], frontier: Antichain) -> TraceBatch:
+    """Small batches merged at once (what a ``_Merge`` does chunk by chunk, without its buffers)."""
+    both = Batch.concat([b.updates for b in batches])
     if len(frontier):
         both = both.with_times(frontier.advance(both.times))
-    h = np.concatenate([older.hashes, newer.hashes])
-    presorted = len(older) and len(newer) and both.dim == 1
-    return TraceBatch.consolidated(both, h, older.nkey, split=len(older) if presorted else None)
+    h = np.concatenate([b.hashes for b in batches])
+    # advancing single-coordinate times keeps each input sorted: two runs merge rather than sort
+    two = len(batches) == 2 and len(batches[0]) and len(batches[1]) and both.dim == 1
+    return TraceBatch.consolidated(both, h, batches[0].nkey, split=len(batches[0]) if two else None)
 
 
 def _weight(e: TraceBatch | _Merge) -> int:
