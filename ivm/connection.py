@@ -738,27 +738,20 @@ class Connection:
         pk = table.primary_key
         before = self.pending.get(table.name)
         cols, valid = batch.select(pk)
-        h = key_hash(cols, valid, len(batch))
         if not before:
             # the first change of the table in its transaction: deletions cannot duplicate a key, and
             # insertions of distinct keys only need the keys' committed multiplicities
             if (batch.diffs < 0).all():
                 return
-            order = np.argsort(h)
-            hs = h[order]
-            if (batch.diffs == 1).all() and not (hs[1:] == hs[:-1]).any():
-                # sorted queries seek faster (each search starts where the previous one ended)
-                cols, valid = (
-                    tuple(c[order] for c in cols),
-                    tuple(None if m is None else m[order] for m in valid),
-                )
-                found, q = st.arranged.trace.gather(hs, cols, valid)
-                if found is None:
-                    return
-                present = np.bincount(q, weights=found.diffs, minlength=len(h)) > 0
-                if not present.any():
-                    return
-                self._duplicate_key(table, cols, np.flatnonzero(present)[:1])
+            sought = _seek_distinct(st.arranged.trace, cols, valid) if (batch.diffs == 1).all() else None
+            if sought is not None:
+                order, found, q = sought
+                if found is not None:
+                    present = np.bincount(q, weights=found.diffs, minlength=len(order)) > 0
+                    if present.any():
+                        self._duplicate_key(table, tuple(c[order] for c in cols), np.flatnonzero(present)[:1])
+                return
+        h = key_hash(cols, valid, len(batch))
         keys = Batch(cols, valid, batch.times, batch.diffs)
         # the resulting multiplicity of every key touched: committed rows plus all pending changes
         found, q = st.arranged.trace.gather(*_unique(h, cols, valid))
@@ -789,20 +782,16 @@ class Connection:
             # the first change of the table in its transaction, one copy of each row: when the rows' keys are
             # distinct, each must match a committed row with the same key exactly
             rows = batch.select(key)
-            kcols, kvalid = rows[0][: st.arranged.nkey], rows[1][: st.arranged.nkey]
-            h = key_hash(kcols, kvalid, len(batch))
-            order = np.argsort(h)
-            hs = h[order]
-            if not (hs[1:] == hs[:-1]).any():
-                kcols = tuple(c[order] for c in kcols)
-                kvalid = tuple(None if m is None else m[order] for m in kvalid)
-                found, q = st.arranged.trace.gather(hs, kcols, kvalid)
-                held = np.zeros(len(h), np.int64)
+            nkey = st.arranged.nkey
+            sought = _seek_distinct(st.arranged.trace, rows[0][:nkey], rows[1][:nkey])
+            if sought is not None:
+                order, found, q = sought
+                held = np.zeros(len(order), np.int64)
                 if found is not None:
                     r = order[q]
                     mine = (tuple(c[r] for c in rows[0]), tuple(None if m is None else m[r] for m in rows[1]))
                     same = rows_equal(*mine, found.columns, found.valid)
-                    held = np.bincount(q[same], weights=found.diffs[same], minlength=len(h))
+                    held = np.bincount(q[same], weights=found.diffs[same], minlength=len(order))
                 if (held < 1).any():
                     raise SqlError(f"a deleted row is not in table {st.table.name!r}")
                 return
@@ -915,6 +904,21 @@ def _cast_to_table(data, table: Table):
         fields.append(c.name)
         arrays.append(col)
     return pa.table(arrays, names=fields)
+
+
+def _seek_distinct(trace, cols: tuple, valid: tuple):
+    """The committed updates of keys that are distinct by hash, sought in hash order (each search starts
+    where the previous one ended): the order sorting the keys, the updates found and, for each, the position
+    of its key in that order. ``None`` when two keys share a hash."""
+    h = key_hash(cols, valid, len(cols[0]))
+    order = np.argsort(h)
+    hs = h[order]
+    if (hs[1:] == hs[:-1]).any():
+        return None
+    found, q = trace.gather(
+        hs, tuple(c[order] for c in cols), tuple(None if m is None else m[order] for m in valid)
+    )
+    return order, found, q
 
 
 def _unique(h, cols, valid):
