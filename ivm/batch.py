@@ -280,6 +280,17 @@ def merge_order(values: np.ndarray, split: int) -> np.ndarray:
     return np.argsort(values, kind="stable")
 
 
+def sorted_runs(values: np.ndarray, split: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The permutation sorting ``values`` (merging ``[:split]`` and ``[split:]``, each sorted, with ``split``)
+    and a boolean per sorted row: True where it differs from its predecessor."""
+    order = merge_order(values, split) if split is not None else argsort(values)
+    ordered = values[order]
+    starts = np.empty(len(values), dtype=bool)
+    starts[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    return order, starts
+
+
 RUNS_FOR_MERGING = 16
 SMALL_SORT = 256  # below this many rows one multi-key sort beats packing the keys first
 
@@ -329,15 +340,10 @@ def sort_groups(keys: Sequence[np.ndarray], split: int | None = None) -> tuple[n
         starts[0] = True
         np.any(ordered[:, 1:] != ordered[:, :-1], axis=0, out=starts[1:])
         return order, starts
-    starts = np.empty(n, dtype=bool)
-    starts[0] = True
     if len(keys) > 1:
         packed = pack_keys(keys)
         if packed is not None:
-            order = merge_order(packed, split) if split is not None else argsort(packed)
-            ps = packed[order]
-            np.not_equal(ps[1:], ps[:-1], out=starts[1:])
-            return order, starts
+            return sorted_runs(packed, split)
     first = keys[0]
     order = merge_order(first, split) if split is not None else argsort(first)
     fs = first[order]
@@ -433,11 +439,7 @@ def consolidate(
     keys = list(lead) + sort_keys(batch.columns, batch.valid, batch.times)
     packed = pack_keys(keys) if len(keys) > 1 and n >= SMALL_SORT else None
     if packed is not None:
-        order = merge_order(packed, split) if split is not None else argsort(packed)
-        sp = packed[order]
-        starts = np.empty(n, dtype=bool)
-        starts[0] = True
-        np.not_equal(sp[1:], sp[:-1], out=starts[1:])
+        order, starts = sorted_runs(packed, split)
     else:
         order, starts = sort_groups(keys, split)
     idx = np.flatnonzero(starts)

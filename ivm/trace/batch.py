@@ -23,6 +23,7 @@ from ivm.batch import (
     rows_equal,
     sort_groups,
     sort_keys,
+    sorted_runs,
 )
 from ivm.trace.seek import DirectIndex, Fence, build_index, seek_ranges
 
@@ -146,11 +147,7 @@ def consolidation(
         rest = sort_keys(updates.columns[1:], updates.valid[1:], updates.times)
         packed = pack_keys([hashes, *rest])
     if packed is not None:
-        order = merge_order(packed, split) if split is not None else argsort(packed)
-        ps = packed[order]
-        starts = np.empty(n, dtype=bool)
-        starts[0] = True
-        np.not_equal(ps[1:], ps[:-1], out=starts[1:])
+        order, starts = sorted_runs(packed, split)
     else:
         order = merge_order(hashes, split) if split is not None else argsort(hashes)
         hs = hashes[order]
