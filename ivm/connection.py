@@ -8,6 +8,7 @@ statement (inside a transaction, the whole transaction) and leaves every table a
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -21,7 +22,7 @@ from ivm.batch import Batch, consolidate, key_hash, rows_equal
 from ivm.dataflow import Arranged, Dataflow, Engine, Input
 from ivm.operators.basic import EvaluationError
 from ivm.operators.iterate import IterationLimitError
-from ivm.strings import POOL
+from ivm.strings import POOL, StringPool
 from planner.compile import Registry, compile_view
 from planner.prune import prune
 from sql.catalog import Catalog, Table, View
@@ -60,10 +61,22 @@ class _ViewState:
         self.error: str | None = None
 
 
+def _pooled(method):
+    """Run a public method with the connection's string pool active (text is coded by it)."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self.pool.active():
+            return method(self, *args, **kwargs)
+
+    return run
+
+
 class Connection:
     """Executes SQL; ``fetchall`` and ``description`` describe the last query's result."""
 
     def __init__(self) -> None:
+        self.pool = StringPool()
         self.engine = Engine()
         self.base = self.engine.dataflow("tables")
         self.catalog = Catalog()
@@ -78,6 +91,7 @@ class Connection:
         self.closed = False
 
     # -- DB-API surface ---------------------------------------------------------------------------------
+    @_pooled
     def execute(self, sql: str, params: Sequence | None = None) -> Connection:
         """Run one or more statements; a query's rows are then available from ``fetchall``."""
         if self.closed:
@@ -105,6 +119,7 @@ class Connection:
                 raise
         return self
 
+    @_pooled
     def fetchall(self) -> list[tuple]:
         """The rows of the last query (each repeated by its multiplicity), as Python values."""
         if self._result is None:
@@ -115,6 +130,7 @@ class Connection:
         rows = list(zip(*values, strict=True)) if values else [()] * len(mult)
         return [r for r, k in zip(rows, mult.tolist(), strict=True) for _ in range(k)]
 
+    @_pooled
     def fetch_arrow(self):
         """The rows of the last query as a ``pyarrow.Table``."""
         import pyarrow as pa
@@ -132,6 +148,7 @@ class Connection:
         ]
         return pa.Table.from_arrays(arrays, names=[c.name for c in columns])
 
+    @_pooled
     def subscribe(self, view: str, snapshot: bool = True) -> Subscription:
         """The changes of a view from now on: iterating yields ``pyarrow.RecordBatch``es of its columns plus
         ``time`` and ``diff`` for every change committed since the last iteration (first its current contents
@@ -144,14 +161,17 @@ class Connection:
         columns = st.view.columns if view in self.views else st.table.columns
         return Subscription(self, st.arranged, columns, snapshot, view in self.tables and st.table or None)
 
+    @_pooled
     def insert_arrow(self, table: str, data) -> None:
         """Insert the rows of a ``pyarrow.Table`` (columns matched by name)."""
         self._arrow_write(table, data, 1)
 
+    @_pooled
     def delete_arrow(self, table: str, data) -> None:
         """Delete the rows of a ``pyarrow.Table`` (whole rows, columns matched by name); each must exist."""
         self._arrow_write(table, data, -1)
 
+    @_pooled
     def apply_changes_arrow(self, changes: dict, transactions: int) -> list[str]:
         """Commit ``transactions`` consecutive transactions at once. ``changes`` maps a table to ``(rows, diff,
         tx)``: a ``pyarrow.Table`` of the table's columns (by name), the signed multiplicity change of each
@@ -197,6 +217,7 @@ class Connection:
         self.engine.step()
         return self._failed(self.engine.failed, report=False)
 
+    @_pooled
     def lookup_arrow(self, table: str, keys):
         """The committed rows of ``table`` whose primary key equals a row of ``keys`` (a ``pyarrow.Table`` with
         the key columns, matched by name), as a ``pyarrow.Table`` of all the table's columns. A change log that
@@ -273,12 +294,14 @@ class Connection:
         """Whether an arrangement of ``plan`` by ``key`` exists for a new view to read."""
         return self.registry.lookup(plan, key) is not None
 
+    @_pooled
     def relations(self) -> list[RelationInfo]:
         """Tables, views and indexes with row counts and stored sizes (``ivm.introspect.RelationInfo``)."""
         from ivm.introspect import relations
 
         return relations(self)
 
+    @_pooled
     def arrangements(self, view: str) -> list[ArrangementInfo]:
         """The arrangements view ``view`` reads, each built or reused, with who else reads it
         (``ivm.introspect.ArrangementInfo``)."""
@@ -289,10 +312,12 @@ class Connection:
     def cursor(self) -> Connection:
         return self
 
+    @_pooled
     def commit(self) -> None:
         if self.in_transaction:
             self._commit()
 
+    @_pooled
     def close(self) -> None:
         """Drop every view and table now, releasing their arrangements (whose arrays go at once, rather than
         whenever the garbage collector reaches the operators' reference cycles)."""
@@ -832,6 +857,7 @@ class Subscription:
     ) -> None:
         self.columns = columns
         self.table = table
+        self.pool = conn.pool
         self.pending: list[Batch] = []
         layout = None if table is None else _layout(table, len(columns), arranged.nkey)
         # a table's arrangement holds its key columns first: the order that restores the table's columns
@@ -853,10 +879,11 @@ class Subscription:
             if self.order is not None:
                 o = self.order
                 b = Batch(tuple(b.columns[i] for i in o), tuple(b.valid[i] for i in o), b.times, b.diffs)
-            arrays = [
-                to_arrow_column(c, m, col.type)
-                for c, m, col in zip(b.columns, b.valid, self.columns, strict=True)
-            ]
+            with self.pool.active():
+                arrays = [
+                    to_arrow_column(c, m, col.type)
+                    for c, m, col in zip(b.columns, b.valid, self.columns, strict=True)
+                ]
             arrays += [pa.array(b.times[:, 0]), pa.array(b.diffs)]
             yield pa.RecordBatch.from_arrays(arrays, names=[c.name for c in self.columns] + ["time", "diff"])
 

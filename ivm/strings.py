@@ -1,4 +1,4 @@
-"""The engine-wide string pool: text values are int64 codes into it, so rows stay fixed-width.
+"""The string pool of an engine: text values are int64 codes into it, so rows stay fixed-width.
 
 Codes are assigned in order of first appearance and never reused; equal strings always get the same code, so
 equality of text is equality of codes. Functions of text (LIKE, UPPER, comparisons) run once per distinct code
@@ -9,12 +9,17 @@ The strings are kept in Arrow arrays, not as Python objects. A column is interne
 at once, and a string found there is compared with the pool's copy, so two strings sharing a hash never share a
 code (the later one goes to a small side table). A handful of strings, as a small transaction brings, are
 looked up one by one instead, which is cheaper than the dozens of numpy calls of the vectorized path.
+
+Each connection owns a pool (its strings go when it does); ``POOL`` stands for the pool of the connection
+whose call is running, which the connection activates on entry (``StringPool.active``).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import numpy as np
 import pyarrow as pa
@@ -127,6 +132,15 @@ class StringPool:
 
     def __len__(self) -> int:
         return self._size
+
+    @contextmanager
+    def active(self) -> Iterator[StringPool]:
+        """Make this the pool ``POOL`` stands for, within the block."""
+        token = _active.set(self)
+        try:
+            yield self
+        finally:
+            _active.reset(token)
 
     def code(self, s: str) -> int:
         return int(self._encode_few([s])[0])
@@ -301,4 +315,18 @@ class StringPool:
         return vals[inv.reshape(-1)]
 
 
-POOL = StringPool()
+_active: ContextVar[StringPool] = ContextVar("string_pool")
+
+
+class _ActivePool:
+    """The pool of the running connection (see ``StringPool.active``)."""
+
+    def __getattr__(self, name: str):
+        try:
+            pool = _active.get()
+        except LookupError:
+            raise RuntimeError("text is coded by a connection's string pool, and none is active") from None
+        return getattr(pool, name)
+
+
+POOL = _ActivePool()

@@ -94,6 +94,8 @@ def to_arrow_column(data: np.ndarray, valid: np.ndarray | None, t: SqlType) -> p
     mask = None if valid is None else ~valid
     k = t.kind
     if k == "text":
+        if len(data) == 0:
+            return pa.array([], pa.string())
         strings = POOL.strings(data).cast(pa.string())
         return (
             strings if mask is None else pc.if_else(pa.array(mask), pa.nulls(len(data), pa.string()), strings)
