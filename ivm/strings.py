@@ -60,27 +60,34 @@ class _HashTable:
             pos[active] = (pos[active] + np.uint64(1)) & mask
         return out
 
-    def insert(self, keys: np.ndarray, values: np.ndarray) -> None:
-        """Add keys that are absent and distinct."""
+    def insert(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """Add keys with distinct values; a key already present (in the table or earlier in ``keys``) is left
+        out. Whether each key was left out."""
         if 2 * (self.count + len(keys)) > len(self.keys):
             self._grow(self.count + len(keys))
         mask = np.uint64(len(self.keys) - 1)
         pos = keys & mask
+        present = np.zeros(len(keys), dtype=bool)
         pending = np.arange(len(keys))
         while len(pending):
             p = pos[pending]
             free = self.values[p] < 0
+            # keys aiming at one free slot: the last write wins, and since values are distinct the slot's value
+            # says which one that was; the others look at the slot again, now taken, in the next round
             trying, slots = pending[free], p[free]
-            # keys aiming at one free slot: the last write wins, and since keys are distinct the slot's key
-            # says which one that was; the others move on like keys that met an occupied slot
-            self.keys[slots] = keys[trying]
-            won = self.keys[slots] == keys[trying]
-            self.values[slots[won]] = values[trying[won]]
-            keep = np.ones(len(pending), dtype=bool)
-            keep[np.flatnonzero(free)[won]] = False
+            self.values[slots] = values[trying]
+            won = self.values[slots] == values[trying]
+            self.keys[slots[won]] = keys[trying[won]]
+            taken = ~free
+            same = taken & (self.keys[p] == keys[pending])
+            present[pending[same]] = True
+            move = taken & ~same
+            pos[pending[move]] = (p[move] + np.uint64(1)) & mask
+            keep = move
+            keep[np.flatnonzero(free)[~won]] = True
             pending = pending[keep]
-            pos[pending] = (pos[pending] + np.uint64(1)) & mask
-        self.count += len(keys)
+        self.count += len(keys) - int(present.sum())
+        return present
 
     def get(self, key: int) -> int:
         """The value of one key (a Python int in ``[0, 2**64)``), or -1."""
@@ -199,14 +206,11 @@ class StringPool:
             codes[found[~same.to_numpy(zero_copy_only=False)]] = -2  # another string owns the hash
         new = np.flatnonzero(codes == -1)
         if len(new):
-            kn = keys[new]
-            order = np.argsort(kn, kind="stable")
-            first = np.ones(len(new), dtype=bool)
-            first[1:] = kn[order][1:] != kn[order][:-1]
-            owners = new[order[first]]
-            codes[new[order[~first]]] = -2  # distinct strings of this batch sharing a hash
-            codes[owners] = self._append(distinct.take(pa.array(owners)))
-            self._table.insert(keys[owners], codes[owners])
+            codes[new] = self._append(distinct.take(pa.array(new)))
+            # distinct strings of this batch sharing a hash: the first keeps it, the others (vanishingly rare)
+            # go to the side table with the codes they already have
+            for i in new[self._table.insert(keys[new], codes[new])].tolist():
+                self._others[values[i]] = int(codes[i])
         for i in np.flatnonzero(codes == -2).tolist():  # 64-bit hash collisions: vanishingly rare
             codes[i] = self._other(values[i])
         return codes
