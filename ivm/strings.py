@@ -119,8 +119,20 @@ class _HashTable:
             capacity *= 2
         self.keys = np.zeros(capacity, dtype=np.uint64)
         self.values = np.full(capacity, -1, dtype=np.int64)
-        self.count = 0
-        self.insert(keys, values)
+        # laid out at once in order of home slot: each key takes its home or the slot after the previous key,
+        # whichever is later (the layout inserting them in that order would give); keys pushed past the end
+        # wrap around through the ordinary insertion
+        home = (keys & np.uint64(capacity - 1)).astype(np.int64)
+        order = np.argsort(home, kind="stable")
+        rank = np.arange(len(order))
+        pos = rank + np.maximum.accumulate(home[order] - rank)
+        inside = pos < capacity
+        self.keys[pos[inside]] = keys[order[inside]]
+        self.values[pos[inside]] = values[order[inside]]
+        self.count = int(inside.sum())
+        rest = order[~inside]
+        if len(rest):
+            self.insert(keys[rest], values[rest])
 
 
 class StringPool:
