@@ -25,7 +25,7 @@ from ivm.batch import (
     sort_keys,
     sorted_runs,
 )
-from ivm.trace.seek import DirectIndex, Fence, build_index, seek_ranges
+from ivm.trace.seek import DirectIndex, Fence, Filter, build_index, seek_ranges
 
 __all__ = ["TraceBatch", "expand_ranges"]
 
@@ -39,7 +39,7 @@ class TraceBatch:
     updates: Batch
     hashes: np.ndarray
     nkey: int
-    _index: Fence | DirectIndex | None | bool = field(default=False, repr=False)
+    _index: Fence | DirectIndex | Filter | None | bool = field(default=False, repr=False)
     _runs: tuple | None = field(default=None, repr=False)
     _bounds: tuple[int, int] | None = field(default=None, repr=False)
 
@@ -104,7 +104,7 @@ class TraceBatch:
             object.__setattr__(self, "_runs", runs)
         return runs
 
-    def index(self) -> Fence | DirectIndex | None:
+    def index(self) -> Fence | DirectIndex | Filter | None:
         """An index of the hashes for large or dense batches (built on first use, then kept)."""
         if self._index is False:
             identity = self.nkey == 1 and self.hashes is self.updates.columns[0]
