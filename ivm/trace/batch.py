@@ -25,7 +25,7 @@ from ivm.batch import (
     sort_keys,
     sorted_runs,
 )
-from ivm.trace.seek import DirectIndex, Fence, Filter, build_index, seek_ranges
+from ivm.trace.seek import DirectIndex, Fence, Filter, build_index, seek_ranges, wants_filter
 
 __all__ = ["TraceBatch", "expand_ranges"]
 
@@ -39,7 +39,8 @@ class TraceBatch:
     updates: Batch
     hashes: np.ndarray
     nkey: int
-    _index: Fence | DirectIndex | Filter | None | bool = field(default=False, repr=False)
+    _index: Fence | DirectIndex | None | bool = field(default=False, repr=False)
+    _filter: Filter | None = field(default=None, repr=False)
     _runs: tuple | None = field(default=None, repr=False)
     _bounds: tuple[int, int] | None = field(default=None, repr=False)
 
@@ -75,7 +76,12 @@ class TraceBatch:
 
     def seek(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each query hash, the row range ``[lo, hi)`` holding it."""
-        return seek_ranges(self.hashes, hashes, self.index())
+        index = self.index()
+        if wants_filter(len(self.hashes), len(hashes), index):
+            if self._filter is None:
+                object.__setattr__(self, "_filter", Filter(self.hashes))
+            return seek_ranges(self.hashes, hashes, index, self._filter)
+        return seek_ranges(self.hashes, hashes, index)
 
     def bounds(self) -> tuple[int, int]:
         """The least and greatest key hash of a nonempty batch."""
@@ -104,7 +110,7 @@ class TraceBatch:
             object.__setattr__(self, "_runs", runs)
         return runs
 
-    def index(self) -> Fence | DirectIndex | Filter | None:
+    def index(self) -> Fence | DirectIndex | None:
         """An index of the hashes for large or dense batches (built on first use, then kept)."""
         if self._index is False:
             identity = self.nkey == 1 and self.hashes is self.updates.columns[0]

@@ -7,12 +7,10 @@ Three ways, chosen per batch when it is first searched:
   final probes of the binary search stay within one small block (for many queries at once; a few are
   binary-searched directly);
 - other batches are binary-searched as they are.
-Large batches also get a *filter*: one bit per slice of their hash range, set where a hash falls, 8 to 16 bits
-per row. A query whose bit is clear is absent without a search; most queries are absent from most batches of a
-trace (a new key from all, a stored key from all but one), and a binary search in a large batch costs a
-cache miss per step.
-Ranges are then closed by looking at the next row: most keys own one row or a few, and only the rest need a
-second search.
+Large batches searched for many queries at once also get a *filter*: one bit per slice of their hash range,
+set where a hash falls, 8 to 16 bits per row. A query whose bit is clear is absent without a search; most
+queries are absent from most batches of a trace (a new key from all, a stored key from all but one), and a
+binary search in a large batch costs a cache miss per step.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ DIRECT_MIN = 1 << 14
 DIRECT_DENSITY = 2  # at most this many table slots per row
 FENCE_QUERIES = 256  # fewer queries than this search the whole array: the fence's own steps cost more
 FILTER_MIN = 1 << 17
+FILTER_QUERIES = 1024  # fewer queries than this are searched directly: the filter's own steps cost more
 FILTER_BITS = 16  # per row, at most (a query absent from the batch passes with chance about 1/8 to 1/16)
 
 
@@ -58,9 +57,9 @@ class Filter:
     """Which slices of a sorted array's value range hold a value: bit ``(v - least) >> shift``. The bit
     positions of sorted values are sorted, so each byte of the bitmap is one OR over a run of them."""
 
-    __slots__ = ("least", "most", "shift", "bits", "fence")
+    __slots__ = ("least", "most", "shift", "bits")
 
-    def __init__(self, sorted_values: np.ndarray, fence: Fence | None) -> None:
+    def __init__(self, sorted_values: np.ndarray) -> None:
         self.least, self.most = int(sorted_values[0]), int(sorted_values[-1])
         span = self.most - self.least + 1
         self.shift = max(0, (span - 1).bit_length() - (FILTER_BITS * len(sorted_values)).bit_length() + 1)
@@ -69,7 +68,6 @@ class Filter:
         starts = np.flatnonzero(np.concatenate(([True], byte[1:] != byte[:-1])))
         self.bits = np.zeros(int(byte[-1]) + 1, dtype=np.uint8)
         self.bits[byte[starts]] = np.bitwise_or.reduceat(_bit(pos), starts)
-        self.fence = fence
 
     def _positions(self, values: np.ndarray) -> np.ndarray:
         # the unsigned difference is exact for values at or above the least (no int64 overflow)
@@ -86,17 +84,21 @@ def _bit(pos: np.ndarray) -> np.ndarray:
     return np.left_shift(np.uint8(1), (pos & np.uint64(7)).astype(np.uint8))
 
 
-def build_index(sorted_hashes: np.ndarray, identity: bool) -> Fence | DirectIndex | Filter | None:
+def build_index(sorted_hashes: np.ndarray, identity: bool) -> Fence | DirectIndex | None:
     """The index worth building for a batch's hashes, if any."""
     n = len(sorted_hashes)
     if identity and n >= DIRECT_MIN:
         span = int(sorted_hashes[-1]) - int(sorted_hashes[0]) + 1
         if span <= DIRECT_DENSITY * n:
             return DirectIndex(sorted_hashes)
-    fence = Fence(sorted_hashes) if n >= FENCE_MIN else None
-    if n >= FILTER_MIN:
-        return Filter(sorted_hashes, fence)
-    return fence
+    if n >= FENCE_MIN:
+        return Fence(sorted_hashes)
+    return None
+
+
+def wants_filter(n: int, queries: int, index: Fence | DirectIndex | None) -> bool:
+    """Whether a search of ``queries`` values in a batch of ``n`` rows should go through a filter."""
+    return n >= FILTER_MIN and queries >= FILTER_QUERIES and not isinstance(index, DirectIndex)
 
 
 def _left(arr: np.ndarray, q: np.ndarray, fence: Fence | None) -> np.ndarray:
@@ -126,21 +128,22 @@ def _direct(index: DirectIndex, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def seek_ranges(
-    arr: np.ndarray, q: np.ndarray, index: Fence | DirectIndex | Filter | None = None
+    arr: np.ndarray, q: np.ndarray, index: Fence | DirectIndex | None = None, sieve: Filter | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """For each query value, the range ``[lo, hi)`` of ``arr`` (sorted) holding it (empty if absent)."""
+    """For each query value, the range ``[lo, hi)`` of ``arr`` (sorted) holding it (empty if absent); only
+    the queries that pass ``sieve`` (when given) are searched."""
     n = len(arr)
     if n == 0:
         z = np.zeros(len(q), dtype=np.int64)
         return z, z
-    if isinstance(index, Filter):
-        maybe = np.flatnonzero(index.candidates(q))
+    if sieve is not None:
+        maybe = np.flatnonzero(sieve.candidates(q))
         if len(maybe) == len(q):
-            return seek_ranges(arr, q, index.fence)
+            return seek_ranges(arr, q, index)
         lo = np.zeros(len(q), dtype=np.int64)
         hi = np.zeros(len(q), dtype=np.int64)
         if len(maybe):
-            lo[maybe], hi[maybe] = seek_ranges(arr, q[maybe], index.fence)
+            lo[maybe], hi[maybe] = seek_ranges(arr, q[maybe], index)
         return lo, hi
     if isinstance(index, DirectIndex):
         lo, hit = _direct(index, q)
