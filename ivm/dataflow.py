@@ -42,7 +42,7 @@ from ivm.operators.basic import (
 )
 from ivm.operators.iterate import EnterOp, IterationLimitError, LeaveOp, LoopOp, VariableOp
 from ivm.operators.join import JoinOp
-from ivm.operators.reduce import ReduceOp
+from ivm.operators.reduce import ReduceOp, streams
 from ivm.operators.reducers import Aggregate, Reducer, Threshold, TopK, distinct
 from ivm.scope import Operator, Point, Scope
 from ivm.trace import Spine, TraceBatch, TraceHandle
@@ -267,12 +267,16 @@ class Collection:
         key = tuple(key)
         if key in self._arranged:
             return self._arranged[key]
-        rest = [i for i in range(self.arity) if i not in key]
-        src = self if list(key) + rest == list(range(self.arity)) else self.project(list(key) + rest)
+        src = self._keyed(key)
         op = ArrangeOp(self.scope, src.op, len(key), src.dtypes)
         arr = Arranged(self.scope, op, op.trace, src.dtypes)
         self._arranged[key] = arr
         return arr
+
+    def _keyed(self, key: tuple[int, ...]) -> Collection:
+        """This collection with the ``key`` columns first, then the others in order."""
+        rest = [i for i in range(self.arity) if i not in key]
+        return self if list(key) + rest == list(range(self.arity)) else self.project(list(key) + rest)
 
     def join(
         self,
@@ -332,8 +336,14 @@ class Collection:
         return parts[0].concat(*parts[1:])
 
     def reduce(self, key: Sequence[int], reducer: Reducer) -> Arranged:
-        """Per distinct ``key``, the reducer's rows over the other columns; arranged by the key."""
-        return self.arrange(key).reduce(reducer)
+        """Per distinct ``key``, the reducer's rows over the other columns; arranged by the key. A linear
+        aggregate reads this collection as it flows unless it is arranged by ``key`` already."""
+        key = tuple(key)
+        if key in self._arranged or not streams(reducer, self.scope):
+            return self.arrange(key).reduce(reducer)
+        src = self._keyed(key)
+        op = ReduceOp(self.scope, src.op, None, reducer, len(key), src.dtypes)
+        return Arranged(self.scope, op.output, op.output.trace, op.output.dtypes)
 
     def distinct(self) -> Collection:
         """Each row present with positive multiplicity, once."""

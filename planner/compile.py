@@ -126,7 +126,7 @@ class _Compiler:
     def _arrange(self, plan: Plan, key: tuple[int, ...]) -> Arranged:
         """A new arrangement of ``plan`` by ``key``: a reduction's own output trace when it is keyed so."""
         if isinstance(plan, Distinct) and key == tuple(range(len(plan.columns))):
-            return self.arranged(plan.input, key).reduce(distinct())
+            return self._reduce(plan.input, key, distinct())
         ng = len(plan.group) if isinstance(plan, Aggregate) else 0
         if ng and key == tuple(range(ng)) and not _avg_fixes(plan):
             return self._reduced(plan)
@@ -282,8 +282,15 @@ class _Compiler:
             if a.func in ("min", "max") and a.type.kind == "text":
                 kind = a.func + "_text"
             specs.append((kind, None if a.arg is None else rest.index(a.arg + shift)))
-        arranged = self.arranged(plan.input if ng else _one_group(plan.input), group)
-        return arranged.reduce(ivm.Aggregate(specs))
+        return self._reduce(plan.input if ng else _one_group(plan.input), group, ivm.Aggregate(specs))
+
+    def _reduce(self, plan: Plan, key: tuple[int, ...], reducer: ivm.Aggregate) -> Arranged:
+        """``plan`` reduced per ``key``. An existing arrangement of it by the key is read; otherwise an
+        aggregate with a running state per key reads the collection as it flows, and needs none."""
+        arranged = (plan, key) in self.imported or self.registry.lookup(plan, key) is not None
+        if self.parent is None and reducer.linear and not arranged:
+            return self.collection(plan).reduce(key, reducer)
+        return self.arranged(plan, key).reduce(reducer)
 
 
 def _one_group(plan: Plan) -> Plan:

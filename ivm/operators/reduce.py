@@ -25,38 +25,56 @@ from ivm.scope import Operator, Point, Scope
 from ivm.trace import Spine, TraceBatch
 from ivm.trace.batch import expand_ranges
 
-__all__ = ["ReduceOp"]
+__all__ = ["ReduceOp", "streams"]
 
 
 class ReduceOp(Operator):
     """Reduces an arrangement (keyed by its first ``nkey`` columns) with ``reducer``; the output is
-    arranged by the same key (key columns, then the reducer's columns)."""
+    arranged by the same key (key columns, then the reducer's columns).
 
-    def __init__(self, scope: Scope, source: Operator, trace: Spine, reducer: Reducer) -> None:
+    A linear aggregate outside loops may instead read a plain collection (``trace`` None, with ``nkey`` and
+    the source's ``dtypes``): it keeps a running state per key and never re-reads its input, so the input
+    needs no arrangement of its own."""
+
+    def __init__(
+        self,
+        scope: Scope,
+        source: Operator,
+        trace: Spine | None,
+        reducer: Reducer,
+        nkey: int | None = None,
+        dtypes: Sequence | None = None,
+    ) -> None:
         super().__init__(scope, "reduce")
-        self.nkey = trace.nkey
+        self.nkey = trace.nkey if trace is not None else nkey
+        in_dtypes = tuple(trace.dtypes if trace is not None else dtypes)
         self.input = self.new_queue()
         source.subscribe(self.input)
-        self.handle = trace.handle(scope.dataflow.frontier_in(trace.dim))
-        scope.dataflow.handles.append(self.handle)
+        self.handle = None
+        if trace is not None:
+            self.handle = trace.handle(scope.dataflow.frontier_in(trace.dim))
+            scope.dataflow.handles.append(self.handle)
         self.reducer = reducer
-        key_dtypes = trace.dtypes[: self.nkey]
-        out_dtypes = key_dtypes + tuple(reducer.out_dtypes(trace.dtypes[self.nkey :]))
+        key_dtypes = in_dtypes[: self.nkey]
+        out_dtypes = key_dtypes + tuple(reducer.out_dtypes(in_dtypes[self.nkey :]))
         self.output = ArrangeOp(scope, None, self.nkey, out_dtypes)
         self.pending: dict[Point, list[Batch]] = {}
         # linear aggregates outside loops keep a running state per key instead of re-reading their groups
         self.state = None
-        if isinstance(reducer, Aggregate) and reducer.linear and scope.dim == 1:
-            self.state_layout = reducer.state_columns(trace.dtypes[self.nkey :])
+        if streams(reducer, scope):
+            self.state_layout = reducer.state_columns(in_dtypes[self.nkey :])
             dtypes = key_dtypes + tuple(d for _, _, d in self.state_layout)
             self.state = ArrangeOp(scope, None, self.nkey, dtypes)
+        elif trace is None:
+            raise ValueError("only a linear aggregate outside loops reduces a collection that is not arranged")
 
     def pending_points(self):
         yield from super().pending_points()
         yield from self.pending.keys()
 
     def release(self) -> None:
-        self.handle.release()
+        if self.handle is not None:
+            self.handle.release()
         self.output.release()
         if self.state is not None:
             self.state.release()
@@ -67,7 +85,9 @@ class ReduceOp(Operator):
         if not deltas and not pending:
             return
         if self.state is not None:
-            out = self._evaluate_linear(Batch.concat([tb.updates for tb in deltas]))
+            out = self._evaluate_linear(
+                Batch.concat([d.updates if isinstance(d, TraceBatch) else d for d in deltas])
+            )
             if out is not None:
                 self.output.insert(out)
             return
@@ -242,6 +262,11 @@ class ReduceOp(Operator):
             self.pending.setdefault(p, []).append(trig_batch if sel is None else trig_batch.take(sel))
         keep = np.flatnonzero(le)
         return (hist.take(keep), q[keep]) if len(keep) else (None, q[:0])
+
+
+def streams(reducer: Reducer, scope: Scope) -> bool:
+    """Whether ``reducer`` keeps a running state per key in ``scope`` (and so needs no arranged input)."""
+    return isinstance(reducer, Aggregate) and reducer.linear and scope.dim == 1
 
 
 def _keys_only(b: Batch, nkey: int) -> Batch:
