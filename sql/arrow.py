@@ -44,12 +44,14 @@ def to_engine_column(
                 )
                 if nulls:
                     exact = exact.fill_null(0)
-                words = np.frombuffer(exact.buffers()[1], dtype=np.int64)
-                low = words[2 * exact.offset : 2 * (exact.offset + len(exact)) : 2]
-                high = words[2 * exact.offset + 1 : 2 * (exact.offset + len(exact)) : 2]
+                words = np.frombuffer(exact.buffers()[1], dtype=np.int64).reshape(-1, 2)
+                words = words[exact.offset : exact.offset + len(exact)]
+                low = words[:, 0]
                 # every value fits in 64 bits (high word the sign of the low) and in the type's precision
                 limit = 10**t.precision
-                if (high != (low >> 63)).any() or (low >= limit).any() or (low <= -limit).any():
+                if len(low) and (
+                    int(low.max()) >= limit or int(low.min()) <= -limit or (words[:, 1] != (low >> 63)).any()
+                ):
                     raise SqlError(f"a value of column {name!r} does not fit in {t}")
                 data = low.copy()
             else:

@@ -25,6 +25,7 @@ DIRECT_MIN = 1 << 14
 DIRECT_DENSITY = 2  # at most this many table slots per row
 FENCE_QUERIES = 256  # fewer queries than this search the whole array: the fence's own steps cost more
 FILTER_MIN = 1 << 17
+FEW_QUERIES = 32  # fewer queries than this are searched for both ends at once: fewer numpy calls
 FILTER_QUERIES = 1024  # fewer queries than this are searched directly: the filter's own steps cost more
 FILTER_BITS = 16  # per row, at most (a query absent from the batch passes with chance about 1/8 to 1/16)
 
@@ -145,6 +146,8 @@ def seek_ranges(
         if len(maybe):
             lo[maybe], hi[maybe] = seek_ranges(arr, q[maybe], index)
         return lo, hi
+    if len(q) < FEW_QUERIES and not isinstance(index, DirectIndex):
+        return np.searchsorted(arr, q, side="left"), np.searchsorted(arr, q, side="right")
     if isinstance(index, DirectIndex):
         lo, hit = _direct(index, q)
     else:
