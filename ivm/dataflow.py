@@ -100,6 +100,10 @@ class Engine:
         """Updates stored in all live traces, shared traces counted once."""
         return sum(len(t) for t in self.traces())
 
+    def state_bytes(self) -> int:
+        """Bytes operators hold outside traces (the running states of linear aggregates)."""
+        return sum(getattr(op, "state_bytes", 0) for df in self.dataflows for op in df.scope.operators)
+
 
 class Dataflow:
     """A graph of operators over inputs; ``frontier`` is the least epoch not yet retired."""

@@ -21,6 +21,7 @@ import numpy as np
 from ivm.batch import Batch, group_starts, key_hash, lexsort, sort_keys
 from ivm.operators.arrange import ArrangeOp
 from ivm.operators.reducers import Aggregate, Groups, Reducer
+from ivm.operators.running import RunningStates
 from ivm.scope import Operator, Point, Scope
 from ivm.trace import Spine, TraceBatch
 from ivm.trace.batch import expand_ranges
@@ -60,11 +61,10 @@ class ReduceOp(Operator):
         self.output = ArrangeOp(scope, None, self.nkey, out_dtypes)
         self.pending: dict[Point, list[Batch]] = {}
         # linear aggregates outside loops keep a running state per key instead of re-reading their groups
-        self.state = None
+        self.state: RunningStates | None = None
         if streams(reducer, scope):
             self.state_layout = reducer.state_columns(in_dtypes[self.nkey :])
-            dtypes = key_dtypes + tuple(d for _, _, d in self.state_layout)
-            self.state = ArrangeOp(scope, None, self.nkey, dtypes)
+            self.state = RunningStates(key_dtypes, [d for _, _, d in self.state_layout])
         elif trace is None:
             raise ValueError("only a linear aggregate outside loops reduces a collection that is not arranged")
 
@@ -76,8 +76,12 @@ class ReduceOp(Operator):
         if self.handle is not None:
             self.handle.release()
         self.output.release()
-        if self.state is not None:
-            self.state.release()
+        self.state = None
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of the running states (held outside any trace)."""
+        return 0 if self.state is None else self.state.nbytes
 
     def run(self, point: Point) -> None:
         deltas = self.input.take(point)
@@ -190,10 +194,16 @@ class ReduceOp(Operator):
         qh = h[reps]
         qcols = tuple(c[reps] for c in kcols)
         qvalid = tuple(None if m is None else m[reps] for m in kvalid)
-        old, qi = self.state.trace.gather(qh, qcols, qvalid)
-        nkeys = len(starts)
+        slots = self.state.find(qh, qcols, qvalid)
+        seen = slots >= 0
         first = np.append(True, q[1:] != q[:-1])  # first new epoch of its key
+        last = np.append(q[1:] != q[:-1], True)  # last new epoch of its key: the state it leaves
         later = np.flatnonzero(~first)
+        fresh = np.flatnonzero(~seen)
+        if len(fresh):
+            slots[fresh] = self.state.add(
+                qh[fresh], [c[fresh] for c in qcols], [None if m is None else m[fresh] for m in qvalid]
+            )
         new_states: list = [None] * len(contrib)
         prev_states: list = [None] * len(contrib)
         # the state columns of one dtype as the rows of one array, so each step is one numpy call for all
@@ -202,16 +212,15 @@ class ReduceOp(Operator):
             c = np.stack([contrib[j] for j in js])
             cs = np.cumsum(c, axis=1)
             within = cs - (cs[:, starts] - c[:, starts])[:, kid]
-            base = np.zeros((len(js), nkeys), dtype=dtype)
-            if old is not None:
-                held = np.stack([old.columns[nk + j] for j in js]) * old.diffs.astype(dtype)
-                np.add.at(base, (slice(None), qi), held)
+            base = np.stack([self.state.states[j][slots] for j in js]).astype(dtype, copy=False)
             before = base[:, q]
             now = before + within[:, ends]
             before[:, later] = now[:, later - 1]
+            final = now[:, last]
             for t, j in enumerate(js):
                 new_states[j] = now[t]
                 prev_states[j] = before[t]
+                self.state.states[j][slots] = final[t]
         alive_now = new_states[0] > 0
         alive_before = prev_states[0] > 0
         out_now, mask_now = self.reducer.finish(self.state_layout, new_states)
@@ -227,10 +236,6 @@ class ReduceOp(Operator):
             )
             return Batch.build(cols, valid, times[sel], np.full(len(sel), sign, dtype=np.int64))
 
-        nomask = [None] * len(new_states)
-        self.state.insert(
-            Batch.concat([rows(new_states, nomask, alive_now, 1), rows(prev_states, nomask, alive_before, -1)])
-        )
         return Batch.concat(
             [rows(out_now, mask_now, alive_now, 1), rows(out_before, mask_before, alive_before, -1)]
         )
