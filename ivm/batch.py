@@ -368,6 +368,16 @@ def refine_ties(order: np.ndarray, eq: np.ndarray, keys: Sequence[np.ndarray]) -
     idx = np.flatnonzero(tie)
     sub = order[idx]
     run = np.cumsum(np.concatenate(([True], ~eq))[idx])  # dense run ids, ordered like the first key
+    if len(idx) < SMALL_SORT:
+        # few tied rows (equal rows cancelling in a small merge): one sort of all their keys at once
+        cols = [run] + [k[sub] for k in keys]
+        if all(c.dtype.kind in "bi" for c in cols):
+            table = np.stack(cols)
+            so = np.lexsort(table[::-1])
+            order[idx] = sub[so]
+            ordered = table[:, so]
+            starts[idx[1:]] |= np.any(ordered[:, 1:] != ordered[:, :-1], axis=0)
+            return order, starts
     # whole columns' ranges bound the tied rows' ones: gather every key only when they surely pack
     packed = pack_keys([run] + [k[sub] for k in keys]) if _fits(keys, int(run[-1]) + 1) else None
     if packed is not None:
