@@ -198,8 +198,9 @@ class Connection:
             if len(tx) and (tx.min() < 0 or tx.max() >= transactions):
                 raise SqlError(f"changes of {table!r} name a transaction outside 0..{transactions - 1}")
             cols, masks = [], []
+            names = data.schema.names
             for c in st.table.columns:
-                if c.name not in data.column_names:
+                if c.name not in names:
                     raise SqlError(f"column {c.name!r} of table {table!r} is missing")
                 col, mask = to_engine_column(data.column(c.name), c.type, c.name)
                 if mask is not None and not c.nullable and not mask.all():
@@ -236,7 +237,7 @@ class Connection:
         cols, masks = [], []
         for p in t.primary_key:
             c = t.columns[p]
-            if c.name not in keys.column_names:
+            if c.name not in keys.schema.names:
                 raise SqlError(f"key column {c.name!r} of table {table!r} is missing from the lookup")
             col, mask = to_engine_column(keys.column(c.name), c.type, c.name)
             cols.append(col)
@@ -267,16 +268,19 @@ class Connection:
         if table not in self.tables:
             raise SqlError(f"table {table!r} does not exist")
         st = self.tables[table]
-        names = set(data.column_names)
+        schema = data.schema
         cols, masks = [], []
         for c in st.table.columns:
-            if c.name not in names:
+            i = schema.get_field_index(c.name)
+            if i < 0:
+                if c.name in schema.names:
+                    raise SqlError(f"column {c.name!r} appears more than once in the data for table {table!r}")
                 if not c.nullable:
                     raise SqlError(f"column {c.name!r} of table {table!r} is missing and may not be NULL")
                 cols.append(np.zeros(data.num_rows, dtype=c.type.dtype))
                 masks.append(np.zeros(data.num_rows, dtype=bool))
                 continue
-            col, mask = to_engine_column(data.column(c.name), c.type, c.name)
+            col, mask = to_engine_column(data.column(i), c.type, c.name)
             cols.append(col)
             masks.append(mask)
         n = data.num_rows
@@ -918,8 +922,9 @@ def _cast_to_table(data, table: Table):
 
     fields = []
     arrays = []
+    names = data.schema.names
     for c in table.columns:
-        if c.name not in data.column_names:
+        if c.name not in names:
             continue
         col = data.column(c.name)
         target = arrow_type(c.type)

@@ -32,6 +32,17 @@ EPOCH = dt.date(1970, 1, 1)
 EPOCH_TS = dt.datetime(1970, 1, 1)
 
 
+_DTYPES = {
+    "int": np.dtype(np.int64),
+    "decimal": np.dtype(np.int64),
+    "float": np.dtype(np.float64),
+    "text": np.dtype(np.int64),
+    "date": np.dtype(np.int32),
+    "timestamp": np.dtype(np.int64),
+    "bool": np.dtype(np.bool_),
+}
+
+
 @dataclass(frozen=True)
 class SqlType:
     """A column type: ``kind`` is one of int, decimal, float, text, date, timestamp, bool."""
@@ -42,17 +53,7 @@ class SqlType:
 
     @property
     def dtype(self) -> np.dtype:
-        return np.dtype(
-            {
-                "int": np.int64,
-                "decimal": np.int64,
-                "float": np.float64,
-                "text": np.int64,
-                "date": np.int32,
-                "timestamp": np.int64,
-                "bool": np.bool_,
-            }[self.kind]
-        )
+        return _DTYPES[self.kind]
 
     @property
     def numeric(self) -> bool:

@@ -169,6 +169,11 @@ def test_arrow_key_and_presence_checks(db):
         db.delete_arrow("bag", both.slice(0, 1))
     db.delete_arrow("bag", db.execute("SELECT * FROM bag").fetch_arrow())
     assert db.execute("SELECT * FROM bag").fetchall() == []
+    twice = pa.Table.from_arrays([pa.array([3]), pa.array(["b"]), pa.array(["c"])], names=["x", "y", "y"])
+    with pytest.raises(SqlError, match="'y' appears more than once"):
+        db.insert_arrow("bag", twice)
+    db.insert_arrow("bag", pa.table({"x": [4]}))  # a nullable column left out is NULL
+    assert db.execute("SELECT * FROM bag").fetchall() == [(4, None)]
 
 
 TIME_VIEWS = {
