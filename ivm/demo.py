@@ -287,6 +287,7 @@ def _summary(db, say, t: _Timings, duck: dict, changes: dict, final: dict) -> li
     data_bytes = sum(x.nbytes for x in final.values())
     say(
         f"  memory: {db.engine.stored_updates():,} stored updates in {_gb(memory_bytes(db))} of arrangements"
+        " and aggregate states"
         f" (the data is {_gb(data_bytes)} in Arrow); process RSS {_gb(_rss_bytes())}"
     )
     bad = _check(db, final, t.queries)
