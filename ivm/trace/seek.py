@@ -7,6 +7,8 @@ Three ways, chosen per batch when it is first searched:
   final probes of the binary search stay within one small block (for many queries at once; a few are
   binary-searched directly);
 - other batches are binary-searched as they are.
+Ranges are then closed by looking at the next row: most keys own one row or a few, and only the rest need a
+second search (fewer than 32 queries search both ends at once, in fewer numpy calls).
 Large batches searched for many queries at once also get a *filter*: one bit per slice of their hash range,
 set where a hash falls, 8 to 16 bits per row. A query whose bit is clear is absent without a search; most
 queries are absent from most batches of a trace (a new key from all, a stored key from all but one), and a
