@@ -324,7 +324,8 @@ class Connection:
     @_pooled
     def close(self) -> None:
         """Drop every view and table now, releasing their arrangements (whose arrays go at once, rather than
-        whenever the garbage collector reaches the operators' reference cycles)."""
+        whenever the garbage collector reaches the operators' reference cycles) and the connection's strings
+        (subscriptions already taken keep what they decode)."""
         for df in list(self.engine.dataflows):
             df.drop()
         self.views.clear()
@@ -334,6 +335,7 @@ class Connection:
         self.catalog = Catalog()
         self._result = None
         self.closed = True
+        self.pool = StringPool()
 
     # -- statements -------------------------------------------------------------------------------------
     def _statement(self, stmt: exp.Expression) -> None:

@@ -281,9 +281,12 @@ def test_close_releases_every_arrangement(db):
     from sql.errors import SqlError
 
     db.execute("CREATE VIEW per_c AS SELECT ck, SUM(total) AS s FROM o GROUP BY ck")
+    db.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+    db.execute("INSERT INTO notes VALUES (1, 'kept until the connection closes')")
     engine = db.engine
-    assert engine.stored_updates() > 0
+    assert engine.stored_updates() > 0 and len(db.pool) > 1
     db.close()
     assert engine.traces() == [] and engine.dataflows == []
+    assert len(db.pool) == 1  # only the empty string: the connection's text is gone with it
     with pytest.raises(SqlError, match="closed"):
         db.execute("SELECT * FROM per_c")
