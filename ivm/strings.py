@@ -44,34 +44,20 @@ class _HashTable:
         self.values = np.full(capacity, -1, dtype=np.int64)  # -1: empty slot
         self.count = 0
 
-    def lookup(self, keys: np.ndarray) -> np.ndarray:
-        """The value of each key, or -1."""
-        mask = np.uint64(len(self.keys) - 1)
-        out = np.full(len(keys), -1, dtype=np.int64)
-        pos = keys & mask
-        active = np.arange(len(keys))
-        while len(active):
-            p = pos[active]
-            v = self.values[p]
-            occupied = v >= 0
-            hit = occupied & (self.keys[p] == keys[active])
-            out[active[hit]] = v[hit]
-            active = active[occupied & ~hit]
-            pos[active] = (pos[active] + np.uint64(1)) & mask
-        return out
-
-    def insert(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """Add keys with distinct values; a key already present (in the table or earlier in ``keys``) is left
-        out. Whether each key was left out."""
+    def claim(self, keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Look keys up, adding the absent ones with their (distinct) ``values``, in one probe each. For each
+        key, the value its slot held already (-1 if the key was absent and is now added; a key repeated in
+        ``keys`` finds the value its first occurrence added), and the slot it occupies."""
         if 2 * (self.count + len(keys)) > len(self.keys):
             self._grow(self.count + len(keys))
         mask = np.uint64(len(self.keys) - 1)
         pos = keys & mask
-        present = np.zeros(len(keys), dtype=bool)
+        found = np.full(len(keys), -1, dtype=np.int64)
         pending = np.arange(len(keys))
         while len(pending):
             p = pos[pending]
-            free = self.values[p] < 0
+            v = self.values[p]
+            free = v < 0
             # keys aiming at one free slot: the last write wins, and since values are distinct the slot's value
             # says which one that was; the others look at the slot again, now taken, in the next round
             trying, slots = pending[free], p[free]
@@ -80,14 +66,14 @@ class _HashTable:
             self.keys[slots[won]] = keys[trying[won]]
             taken = ~free
             same = taken & (self.keys[p] == keys[pending])
-            present[pending[same]] = True
+            found[pending[same]] = v[same]
             move = taken & ~same
             pos[pending[move]] = (p[move] + np.uint64(1)) & mask
             keep = move
             keep[np.flatnonzero(free)[~won]] = True
             pending = pending[keep]
-        self.count += len(keys) - int(present.sum())
-        return present
+        self.count += int(np.count_nonzero(found < 0))
+        return found, pos.astype(np.int64)
 
     def get(self, key: int) -> int:
         """The value of one key (a Python int in ``[0, 2**64)``), or -1."""
@@ -132,7 +118,7 @@ class _HashTable:
         self.count = int(inside.sum())
         rest = order[~inside]
         if len(rest):
-            self.insert(keys[rest], values[rest])
+            self.claim(keys[rest], values[rest])
 
 
 class StringPool:
@@ -211,18 +197,20 @@ class StringPool:
         """Codes of distinct strings, all at once."""
         values = distinct.to_pylist()
         keys = np.fromiter(map(_hash, values), dtype=np.int64, count=len(values)).view(np.uint64)
-        codes = self._table.lookup(keys)
-        found = np.flatnonzero(codes >= 0)
-        if len(found):
-            same = pc.equal(distinct.take(pa.array(found)).cast(pa.large_string()), self.strings(codes[found]))
-            codes[found[~same.to_numpy(zero_copy_only=False)]] = -2  # another string owns the hash
+        self._flush()
+        start = self._size
+        # each string claims the code it would get if all were new; those found keep the code they had
+        found, slots = self._table.claim(keys, np.arange(start, start + len(keys), dtype=np.int64))
+        codes = found
+        old = np.flatnonzero((found >= 0) & (found < start))
+        if len(old):
+            same = pc.equal(distinct.take(pa.array(old)).cast(pa.large_string()), self.strings(found[old]))
+            codes[old[~same.to_numpy(zero_copy_only=False)]] = -2  # another string owns the hash
+        codes[codes >= start] = -2  # distinct strings of this batch sharing a hash: the first keeps it
         new = np.flatnonzero(codes == -1)
         if len(new):
             codes[new] = self._append(distinct.take(pa.array(new)))
-            # distinct strings of this batch sharing a hash: the first keeps it, the others (vanishingly rare)
-            # go to the side table with the codes they already have
-            for i in new[self._table.insert(keys[new], codes[new])].tolist():
-                self._others[values[i]] = int(codes[i])
+            self._table.values[slots[new]] = codes[new]
         for i in np.flatnonzero(codes == -2).tolist():  # 64-bit hash collisions: vanishingly rare
             codes[i] = self._other(values[i])
         return codes

@@ -1,11 +1,13 @@
 """The spine: a trace as an append-only list of immutable sorted batches, merged geometrically.
 
-Batches enter at the end. Whenever the newest batch is at least half as large as the one before it, the two
-are scheduled to merge; small batches first gather at the end, a few at a time, and merge together. A merge
-proceeds in key ranges, a bounded amount of work per inserted update (its "fuel"), so that no insertion pays
-for a whole large merge; while it is under way readers see its two inputs. As a merge goes it advances every
-time by the meet of the readers' frontiers and cancels updates that became indistinguishable, which bounds the
-trace by the number of distinct live ``(row, time)`` pairs.
+Batches enter at the end and are merged in tiers: batches whose sizes are within a factor of four share a tier,
+and four batches of one tier merge into one of the next, so that an update is copied once per tier (about
+log4 of the trace's size in batches), while readers search at most three batches per tier. A batch older and
+smaller than a newer one merges into it. Small batches first gather at the end, a few at a time, and merge
+together. A merge proceeds in key ranges, a bounded amount of work per inserted update (its "fuel"), so that
+no insertion pays for a whole large merge; while it is under way readers see its inputs. As a merge goes it
+advances every time by the meet of the readers' frontiers and cancels updates that became indistinguishable,
+which bounds the trace by the number of distinct live ``(row, time)`` pairs.
 """
 
 from __future__ import annotations
@@ -23,18 +25,20 @@ FUEL_PER_UPDATE = 4
 CHUNK = 1 << 16
 MIN_CHUNK = 1 << 10
 TAIL_BATCHES = 8  # small batches (under MIN_CHUNK updates) gathered at the end before they merge
+MERGE_WIDTH_BITS = 2
+MERGE_WIDTH = 1 << MERGE_WIDTH_BITS  # batches of one tier merge this many at a time
 
 
 class _Merge:
-    """An in-progress merge of two adjacent batches, done chunk by chunk into preallocated arrays."""
+    """An in-progress merge of adjacent batches (oldest first), done in key ranges into preallocated arrays."""
 
-    def __init__(self, older: TraceBatch, newer: TraceBatch, frontier: Antichain | None) -> None:
-        self.inputs = (older, newer)
+    def __init__(self, inputs: list[TraceBatch], frontier: Antichain | None) -> None:
+        self.inputs = tuple(inputs)
         self.frontier = frontier
-        self.pos = [0, 0]
+        self.pos = [0] * len(inputs)
         self.result: TraceBatch | None = None
-        self.size = len(older) + len(newer)
-        self.out = _Buffer(older, newer)
+        self.size = sum(len(b) for b in inputs)
+        self.out = _Buffer(self.inputs)
         self.saved = 0
 
     def work(self, fuel: int) -> int:
@@ -46,40 +50,39 @@ class _Merge:
         if fuel < MIN_CHUNK and self.size > MIN_CHUNK:
             self.saved = fuel
             return 0
-        a, b = self.inputs
+        inputs = self.inputs
         while self.result is None and fuel > 0:
             step = max(min(fuel, CHUNK), MIN_CHUNK)
-            ia, ib = self.pos
-            ea = min(len(a), ia + step)
-            if ea < len(a):
-                bound = a.hashes[ea]
-                ea = int(np.searchsorted(a.hashes, bound, side="left"))
-                eb = int(np.searchsorted(b.hashes, bound, side="left"))
-                if ea == ia and eb == ib:
-                    ea = int(np.searchsorted(a.hashes, bound, side="right"))
-                    eb = int(np.searchsorted(b.hashes, bound, side="right"))
+            starts = self.pos
+            # the input with the most left paces the range; the others stop where its hashes do
+            left = [len(b) - p for b, p in zip(inputs, starts, strict=True)]
+            lead = left.index(max(left))
+            if left[lead] <= step:
+                ends = [len(b) for b in inputs]
             else:
-                eb = len(b)
-            self._merge_range(ia, ea, ib, eb)
-            fuel -= (ea - ia) + (eb - ib)
-            self.pos = [ea, eb]
-            if ea == len(a) and eb == len(b):
+                bound = inputs[lead].hashes[starts[lead] + step]
+                ends = [int(np.searchsorted(b.hashes, bound, side="left")) for b in inputs]
+                if ends == starts:
+                    ends = [int(np.searchsorted(b.hashes, bound, side="right")) for b in inputs]
+            self._merge_range(starts, ends)
+            fuel -= sum(ends) - sum(starts)
+            self.pos = ends
+            if all(e == len(b) for e, b in zip(ends, inputs, strict=True)):
                 self._finish()
         return fuel
 
-    def _merge_range(self, ia: int, ea: int, ib: int, eb: int) -> None:
-        a, b = self.inputs
-        ua = a.updates.take(slice(ia, ea))
-        ub = b.updates.take(slice(ib, eb))
-        both = Batch.concat([ua, ub])
-        if len(both) == 0:
+    def _merge_range(self, starts: list[int], ends: list[int]) -> None:
+        spans = [(b, s, e) for b, s, e in zip(self.inputs, starts, ends, strict=True) if e > s]
+        if not spans:
             return
+        both = Batch.concat([b.updates.take(slice(s, e)) for b, s, e in spans])
         if self.frontier is not None and len(self.frontier):
             both = both.with_times(self.frontier.advance(both.times))
-        h = np.concatenate([a.hashes[ia:ea], b.hashes[ib:eb]])
-        # advancing single-coordinate times keeps each input sorted; product times may reorder
-        presorted = len(ua) and len(ub) and both.dim == 1
-        index, diffs = consolidation(both, h, a.nkey, split=len(ua) if presorted else None)
+        h = np.concatenate([b.hashes[s:e] for b, s, e in spans])
+        # advancing single-coordinate times keeps each input sorted (the sort below then merges their runs);
+        # product times may reorder
+        split = spans[0][2] - spans[0][1] if len(spans) == 2 and both.dim == 1 else None
+        index, diffs = consolidation(both, h, self.inputs[0].nkey, split=split)
         self.out.append(both, h, index, diffs)
 
     def _finish(self) -> None:
@@ -92,21 +95,21 @@ class _Merge:
 
 
 class _Buffer:
-    """The output of a merge, written chunk by chunk into arrays sized for both inputs, so that finishing the
-    merge copies nothing."""
+    """The output of a merge, written chunk by chunk into arrays sized for all its inputs, so that finishing
+    the merge copies nothing."""
 
-    def __init__(self, a: TraceBatch, b: TraceBatch) -> None:
-        n = len(a) + len(b)
-        ua, ub = a.updates, b.updates
-        self.columns = [np.empty(n, dtype=c.dtype) for c in ua.columns]
+    def __init__(self, inputs: tuple[TraceBatch, ...]) -> None:
+        n = sum(len(b) for b in inputs)
+        first = inputs[0].updates
+        self.columns = [np.empty(n, dtype=c.dtype) for c in first.columns]
         self.valid = [
-            None if ma is None and mb is None else np.empty(n, dtype=bool)
-            for ma, mb in zip(ua.valid, ub.valid, strict=True)
+            None if all(b.updates.valid[i] is None for b in inputs) else np.empty(n, dtype=bool)
+            for i in range(len(first.valid))
         ]
-        self.times = np.empty((n, ua.times.shape[1]), dtype=np.int64)
+        self.times = np.empty((n, first.times.shape[1]), dtype=np.int64)
         self.diffs = np.empty(n, dtype=np.int64)
         # a key that is its own hash (one int64 column) shares its array with the hashes
-        self.identity = a.hashes is ua.columns[0] and b.hashes is ub.columns[0]
+        self.identity = all(b.hashes is b.updates.columns[0] for b in inputs)
         self.hashes = self.columns[0] if self.identity else np.empty(n, dtype=np.int64)
         self.filled = 0
 
@@ -232,18 +235,20 @@ class Spine:
             self.entries[-small:] = [_merged(self.entries[-small:], self.since)]
             if len(self.entries[-1]) < MIN_CHUNK:
                 return
-        while len(self.entries) >= 2:
-            older, newer = self.entries[-2], self.entries[-1]
-            if _weight(newer) * 2 < _weight(older):
-                break
-            older_b, newer_b = self._complete(older), self._complete(newer)
-            if len(older_b) + len(newer_b) <= MIN_CHUNK:
-                self.entries[-2:] = [_merged([older_b, newer_b], self.since)]
+        entries = self.entries
+        while len(entries) >= 2:
+            newest = _level(entries[-1])
+            if _level(entries[-2]) < newest:  # an older batch smaller than a newer one joins it
+                group = 2
             else:
-                self.entries[-2:] = [_Merge(older_b, newer_b, self.since)]
-            if len(self.entries) >= 2 and _weight(self.entries[-1]) * 2 >= _weight(self.entries[-2]):
-                continue
-            break
+                group = MERGE_WIDTH
+                if len(entries) < group or any(_level(e) != newest for e in entries[-group:]):
+                    break
+            parts = [self._complete(e) for e in entries[-group:]]
+            if sum(len(b) for b in parts) <= MIN_CHUNK:
+                entries[-group:] = [_merged(parts, self.since)]
+            else:
+                entries[-group:] = [_Merge(parts, self.since)]
 
     @staticmethod
     def _complete(e: TraceBatch | _Merge) -> TraceBatch:
@@ -256,13 +261,13 @@ class Spine:
         """Merge everything into one batch now (for tests and explicit maintenance, not the hot path)."""
         batches = self.batches()
         self.entries = []
-        if batches:
-            m = batches[0]
-            for b in batches[1:]:
-                m = self._complete(_Merge(m, b, self.since))
-            if len(self.since):
-                m = self._complete(_Merge(m, _empty_like(m), self.since))
+        if len(batches) == 1 and len(self.since):
+            batches.append(_empty_like(batches[0]))  # a merge advances the times to the frontier
+        if len(batches) > 1:
+            m = self._complete(_Merge(batches, self.since))
             self.entries = [m] if len(m) else []
+        elif batches:
+            self.entries = batches
 
     # -- reading ---------------------------------------------------------------------------------
     def batches(self) -> list[TraceBatch]:
@@ -321,8 +326,10 @@ def _merged(batches: list[TraceBatch], frontier: Antichain) -> TraceBatch:
     return TraceBatch.consolidated(both, h, batches[0].nkey, split=len(batches[0]) if two else None)
 
 
-def _weight(e: TraceBatch | _Merge) -> int:
-    return e.size if isinstance(e, _Merge) else len(e)
+def _level(e: TraceBatch | _Merge) -> int:
+    """The tier of a batch or merge by its size: sizes within a factor MERGE_WIDTH share a tier."""
+    size = e.size if isinstance(e, _Merge) else len(e)
+    return (max(size, 1).bit_length() - 1) // MERGE_WIDTH_BITS
 
 
 def _empty_like(b: TraceBatch) -> TraceBatch:

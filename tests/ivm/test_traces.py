@@ -78,6 +78,8 @@ def test_sliding_window_keeps_traces_bounded():
 
     Updates come 1,000 logical times per step (one record in, the oldest out, at each time). Updates at times
     the frontier has not yet passed cannot be compacted, so the bound is over the live count plus one step.
+    Batches merge four at a time per tier, so up to three batches of the largest tier (each holding inserts
+    that later batches retract) wait beside it: stored updates reach about five times the live ones here.
     """
     engine = ivm.Engine()
     df = engine.dataflow()
@@ -112,4 +114,4 @@ def test_sliding_window_keeps_traces_bounded():
         live_out = len(np.unique(keys[max(0, ins - window) : ins]))
         worst = max(worst, len(arranged.trace) / live_in, len(counts.trace) / live_out)
     assert sent >= total
-    assert worst <= 3.0, worst
+    assert worst <= 6.0, worst
