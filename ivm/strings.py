@@ -31,6 +31,7 @@ FEW = 16  # at most this many strings are interned one by one
 TAIL = 4096  # strings interned one by one wait in a list until this many, then become an Arrow chunk
 TIER_WIDTH = 16  # chunks of one tier merge into one of the next when this many have gathered
 RECENT = 1 << 16  # strings remembered for one-by-one lookups
+SAMPLE = 64  # a column whose first this many strings are distinct is interned without a dictionary first
 _U64 = (1 << 64) - 1
 _hash = hash  # a string's key in the table (Python's own string hash, consistent within the process)
 
@@ -166,6 +167,8 @@ class StringPool:
             arr = arr.fill_null("")
         if len(arr) <= FEW:
             return self._encode_few(arr.to_pylist())
+        if len(arr) >= 4 * SAMPLE and len(pc.unique(arr.slice(0, SAMPLE))) == SAMPLE:
+            return self._intern(arr)  # likely all distinct (names, comments): a dictionary would not shrink it
         enc = pc.dictionary_encode(arr)
         distinct = enc.dictionary
         codes = self._encode_few(distinct.to_pylist()) if len(distinct) <= FEW else self._intern(distinct)
@@ -193,24 +196,30 @@ class StringPool:
         self._table.put(key, c)
         return c
 
-    def _intern(self, distinct: pa.Array) -> np.ndarray:
-        """Codes of distinct strings, all at once."""
-        values = distinct.to_pylist()
+    def _intern(self, strings: pa.Array) -> np.ndarray:
+        """Codes of strings (mostly distinct), all at once."""
+        values = strings.to_pylist()
         keys = np.fromiter(map(_hash, values), dtype=np.int64, count=len(values)).view(np.uint64)
         self._flush()
         start = self._size
-        # each string claims the code it would get if all were new; those found keep the code they had
+        # each string claims the code it would get if all were new; those found keep the code they had, and a
+        # string repeated here finds its first occurrence's
         found, slots = self._table.claim(keys, np.arange(start, start + len(keys), dtype=np.int64))
-        codes = found
+        codes = found.copy()
         old = np.flatnonzero((found >= 0) & (found < start))
         if len(old):
-            same = pc.equal(distinct.take(pa.array(old)).cast(pa.large_string()), self.strings(found[old]))
+            same = pc.equal(strings.take(pa.array(old)).cast(pa.large_string()), self.strings(found[old]))
             codes[old[~same.to_numpy(zero_copy_only=False)]] = -2  # another string owns the hash
-        codes[codes >= start] = -2  # distinct strings of this batch sharing a hash: the first keeps it
-        new = np.flatnonzero(codes == -1)
+        new = np.flatnonzero(found == -1)
         if len(new):
-            codes[new] = self._append(distinct.take(pa.array(new)))
+            fresh = strings if len(new) == len(strings) else strings.take(pa.array(new))
+            codes[new] = self._append(fresh)
             self._table.values[slots[new]] = codes[new]
+        again = np.flatnonzero(found >= start)
+        if len(again):
+            first = found[again] - start
+            same = pc.equal(strings.take(pa.array(again)), strings.take(pa.array(first)))
+            codes[again] = np.where(same.to_numpy(zero_copy_only=False), codes[first], -2)
         for i in np.flatnonzero(codes == -2).tolist():  # 64-bit hash collisions: vanishingly rare
             codes[i] = self._other(values[i])
         return codes

@@ -26,10 +26,11 @@ FENCE_MIN = 1 << 22
 DIRECT_MIN = 1 << 14
 DIRECT_DENSITY = 2  # at most this many table slots per row
 FENCE_QUERIES = 256  # fewer queries than this search the whole array: the fence's own steps cost more
-FILTER_MIN = 1 << 17
+FILTER_MIN = 1 << 14
 FEW_QUERIES = 32  # fewer queries than this are searched for both ends at once: fewer numpy calls
 FILTER_QUERIES = 1024  # fewer queries than this are searched directly: the filter's own steps cost more
 FILTER_BITS = 16  # per row, at most (a query absent from the batch passes with chance about 1/8 to 1/16)
+FILTER_BLOCK = 1 << 23  # bits of a filter set at once (a multiple of 8)
 
 
 class Fence:
@@ -58,7 +59,8 @@ class DirectIndex:
 
 class Filter:
     """Which slices of a sorted array's value range hold a value: bit ``(v - least) >> shift``. The bit
-    positions of sorted values are sorted, so each byte of the bitmap is one OR over a run of them."""
+    positions of sorted values are sorted, so the bitmap is set a block of its bits at a time, each block
+    packed from one byte per bit."""
 
     __slots__ = ("least", "most", "shift", "bits")
 
@@ -66,11 +68,17 @@ class Filter:
         self.least, self.most = int(sorted_values[0]), int(sorted_values[-1])
         span = self.most - self.least + 1
         self.shift = max(0, (span - 1).bit_length() - (FILTER_BITS * len(sorted_values)).bit_length() + 1)
-        pos = self._positions(sorted_values)
-        byte = pos >> np.uint64(3)
-        starts = np.flatnonzero(np.concatenate(([True], byte[1:] != byte[:-1])))
-        self.bits = np.zeros(int(byte[-1]) + 1, dtype=np.uint8)
-        self.bits[byte[starts]] = np.bitwise_or.reduceat(_bit(pos), starts)
+        pos = self._positions(sorted_values).astype(np.int64)
+        nbits = int(pos[-1]) + 1
+        self.bits = np.empty((nbits + 7) // 8, dtype=np.uint8)
+        flags = np.empty(min(nbits, FILTER_BLOCK), dtype=bool)
+        cuts = np.searchsorted(pos, np.arange(0, nbits, FILTER_BLOCK)).tolist() + [len(pos)]
+        for block, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:], strict=True)):  # a few blocks
+            start = block * FILTER_BLOCK
+            width = min(FILTER_BLOCK, nbits - start)
+            flags[:width] = False
+            flags[pos[lo:hi] - start] = True
+            self.bits[start // 8 : (start + width + 7) // 8] = np.packbits(flags[:width], bitorder="little")
 
     def _positions(self, values: np.ndarray) -> np.ndarray:
         # the unsigned difference is exact for values at or above the least (no int64 overflow)

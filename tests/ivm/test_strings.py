@@ -84,3 +84,19 @@ def test_long_and_unicode_strings(n):
     pool = StringPool()
     values = [("é" * (i % 50)) + "\x00" + ("x" * (i * 37 % 3000)) for i in range(n)]
     _check(pool, [values, values[::-1]], ["arrow", "list"])
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_columns_of_mostly_distinct_strings(collide, monkeypatch):
+    """Columns whose first strings are distinct are interned row by row: repeats within the column, strings
+    seen before, and hash collisions among all of them still get exact codes."""
+    if collide:
+        monkeypatch.setattr(strings, "_hash", lambda s: len(s) % 5)
+    rng = np.random.default_rng(7)
+    pool = StringPool()
+    batches = []
+    for _ in range(6):
+        head = [f"d{int(x)}" for x in rng.choice(10**6, strings.SAMPLE, replace=False)]
+        tail = [f"t{int(x)}" for x in rng.integers(0, 300, 400)] + head[:10]
+        batches.append(head + tail)
+    _check(pool, batches, ["arrow"] * len(batches))
