@@ -22,6 +22,7 @@ __all__ = [
     "Batch",
     "consolidate",
     "key_hash",
+    "spread",
     "rows_equal",
     "group_starts",
     "lexsort",
@@ -163,6 +164,8 @@ _GOLD = np.uint64(0x9E3779B97F4A7C15)
 
 
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+LOW_BITS = 24  # of a composite key's hash, from the mix of its columns (the rest: its first column)
+_LOW_MASK = np.int64((1 << LOW_BITS) - 1)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -178,9 +181,12 @@ def _mix(x: np.ndarray) -> np.ndarray:
 def key_hash(columns: Sequence[np.ndarray], valid: Sequence[Mask], n: int | None = None) -> np.ndarray:
     """An int64 per row summarizing the key columns; equal keys give equal hashes.
 
-    A single integer column is its own hash (order-preserving, and cheap; NULL hashes to ``NULL_HASH``); other
-    keys are mixed with splitmix64. An empty key hashes every row to 0. The hash of a key never depends on
-    the other rows of its batch.
+    A single integer column is its own hash (order-preserving, and cheap; NULL hashes to ``NULL_HASH``). Other
+    keys are mixed with splitmix64; when the first column is an integer, it keeps the high bits (the mix of
+    the whole key fills the low ``LOW_BITS``), so hashes follow the first column as keys arriving in its order
+    (new orders' line items) lie past every older batch, which readers then skip without a search. An empty
+    key hashes every row to 0. The hash of a key never depends on the other rows of its batch. Hashes are not
+    spread evenly: a table addressed by them mixes them first (``spread``).
     """
     if not columns:
         return np.zeros(n or 0, dtype=np.int64)
@@ -197,7 +203,22 @@ def key_hash(columns: Sequence[np.ndarray], valid: Sequence[Mask], n: int | None
             v ^= (~mask).astype(np.uint64) * _M2
         h ^= _mix(v)
         h = _mix(h)
-    return h.view(np.int64)
+    h = h.view(np.int64)
+    first = columns[0]
+    if first.dtype.kind in "iub":
+        high = first.astype(np.int64) if first.dtype != np.int64 else first.copy()
+        if valid[0] is not None:
+            high[~valid[0]] = 0
+        high <<= LOW_BITS  # wraps for values beyond 2**(63 - LOW_BITS): still a function of the key
+        h &= _LOW_MASK
+        h |= high
+    return h
+
+
+def spread(hashes: np.ndarray) -> np.ndarray:
+    """Key hashes mixed evenly over 64 bits, for addressing a table by their low bits (``key_hash`` keeps an
+    integer key's order, so its low bits may all agree)."""
+    return _mix(hashes.view(np.uint64)).view(np.int64)
 
 
 def _salt(i: int) -> np.uint64:

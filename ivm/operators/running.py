@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ivm.batch import Mask, rows_equal
+from ivm.batch import Mask, rows_equal, spread
 
 __all__ = ["RunningStates"]
 
@@ -39,7 +39,7 @@ class RunningStates:
         """The slot of each key, or -1 for a key never seen."""
         mask = len(self._slots) - 1
         out = np.full(len(hashes), -1, dtype=np.int64)
-        pos = hashes & mask
+        pos = spread(hashes) & mask
         active = np.arange(len(hashes))
         while len(active):
             s = self._slots[pos[active]]
@@ -76,7 +76,7 @@ class RunningStates:
 
     def _place(self, slots: np.ndarray) -> None:
         mask = len(self._slots) - 1
-        pos = self.hashes[slots] & mask
+        pos = spread(self.hashes[slots]) & mask
         pending = np.arange(len(slots))
         while len(pending):
             p = pos[pending]
