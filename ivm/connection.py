@@ -774,7 +774,11 @@ class Connection:
             # insertions of distinct keys only need the keys' committed multiplicities
             if (batch.diffs < 0).all():
                 return
-            sought = _seek_distinct(st.arranged.trace, cols, valid) if (batch.diffs == 1).all() else None
+            sought = (
+                _seek_distinct(st.arranged.trace, cols, valid, keys_only=True)
+                if (batch.diffs == 1).all()
+                else None
+            )
             if sought is not None:
                 order, found, q = sought
                 if found is not None:
@@ -785,7 +789,7 @@ class Connection:
         h = key_hash(cols, valid, len(batch))
         keys = Batch(cols, valid, batch.times, batch.diffs)
         # the resulting multiplicity of every key touched: committed rows plus all pending changes
-        found, q = st.arranged.trace.gather(*_unique(h, cols, valid))
+        found, q = st.arranged.trace.gather(*_unique(h, cols, valid), keys_only=True)
         parts = [keys.with_times(np.zeros((len(keys), 1), np.int64))]
         if found is not None:
             kc, kv = found.select(range(len(pk)))
@@ -940,17 +944,18 @@ def _cast_to_table(data, table: Table):
     return pa.table(arrays, names=fields)
 
 
-def _seek_distinct(trace, cols: tuple, valid: tuple):
+def _seek_distinct(trace, cols: tuple, valid: tuple, keys_only: bool = False):
     """The committed updates of keys that are distinct by hash, sought in hash order (each search starts
-    where the previous one ended): the order sorting the keys, the updates found and, for each, the position
-    of its key in that order. ``None`` when two keys share a hash."""
+    where the previous one ended): the order sorting the keys, the updates found (their key columns alone
+    with ``keys_only``) and, for each, the position of its key in that order. ``None`` when two keys share a
+    hash."""
     h = key_hash(cols, valid, len(cols[0]))
     order = np.argsort(h)
     hs = h[order]
     if (hs[1:] == hs[:-1]).any():
         return None
     found, q = trace.gather(
-        hs, tuple(c[order] for c in cols), tuple(None if m is None else m[order] for m in valid)
+        hs, tuple(c[order] for c in cols), tuple(None if m is None else m[order] for m in valid), keys_only
     )
     return order, found, q
 

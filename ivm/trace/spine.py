@@ -284,8 +284,11 @@ class Spine:
         """Updates currently stored (in all readable batches)."""
         return sum(len(b) for b in self.batches())
 
-    def gather(self, hashes: np.ndarray, cols: tuple, valid: tuple) -> tuple[Batch | None, np.ndarray]:
-        """All updates whose key equals one of the query keys, with the index of that query key each.
+    def gather(
+        self, hashes: np.ndarray, cols: tuple, valid: tuple, keys_only: bool = False
+    ) -> tuple[Batch | None, np.ndarray]:
+        """All updates whose key equals one of the query keys, with the index of that query key each (with
+        ``keys_only``, the updates hold their key columns alone).
 
         The query keys must be distinct. Work is proportional to the queries' log-seeks and the matches.
         """
@@ -301,7 +304,10 @@ class Spine:
             if not (hi > lo).any():
                 continue
             q, r = expand_ranges(lo, hi)
-            parts.append(b.updates.take(r))
+            u = b.updates
+            if keys_only:
+                u = Batch(u.columns[: self.nkey], u.valid[: self.nkey], u.times, u.diffs)
+            parts.append(u.take(r))
             qidx.append(q)
         if not parts:
             return None, np.zeros(0, dtype=np.int64)
