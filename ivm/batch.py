@@ -206,7 +206,7 @@ def key_hash(columns: Sequence[np.ndarray], valid: Sequence[Mask], n: int | None
     h = h.view(np.int64)
     first = columns[0]
     if first.dtype.kind in "iub":
-        high = first.astype(np.int64) if first.dtype != np.int64 else first.copy()
+        high = first.astype(np.int64)  # a copy, shifted in place below
         if valid[0] is not None:
             high[~valid[0]] = 0
         high <<= LOW_BITS  # wraps for values beyond 2**(63 - LOW_BITS): still a function of the key
