@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
@@ -23,11 +24,12 @@ from ivm.dataflow import Arranged, Dataflow, Engine, Input
 from ivm.operators.basic import EvaluationError
 from ivm.operators.iterate import IterationLimitError
 from ivm.strings import POOL, StringPool
+from planner.canon import arranged_form, canonicalize
 from planner.compile import Registry, compile_view
 from planner.prune import prune
 from sql.catalog import Catalog, Table, View
 from sql.errors import SqlError, UnsupportedError, error_at
-from sql.logical import Column, Scan
+from sql.logical import Canon, Column, Scan
 from sql.recursive import attach_mutually_recursive, rewrite_mutually_recursive
 from sql.translate import translate_query
 from sql.types import TEXT, SqlType, column_from_values, from_sqlglot, to_engine_value, to_python
@@ -180,7 +182,6 @@ class Connection:
         without the cost per transaction. Meant for the change log of a database that enforced its keys: types
         and NOT NULL are checked, primary keys and the presence of deleted rows are not. Returns the views
         that stopped (see ``_failed``): the transactions stand, those views must be dropped."""
-        from sql.arrow import to_engine_column
 
         if self.in_transaction:
             raise SqlError("apply_changes_arrow cannot run inside a transaction")
@@ -199,17 +200,19 @@ class Connection:
                 raise SqlError(f"changes of {table!r} name a transaction outside 0..{transactions - 1}")
             cols, masks = [], []
             names = data.schema.names
-            for c in st.table.columns:
+            stored = self.registry.uninterned(table)
+            for p, c in enumerate(st.table.columns):
                 if c.name not in names:
                     raise SqlError(f"column {c.name!r} of table {table!r} is missing")
-                col, mask = to_engine_column(data.column(c.name), c.type, c.name)
+                col, mask = _column_of_changes(data.column(c.name), c, p in stored, diff > 0)
                 if mask is not None and not c.nullable and not mask.all():
                     raise SqlError(
                         f"null value in column {c.name!r} of table {table!r} violates the not-null constraint"
                     )
                 cols.append(col)
                 masks.append(mask)
-            batches.append((st, Batch.build(cols, masks, self.time + tx, diff)))
+            batch = Batch.build(cols, masks, self.time + tx, diff)
+            batches.append((st, self._settle_stored(st, batch, tx) if stored else batch))
         for st, b in batches:
             st.input.send(b)
         self.time += transactions
@@ -269,8 +272,9 @@ class Connection:
             raise SqlError(f"table {table!r} does not exist")
         st = self.tables[table]
         schema = data.schema
+        stored = self.registry.uninterned(table) if sign > 0 else frozenset()
         cols, masks = [], []
-        for c in st.table.columns:
+        for p, c in enumerate(st.table.columns):
             i = schema.get_field_index(c.name)
             if i < 0:
                 if c.name in schema.names:
@@ -280,13 +284,14 @@ class Connection:
                 cols.append(np.zeros(data.num_rows, dtype=c.type.dtype))
                 masks.append(np.zeros(data.num_rows, dtype=bool))
                 continue
-            col, mask = to_engine_column(data.column(i), c.type, c.name)
+            col, mask = to_engine_column(data.column(i), c.type, c.name, p in stored)
             cols.append(col)
             masks.append(mask)
         n = data.num_rows
         batch = Batch.build(cols, masks, np.full(n, self.time), np.full(n, sign, np.int64))
         try:
             if sign < 0:
+                batch = self._stored_codes(st, batch, np.arange(n), self.pending.get(table, []))
                 self._check_present(st, batch)
             self._write((st, batch))
         except SqlError:
@@ -294,9 +299,14 @@ class Connection:
                 self._rollback()
             raise
 
+    def _plan(self, query: exp.Expression):
+        """The plan of a query: translated, pruned, and comparing text only in canonical codes."""
+        plan = prune(translate_query(query, self.catalog), self._arranged)
+        return canonicalize(plan, self.registry.uninterned)
+
     def _arranged(self, plan, key: tuple[int, ...]) -> bool:
         """Whether an arrangement of ``plan`` by ``key`` exists for a new view to read."""
-        return self.registry.lookup(plan, key) is not None
+        return self.registry.lookup(arranged_form(plan, key, self.registry.uninterned), key) is not None
 
     @_pooled
     def relations(self) -> list[RelationInfo]:
@@ -419,13 +429,14 @@ class Connection:
         self.catalog.tables[name] = table
         self.tables[name] = _TableState(table, inp, arranged)
         self.registry.add(Scan(name, table.columns), key, arranged, "tables")
+        self.registry.stored[name] = _uninterned(table)
 
     def _create_view(self, stmt: exp.Create) -> None:
         name = stmt.this.name if isinstance(stmt.this, exp.Table) else stmt.this.this.name
         if self.catalog.exists(name):
             raise error_at(stmt, f"relation {name!r} already exists")
         query = stmt.expression
-        plan = prune(translate_query(query, self.catalog), self._arranged)
+        plan = self._plan(query)
         self._check_readable(plan)
         view = View(name, plan, query.sql(dialect="postgres"))
         df, arranged, used = compile_view(self.engine, self.registry, name, plan)
@@ -478,7 +489,7 @@ class Connection:
         inner = parsed[0]
         if isinstance(inner, exp.Create) and (inner.args.get("kind") or "").upper() == "VIEW":
             inner = inner.expression
-        plan = prune(translate_query(inner, self.catalog), self._arranged)
+        plan = self._plan(inner)
         name = f"__explain{self.time}"
         df, _, used = compile_view(self.engine, self.registry, name, plan)
         df.drop()
@@ -506,6 +517,7 @@ class Connection:
             if not isinstance(col, exp.Column) or col.name not in names:
                 raise error_at(col, f"column {col.sql()!r} of {rel!r} does not exist")
             key.append(names.index(col.name))
+        plan = arranged_form(plan, tuple(key), self.registry.uninterned)
         if self.registry.lookup(plan, tuple(key)) is None:
             from planner.compile import compile_index
 
@@ -558,8 +570,10 @@ class Connection:
         self.insert_arrow(table, data)
 
     def _query(self, stmt: exp.Expression) -> None:
-        plan = prune(translate_query(stmt, self.catalog), self._arranged)
+        plan = self._plan(stmt)
         self._check_readable(plan)
+        if isinstance(plan, Canon) and isinstance(plan.input, Scan):
+            plan = plan.input  # a table's rows read the same through the codes they are stored with
         self._result = (*self._evaluate(plan), plan.columns)
         self.description = [(c.name, str(c.type), None, None, None, None, c.nullable) for c in plan.columns]
 
@@ -616,6 +630,7 @@ class Connection:
                 for k, e in self.registry.entries.items()
                 if not (isinstance(k[0], Scan) and k[0].table == name)
             }
+            self.registry.stored.pop(name, None)
             for idx, (rel, _) in list(self.catalog.indexes.items()):
                 if rel == name:
                     del self.catalog.indexes[idx]
@@ -659,7 +674,7 @@ class Connection:
 
     def _insert_select(self, st: _TableState, positions: list[int], query: exp.Expression) -> Batch:
         table = st.table
-        plan = prune(translate_query(query, self.catalog), self._arranged)
+        plan = self._plan(query)
         if len(plan.columns) != len(positions):
             raise error_at(query, f"the query has {len(plan.columns)} columns, INSERT expects {len(positions)}")
         cols, valid, mult = self._evaluate(plan)
@@ -717,6 +732,8 @@ class Connection:
             e = translate_scalar(assign.expression, _column_resolver(scope, table))
             e = coerce(assign, e, table.columns[p].type) if e.type != table.columns[p].type else e
             data, mask = evaluate(e, sel.columns, sel.valid, len(sel))
+            if e.type.kind == "text" and p not in self.registry.uninterned(table.name):
+                data = POOL.canonical(data)  # keys and tables without one hold canonical text only
             cols[p] = data.astype(table.columns[p].type.dtype)
             valid[p] = mask
         new = Batch.build(cols, valid, sel.times, sel.diffs)
@@ -809,6 +826,89 @@ class Connection:
             for p, c in zip(table.primary_key, key_cols, strict=True)
         )
         raise SqlError(f"duplicate key value violates the primary key of {table.name!r} ({shown})")
+
+    def _settle_stored(self, st: _TableState, batch: Batch, tx: np.ndarray) -> Batch:
+        """The changes of several transactions to a table storing text uninterned, made consistent: a row
+        deleted in the first transaction that changes its key takes the codes the table holds it under, and
+        every other change of a key changed more than once is written in canonical codes, so that each
+        deletion carries the codes its insertion did."""
+        deleted = batch.diffs < 0
+        if not deleted.any():
+            return batch
+        keys = [batch.columns[p] for p in st.table.primary_key]
+        order = np.lexsort((tx, *reversed(keys)))
+        starts = np.zeros(len(order), dtype=bool)
+        starts[0] = True
+        for k in keys:
+            ks = k[order]
+            starts[1:] |= ks[1:] != ks[:-1]
+        group = np.cumsum(starts) - 1
+        first = np.flatnonzero(starts)
+        count = np.diff(np.append(first, len(order)))
+        opening = tx[order] == tx[order][first][group]  # changes in the key's first transaction
+        from_table = np.zeros(len(order), dtype=bool)
+        from_table[order] = deleted[order] & opening
+        canonical = np.zeros(len(order), dtype=bool)
+        canonical[order] = (count[group] > 1) & ~from_table[order]
+        if canonical.any():
+            cols = list(batch.columns)
+            for p in self.registry.uninterned(st.table.name):
+                cols[p] = cols[p].copy()
+                cols[p][canonical] = POOL.canonical(cols[p][canonical])
+            batch = Batch(tuple(cols), batch.valid, batch.times, batch.diffs)
+        return self._stored_codes(st, batch, np.flatnonzero(from_table))
+
+    def _stored_codes(self, st: _TableState, batch: Batch, rows: np.ndarray, pending=()) -> Batch:
+        """``batch`` with the text that the table stores uninterned, in each of the deleted ``rows``, under the
+        codes the table holds it with: those of the live row (committed, or among the ``pending`` changes)
+        with the same key, when its text is the same."""
+        loose = sorted(self.registry.uninterned(st.table.name))
+        rows = rows[batch.diffs[rows] < 0]
+        if not loose or not len(rows):
+            return batch
+        table = st.table
+        nkey = len(table.primary_key)
+        layout = _layout(table, len(table.columns), nkey)
+        keys = tuple(batch.columns[p][rows] for p in table.primary_key)
+        nulls = (None,) * nkey
+        found, _ = st.arranged.trace.gather(*_unique(key_hash(keys, nulls, len(rows)), keys, nulls))
+        parts = [] if found is None else [found.with_times(np.zeros((len(found), 1), np.int64))]
+        for b in pending:
+            parts.append(Batch(*b.select(layout), np.zeros((len(b), 1), np.int64), b.diffs))
+        if not parts:
+            return batch
+        live, _ = consolidate(Batch.concat(parts))
+        live = live.take(np.flatnonzero(live.diffs > 0))
+        if not len(live):
+            return batch
+        # each deleted row meets the live row of its key: sorted by key, a live row comes first
+        side = np.concatenate((np.zeros(len(live), np.int8), np.ones(len(rows), np.int8)))
+        both = [np.concatenate((live.columns[j], keys[j])) for j in range(nkey)]
+        order = np.lexsort((side, *reversed(both)))
+        starts = np.zeros(len(order), dtype=bool)
+        starts[0] = True
+        for k in both:
+            ks = k[order]
+            starts[1:] |= ks[1:] != ks[:-1]
+        group = np.cumsum(starts)
+        at = np.arange(len(order))
+        last_live = np.maximum.accumulate(np.where(side[order] == 0, at, -1))
+        mine = np.flatnonzero(side[order] == 1)
+        partner = last_live[mine]
+        met = partner >= 0
+        met[met] = group[partner[met]] == group[mine[met]]
+        which = order[mine[met]] - len(live)  # positions in ``rows``
+        src = order[partner[met]]  # positions in ``live``
+        same = np.ones(len(which), dtype=bool)
+        for p in loose:
+            k = layout.index(p)
+            same &= _same_text(batch.columns[p][rows[which]], batch.valid[p], rows[which], live, k, src)
+        which, src = which[same], src[same]
+        cols = list(batch.columns)
+        for p in loose:
+            cols[p] = cols[p].copy()
+            cols[p][rows[which]] = live.columns[layout.index(p)][src]
+        return Batch(tuple(cols), batch.valid, batch.times, batch.diffs)
 
     def _check_present(self, st: _TableState, batch: Batch) -> None:
         """Every row deleted by ``batch`` must be in the table (with this transaction's changes)."""
@@ -1070,6 +1170,49 @@ def _and_parts(cond: exp.Expression) -> list[exp.Expression]:
     if isinstance(cond, exp.And):
         return _and_parts(cond.this) + _and_parts(cond.expression)
     return [cond]
+
+
+def _column_of_changes(arr, c: Column, stored: bool, inserted: np.ndarray):
+    """An engine column of changes: text the table stores uninterned is stored so where inserted only."""
+    from sql.arrow import to_engine_column
+
+    if not stored or inserted.all() or not inserted.any():
+        return to_engine_column(arr, c.type, c.name, stored and bool(inserted.all()))
+    import pyarrow as pa
+
+    data = np.empty(len(arr), dtype=c.type.dtype)
+    valid = np.ones(len(arr), dtype=bool)
+    for rows, mark in ((np.flatnonzero(inserted), True), (np.flatnonzero(~inserted), False)):
+        col, mask = to_engine_column(arr.take(pa.array(rows)), c.type, c.name, mark)
+        data[rows] = col
+        if mask is not None:
+            valid[rows] = mask
+    return data, (None if valid.all() else valid)
+
+
+def _same_text(a: np.ndarray, a_valid, rows: np.ndarray, live: Batch, k: int, src: np.ndarray) -> np.ndarray:
+    """Whether the text of ``a`` (rows ``rows`` of a column with validity ``a_valid``) equals that of column
+    ``k`` of ``live`` at ``src``, NULL equal to NULL; compared by string where the codes differ."""
+    b = live.columns[k][src]
+    va = np.ones(len(a), dtype=bool) if a_valid is None else a_valid[rows]
+    vb = np.ones(len(b), dtype=bool) if live.valid[k] is None else live.valid[k][src]
+    same = (a == b) | ~va
+    differ = np.flatnonzero(~same)
+    if len(differ):
+        same[differ] = np.asarray(
+            pc.equal(POOL.strings(a[differ]), POOL.strings(b[differ])).to_numpy(zero_copy_only=False)
+        )
+    return same & (va == vb)
+
+
+def _uninterned(table: Table) -> frozenset[int]:
+    """The columns a table stores without interning their text when it looks mostly distinct: text outside
+    the primary key (a deleted row is found by its key, and so are the codes it was stored with)."""
+    if not table.primary_key:
+        return frozenset()
+    return frozenset(
+        i for i, c in enumerate(table.columns) if c.type.kind == "text" and i not in table.primary_key
+    )
 
 
 def _layout(table: Table, width: int, nkey: int) -> list[int]:

@@ -111,12 +111,14 @@ def arrangements(conn: Connection, view: str) -> list[ArrangementInfo]:
     """The arrangements view ``view`` reads, in the order its plan was compiled; its own result last."""
     from planner.explain import explain
     from sql.errors import SqlError
-    from sql.logical import Scan
+    from sql.logical import Canon, Scan
 
     if view not in conn.views:
         raise SqlError(f"view {view!r} does not exist")
 
     def collection(plan) -> str:
+        while isinstance(plan, Canon):  # text in canonical codes: the same rows, named by what they are
+            plan = plan.input
         if isinstance(plan, Scan):
             return plan.table
         top = explain(plan, [])[0].strip()

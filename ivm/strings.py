@@ -1,8 +1,11 @@
 """The string pool of an engine: text values are int64 codes into it, so rows stay fixed-width.
 
-Codes are assigned in order of first appearance and never reused; equal strings always get the same code, so
-equality of text is equality of codes. Functions of text (LIKE, UPPER, comparisons) run once per distinct code
-present in a batch, never once per row.
+Codes are assigned in order of first appearance and never reused. A string interned through the pool's hash
+table gets the one canonical code of its text, so equality of canonical codes is equality of text. Columns of
+mostly distinct strings that nothing may compare yet (the comments of a table keyed by other columns) can be
+stored instead: each string gets a new code without a lookup, and ``canonical`` maps such codes to the
+canonical ones (interning their strings then, once) for whatever compares them. Functions of text (LIKE,
+UPPER) run once per distinct code present in a batch, never once per row.
 
 The strings are kept in Arrow arrays, not as Python objects. A column is interned through its distinct strings
 (Arrow's dictionary encoding): their hashes are looked up in an open-addressing table held in numpy arrays, all
@@ -134,6 +137,7 @@ class StringPool:
         self._size = 0
         self._others: dict[str, int] = {}  # strings whose hash belongs to another string's code
         self._recent: dict[str, int] = {}
+        self._canon = np.zeros(1 << 12, dtype=np.int64)  # each code's canonical code, -1 until interned
         self.code("")
 
     def __len__(self) -> int:
@@ -159,8 +163,9 @@ class StringPool:
             return self._encode_few(values)
         return self.encode_arrow(pa.array(values, type=pa.large_string()))
 
-    def encode_arrow(self, arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
-        """Codes of the strings of an Arrow string array (a NULL gets the code of the empty string)."""
+    def encode_arrow(self, arr: pa.Array | pa.ChunkedArray, stored: bool = False) -> np.ndarray:
+        """Codes of the strings of an Arrow string array (a NULL gets the code of the empty string). With
+        ``stored``, a column that looks mostly distinct gets new codes, not canonical yet (``canonical``)."""
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()
         if arr.null_count:
@@ -168,6 +173,8 @@ class StringPool:
         if len(arr) <= FEW:
             return self._encode_few(arr.to_pylist())
         if len(arr) >= 4 * SAMPLE and len(pc.unique(arr.slice(0, SAMPLE))) == SAMPLE:
+            if stored:
+                return self._append(arr, canonical=False)
             return self._intern(arr)  # likely all distinct (names, comments): a dictionary would not shrink it
         enc = pc.dictionary_encode(arr)
         distinct = enc.dictionary
@@ -224,6 +231,32 @@ class StringPool:
             codes[i] = self._other(values[i])
         return codes
 
+    def canonical(self, codes: np.ndarray) -> np.ndarray:
+        """The canonical code of each code's string: codes of equal strings become equal."""
+        out = self._canon[codes]
+        missing = out < 0
+        if missing.any():
+            self._make_canonical(np.unique(codes[missing]))
+            out = self._canon[codes]
+        return out
+
+    def _make_canonical(self, codes: np.ndarray) -> None:
+        """Intern the strings of stored (not canonical) ``codes``: a string already interned maps to its code,
+        the others become canonical under their own (the first of equal ones)."""
+        strings = self.strings(codes)
+        values = strings.to_pylist()
+        keys = np.fromiter(map(_hash, values), dtype=np.int64, count=len(values)).view(np.uint64)
+        found, _ = self._table.claim(keys, codes)
+        out = np.where(found < 0, codes, found)
+        old = np.flatnonzero(found >= 0)
+        if len(old):
+            same = pc.equal(strings.take(pa.array(old)), self.strings(found[old])).to_numpy(
+                zero_copy_only=False
+            )
+            for i in old[~same].tolist():  # 64-bit hash collisions: vanishingly rare
+                out[i] = self._others.setdefault(values[i], int(codes[i]))
+        self._canon[codes] = out
+
     def _other(self, s: str) -> int:
         c = self._others.get(s)
         if c is None:
@@ -232,6 +265,7 @@ class StringPool:
 
     def _add(self, s: str) -> int:
         self._tail.append(s)
+        self._mark(1, True)
         self._size += 1
         if len(self._tail) >= TAIL:
             self._flush()
@@ -242,13 +276,23 @@ class StringPool:
             tail, self._tail = self._tail, []
             self._chunk(pa.array(tail, type=pa.large_string()), self._size - len(tail))
 
-    def _append(self, strings: pa.Array) -> np.ndarray:
+    def _append(self, strings: pa.Array, canonical: bool = True) -> np.ndarray:
         """Store new strings; their codes."""
         self._flush()
         start = self._size
+        self._mark(len(strings), canonical)
         self._size += len(strings)
         self._chunk(strings.cast(pa.large_string()), start)
         return np.arange(start, self._size, dtype=np.int64)
+
+    def _mark(self, n: int, canonical: bool) -> None:
+        """Record whether the next ``n`` codes are canonical."""
+        end = self._size + n
+        if end > len(self._canon):
+            grown = np.empty(max(end, 2 * len(self._canon)), dtype=np.int64)
+            grown[: self._size] = self._canon[: self._size]
+            self._canon = grown
+        self._canon[self._size : end] = np.arange(self._size, end) if canonical else -1
 
     def _chunk(self, strings: pa.Array, start: int) -> None:
         self._chunks.append(strings)

@@ -15,9 +15,11 @@ import numpy as np
 import ivm
 from ivm.dataflow import Arranged, Collection, Dataflow, Loop
 from ivm.operators.reducers import distinct
+from ivm.strings import POOL
 from planner.expr import compile_exprs, compile_predicate
 from sql.logical import (
     Aggregate,
+    Canon,
     ColRef,
     Column,
     Const,
@@ -54,6 +56,11 @@ class Registry:
     """Arrangements by (plan, key columns), and what each view built or reused."""
 
     entries: dict[tuple, Entry] = field(default_factory=dict)
+    stored: dict[str, frozenset[int]] = field(default_factory=dict)  # columns tables store uninterned
+
+    def uninterned(self, relation: str) -> frozenset[int]:
+        """Positions of the columns ``relation`` stores under codes that may not be canonical."""
+        return self.stored.get(relation, frozenset())
 
     def lookup(self, plan: Plan, key: tuple[int, ...]) -> Entry | None:
         e = self.entries.get((plan, key))
@@ -173,6 +180,10 @@ class _Compiler:
             return _restore_order(arr.as_collection(), key, len(plan.columns))
         if isinstance(plan, Filter):
             return self.collection(plan.input).filter(compile_predicate(plan.predicate))
+        if isinstance(plan, Canon):
+            return self.collection(plan.input).map(
+                _canonical(plan.positions), [c.type.dtype for c in plan.columns]
+            )
         if isinstance(plan, Project):
             return self.collection(plan.input).map(
                 compile_exprs(plan.exprs), [c.type.dtype for c in plan.columns]
@@ -321,6 +332,18 @@ def _pad(columns, after: bool):
         return (cols + extra, valid + nulls) if after else (extra + cols, nulls + valid)
 
     return pad
+
+
+def _canonical(positions: tuple[int, ...]):
+    """Canonical codes for the text columns at ``positions``."""
+
+    def fn(cols, valid):
+        cols = list(cols)
+        for p in positions:
+            cols[p] = POOL.canonical(cols[p])
+        return tuple(cols), valid
+
+    return fn
 
 
 def _positive(w: np.ndarray) -> np.ndarray:

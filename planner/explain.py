@@ -9,6 +9,7 @@ from __future__ import annotations
 from sql.logical import (
     Aggregate,
     Call,
+    Canon,
     ColRef,
     Const,
     Distinct,
@@ -109,6 +110,10 @@ def _node(plan: Plan, depth: int, how: dict, out: list[str]) -> None:
         out.append(f"{pad}UnionAll")
         for p in plan.inputs:
             _node(p, depth + 1, how, out)
+        return
+    if isinstance(plan, Canon):
+        out.append(f"{pad}Canonical text [{', '.join(plan.columns[i].name for i in plan.positions)}]")
+        _node(plan.input, depth + 1, how, out)
         return
     if isinstance(plan, (Negate, Positive)):
         out.append(f"{pad}{type(plan).__name__}")

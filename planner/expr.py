@@ -116,8 +116,10 @@ _CMP = {
 
 def _compare(e: Call, cols, valid, n):
     (a, ma), (b, mb) = _args(e, cols, valid, n)
-    if e.args[0].type.kind == "text" and e.op not in ("eq", "ne") and n:
-        a, b = _text_ranks(a, b)
+    if e.args[0].type.kind == "text" and n:
+        a, b = POOL.canonical(a), POOL.canonical(b)  # a table may store text under codes not canonical
+        if e.op not in ("eq", "ne"):
+            a, b = _text_ranks(a, b)
     return _CMP[e.op](a, b), _and_masks(ma, mb)
 
 

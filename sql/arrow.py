@@ -14,9 +14,10 @@ __all__ = ["to_engine_column", "to_arrow_column", "arrow_type"]
 
 
 def to_engine_column(
-    arr: pa.Array | pa.ChunkedArray, t: SqlType, name: str
+    arr: pa.Array | pa.ChunkedArray, t: SqlType, name: str, stored: bool = False
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """An engine column and validity mask from an Arrow array of a compatible type."""
+    """An engine column and validity mask from an Arrow array of a compatible type. ``stored``: text may get
+    codes that are not canonical yet (``StringPool.encode_arrow``)."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
     valid = None
@@ -30,7 +31,8 @@ def to_engine_column(
             if not (pa.types.is_string(at) or pa.types.is_large_string(at) or pa.types.is_string_view(at)):
                 raise TypeError
             data = POOL.encode_arrow(
-                arr if pa.types.is_string(at) or pa.types.is_large_string(at) else arr.cast(pa.string())
+                arr if pa.types.is_string(at) or pa.types.is_large_string(at) else arr.cast(pa.string()),
+                stored,
             )
         elif k == "decimal":
             if pa.types.is_integer(at):

@@ -30,6 +30,7 @@ __all__ = [
     "Negate",
     "Positive",
     "TopK",
+    "Canon",
     "Values",
     "RecRef",
     "Fixpoint",
@@ -210,6 +211,20 @@ class TopK:
 
 
 @dataclass(frozen=True)
+class Canon:
+    """``input`` with the text of the columns at ``positions`` under canonical codes. A table may store text
+    under codes that equal strings do not share (``ivm.strings``); what compares such text reads it through
+    this step."""
+
+    input: Plan
+    positions: tuple[int, ...]
+    columns: tuple[Column, ...] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "columns", self.input.columns)
+
+
+@dataclass(frozen=True)
 class Values:
     """A constant relation: ``rows`` of values in the engine's representation (``None`` is NULL)."""
 
@@ -259,6 +274,7 @@ Plan = (
     | Negate
     | Positive
     | TopK
+    | Canon
     | Values
     | RecRef
     | FixpointResult
@@ -267,7 +283,7 @@ Plan = (
 
 def children(plan: Plan) -> tuple[Plan, ...]:
     """The plans ``plan`` reads (a fixpoint result reads its fixpoint's bodies)."""
-    if isinstance(plan, (Filter, Project, Aggregate, Distinct, Negate, Positive, TopK)):
+    if isinstance(plan, (Filter, Project, Aggregate, Distinct, Negate, Positive, TopK, Canon)):
         return (plan.input,)
     if isinstance(plan, (Join, SemiJoin)):
         return (plan.left, plan.right)

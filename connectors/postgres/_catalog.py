@@ -15,7 +15,7 @@ import sqlglot
 from sqlglot import exp
 
 from connectors.postgres._types import PgType, UnsupportedType, pg_type
-from sql.logical import Aggregate, ColRef, Distinct, Filter, Plan, Project, Scan, TopK
+from sql.logical import Aggregate, Canon, ColRef, Distinct, Filter, Plan, Project, Scan, TopK
 
 __all__ = [
     "ConfigError",
@@ -159,7 +159,7 @@ def _non_null(plan: Plan, pos: int) -> bool:
     count). The SQL layer's own flags are conservative after projections."""
     if isinstance(plan, Scan):
         return not plan.columns[pos].nullable
-    if isinstance(plan, (Filter, TopK, Distinct)):
+    if isinstance(plan, (Filter, TopK, Distinct, Canon)):
         return _non_null(plan.input, pos)
     if isinstance(plan, Project):
         e = plan.exprs[pos]
@@ -178,7 +178,7 @@ def _key(plan: Plan, keys: dict[str, tuple[int, ...]]) -> tuple[int, ...] | None
         return tuple(range(len(plan.group))) if plan.group else None
     if isinstance(plan, Distinct):
         return tuple(range(len(plan.columns)))
-    if isinstance(plan, (Filter, TopK)):
+    if isinstance(plan, (Filter, TopK, Canon)):
         return _key(plan.input, keys)
     if isinstance(plan, Project):
         inner = _key(plan.input, keys)

@@ -44,8 +44,8 @@ def test_subscribe_yields_snapshot_then_diffs(db):
 def test_explain_marks_built_and_reused_arrangements(db):
     q = "SELECT c.name, SUM(o.total) AS t FROM c JOIN o ON c.ck = o.ck GROUP BY c.name"
     before = [r[0] for r in db.execute(f"EXPLAIN {q}").fetchall()]
-    assert "ArrangeBy key=[ck] (reused)" in before[5]  # c by its primary key
-    assert "ArrangeBy key=[ck] (built)" in before[7]  # o by ck
+    assert "ArrangeBy key=[ck] (reused)" in before[6]  # c by its primary key
+    assert "ArrangeBy key=[ck] (built)" in before[8]  # o by ck
     db.execute(f"CREATE VIEW v AS {q}")
     after = [r[0] for r in db.execute(f"EXPLAIN {q}").fetchall()]
     assert all("(built)" not in line for line in after)  # everything now comes from view v
