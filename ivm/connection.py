@@ -291,8 +291,7 @@ class Connection:
         batch = Batch.build(cols, masks, np.full(n, self.time), np.full(n, sign, np.int64))
         try:
             if sign < 0:
-                batch = self._stored_codes(st, batch, np.arange(n), self.pending.get(table, []))
-                self._check_present(st, batch)
+                batch = self._check_present(st, batch)
             self._write((st, batch))
         except SqlError:
             if self.in_transaction:
@@ -910,27 +909,27 @@ class Connection:
             cols[p][rows[which]] = live.columns[layout.index(p)][src]
         return Batch(tuple(cols), batch.valid, batch.times, batch.diffs)
 
-    def _check_present(self, st: _TableState, batch: Batch) -> None:
-        """Every row deleted by ``batch`` must be in the table (with this transaction's changes)."""
-        key = _layout(st.table, len(st.table.columns), st.arranged.nkey)
-        if not self.pending.get(st.table.name) and (batch.diffs == -1).all():
+    def _check_present(self, st: _TableState, batch: Batch) -> Batch:
+        """Every row deleted by ``batch`` must be in the table (with this transaction's changes). Returns the
+        batch with the codes the table holds its rows' text under (``_stored_codes``)."""
+        pending = self.pending.get(st.table.name)
+        loose = bool(self.registry.uninterned(st.table.name))
+        if not pending and (batch.diffs == -1).all():
             # the first change of the table in its transaction, one copy of each row: when the rows' keys are
-            # distinct, each must match a committed row with the same key exactly
-            rows = batch.select(key)
-            nkey = st.arranged.nkey
-            sought = _seek_distinct(st.arranged.trace, rows[0][:nkey], rows[1][:nkey])
-            if sought is not None:
-                order, found, q = sought
-                held = np.zeros(len(order), np.int64)
-                if found is not None:
-                    r = order[q]
-                    mine = (tuple(c[r] for c in rows[0]), tuple(None if m is None else m[r] for m in rows[1]))
-                    same = rows_equal(*mine, found.columns, found.valid)
-                    held = np.bincount(q[same], weights=found.diffs[same], minlength=len(order))
-                if (held < 1).any():
+            # distinct, each must match a committed row with the same key exactly (or, text stored
+            # uninterned aside, once given the codes it is stored with)
+            held = self._committed(st, batch)
+            if held is not None and not held and loose:
+                batch = self._stored_codes(st, batch, np.arange(len(batch)))
+                held = self._committed(st, batch)
+            if held is not None:
+                if not held:
                     raise SqlError(f"a deleted row is not in table {st.table.name!r}")
-                return
-        changes = [batch, *self.pending.get(st.table.name, [])]
+                return batch
+        if loose:
+            batch = self._stored_codes(st, batch, np.arange(len(batch)), pending or ())
+        key = _layout(st.table, len(st.table.columns), st.arranged.nkey)
+        changes = [batch, *(pending or ())]
         parts = [Batch(*b.select(key), np.zeros((len(b), 1), np.int64), b.diffs) for b in changes]
         every = Batch.concat(parts)
         cols, valid = every.select(range(st.arranged.nkey))
@@ -940,6 +939,25 @@ class Connection:
         total, _ = consolidate(Batch.concat(parts))
         if (total.diffs < 0).any():
             raise SqlError(f"a deleted row is not in table {st.table.name!r}")
+        return batch
+
+    def _committed(self, st: _TableState, batch: Batch) -> bool | None:
+        """Whether each row of ``batch`` (keys distinct) matches a committed row exactly; None when the keys
+        are not distinct."""
+        key = _layout(st.table, len(st.table.columns), st.arranged.nkey)
+        rows = batch.select(key)
+        nkey = st.arranged.nkey
+        sought = _seek_distinct(st.arranged.trace, rows[0][:nkey], rows[1][:nkey])
+        if sought is None:
+            return None
+        order, found, q = sought
+        held = np.zeros(len(order), np.int64)
+        if found is not None:
+            r = order[q]
+            mine = (tuple(c[r] for c in rows[0]), tuple(None if m is None else m[r] for m in rows[1]))
+            same = rows_equal(*mine, found.columns, found.valid)
+            held = np.bincount(q[same], weights=found.diffs[same], minlength=len(order))
+        return bool((held >= 1).all())
 
     def _commit(self) -> None:
         for name, batches in self.pending.items():
