@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
@@ -135,7 +136,6 @@ class Connection:
     @_pooled
     def fetch_arrow(self):
         """The rows of the last query as a ``pyarrow.Table``."""
-        import pyarrow as pa
 
         from sql.arrow import to_arrow_column
 
@@ -227,7 +227,6 @@ class Connection:
         the key columns, matched by name), as a ``pyarrow.Table`` of all the table's columns. A change log that
         names deleted rows by key alone (as Postgres replication does) finds the whole rows here: one seek
         per distinct key, no scan."""
-        import pyarrow as pa
 
         from sql.arrow import to_arrow_column, to_engine_column
 
@@ -272,7 +271,8 @@ class Connection:
             raise SqlError(f"table {table!r} does not exist")
         st = self.tables[table]
         schema = data.schema
-        stored = self.registry.uninterned(table) if sign > 0 else frozenset()
+        loose = self.registry.uninterned(table)
+        texts: dict[int, pa.Array] = {}
         cols, masks = [], []
         for p, c in enumerate(st.table.columns):
             i = schema.get_field_index(c.name)
@@ -284,14 +284,21 @@ class Connection:
                 cols.append(np.zeros(data.num_rows, dtype=c.type.dtype))
                 masks.append(np.zeros(data.num_rows, dtype=bool))
                 continue
-            col, mask = to_engine_column(data.column(i), c.type, c.name, p in stored)
+            if sign < 0 and p in loose and _is_text(data.column(i).type):
+                # text the table may store uninterned is compared as it comes and takes the stored codes
+                texts[p] = data.column(i).combine_chunks().cast(pa.large_string())
+                col, mask = np.full(data.num_rows, -1, np.int64), None
+                if texts[p].null_count:
+                    mask = np.asarray(texts[p].is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            else:
+                col, mask = to_engine_column(data.column(i), c.type, c.name, p in loose)
             cols.append(col)
             masks.append(mask)
         n = data.num_rows
         batch = Batch.build(cols, masks, np.full(n, self.time), np.full(n, sign, np.int64))
         try:
             if sign < 0:
-                batch = self._check_present(st, batch)
+                batch = self._check_present(st, batch, texts)
             self._write((st, batch))
         except SqlError:
             if self.in_transaction:
@@ -855,16 +862,21 @@ class Connection:
                 cols[p] = cols[p].copy()
                 cols[p][canonical] = POOL.canonical(cols[p][canonical])
             batch = Batch(tuple(cols), batch.valid, batch.times, batch.diffs)
-        return self._stored_codes(st, batch, np.flatnonzero(from_table))
+        return self._stored_codes(st, batch, np.flatnonzero(from_table))[0]
 
-    def _stored_codes(self, st: _TableState, batch: Batch, rows: np.ndarray, pending=()) -> Batch:
+    def _stored_codes(
+        self, st: _TableState, batch: Batch, rows: np.ndarray, pending=(), texts: dict | None = None
+    ) -> tuple[Batch, bool]:
         """``batch`` with the text that the table stores uninterned, in each of the deleted ``rows``, under the
         codes the table holds it with: those of the live row (committed, or among the ``pending`` changes)
-        with the same key, when its text is the same."""
+        with the same key, when all its columns are the same (text compared by string; ``texts`` maps a
+        column to its strings when the batch holds no codes for it). Also whether each of ``rows`` met a live
+        row of its own in this way."""
         loose = sorted(self.registry.uninterned(st.table.name))
         rows = rows[batch.diffs[rows] < 0]
         if not loose or not len(rows):
-            return batch
+            return batch, not len(rows)
+        texts = texts or {}
         table = st.table
         nkey = len(table.primary_key)
         layout = _layout(table, len(table.columns), nkey)
@@ -875,11 +887,11 @@ class Connection:
         for b in pending:
             parts.append(Batch(*b.select(layout), np.zeros((len(b), 1), np.int64), b.diffs))
         if not parts:
-            return batch
+            return batch, False
         live, _ = consolidate(Batch.concat(parts))
         live = live.take(np.flatnonzero(live.diffs > 0))
         if not len(live):
-            return batch
+            return batch, False
         # each deleted row meets the live row of its key: sorted by key, a live row comes first
         side = np.concatenate((np.zeros(len(live), np.int8), np.ones(len(rows), np.int8)))
         both = [np.concatenate((live.columns[j], keys[j])) for j in range(nkey)]
@@ -890,44 +902,50 @@ class Connection:
             ks = k[order]
             starts[1:] |= ks[1:] != ks[:-1]
         group = np.cumsum(starts)
-        at = np.arange(len(order))
-        last_live = np.maximum.accumulate(np.where(side[order] == 0, at, -1))
+        last_live = np.maximum.accumulate(np.where(side[order] == 0, np.arange(len(order)), -1))
         mine = np.flatnonzero(side[order] == 1)
         partner = last_live[mine]
         met = partner >= 0
         met[met] = group[partner[met]] == group[mine[met]]
         which = order[mine[met]] - len(live)  # positions in ``rows``
         src = order[partner[met]]  # positions in ``live``
-        same = np.ones(len(which), dtype=bool)
+        at = rows[which]
+        others = [p for p in range(len(table.columns)) if p not in loose]
+        same = rows_equal(
+            [batch.columns[p][at] for p in others],
+            [None if batch.valid[p] is None else batch.valid[p][at] for p in others],
+            [live.columns[layout.index(p)][src] for p in others],
+            [None if live.valid[layout.index(p)] is None else live.valid[layout.index(p)][src] for p in others],
+        )
         for p in loose:
             k = layout.index(p)
-            same &= _same_text(batch.columns[p][rows[which]], batch.valid[p], rows[which], live, k, src)
-        which, src = which[same], src[same]
+            same &= _same_text(batch.columns[p], batch.valid[p], texts.get(p), at, live, k, src)
+        at, src = at[same], src[same]
         cols = list(batch.columns)
         for p in loose:
             cols[p] = cols[p].copy()
-            cols[p][rows[which]] = live.columns[layout.index(p)][src]
-        return Batch(tuple(cols), batch.valid, batch.times, batch.diffs)
+            cols[p][at] = live.columns[layout.index(p)][src]
+        whole = len(at) == len(rows) and len(np.unique(src)) == len(src)
+        return Batch(tuple(cols), batch.valid, batch.times, batch.diffs), whole
 
-    def _check_present(self, st: _TableState, batch: Batch) -> Batch:
+    def _check_present(self, st: _TableState, batch: Batch, texts: dict | None = None) -> Batch:
         """Every row deleted by ``batch`` must be in the table (with this transaction's changes). Returns the
-        batch with the codes the table holds its rows' text under (``_stored_codes``)."""
+        batch with the codes the table holds its rows' text under (see ``_stored_codes``; ``texts`` holds the
+        strings of columns given as text rather than codes)."""
         pending = self.pending.get(st.table.name)
-        loose = bool(self.registry.uninterned(st.table.name))
-        if not pending and (batch.diffs == -1).all():
+        once = not pending and bool((batch.diffs == -1).all())
+        if self.registry.uninterned(st.table.name):
+            batch, found = self._stored_codes(st, batch, np.arange(len(batch)), pending or (), texts)
+            if once and found:
+                return batch
+        elif once:
             # the first change of the table in its transaction, one copy of each row: when the rows' keys are
-            # distinct, each must match a committed row with the same key exactly (or, text stored
-            # uninterned aside, once given the codes it is stored with)
+            # distinct, each must match a committed row with the same key exactly
             held = self._committed(st, batch)
-            if held is not None and not held and loose:
-                batch = self._stored_codes(st, batch, np.arange(len(batch)))
-                held = self._committed(st, batch)
             if held is not None:
                 if not held:
                     raise SqlError(f"a deleted row is not in table {st.table.name!r}")
                 return batch
-        if loose:
-            batch = self._stored_codes(st, batch, np.arange(len(batch)), pending or ())
         key = _layout(st.table, len(st.table.columns), st.arranged.nkey)
         changes = [batch, *(pending or ())]
         parts = [Batch(*b.select(key), np.zeros((len(b), 1), np.int64), b.diffs) for b in changes]
@@ -998,7 +1016,6 @@ class Subscription:
         arranged.op.subscribe(_Sink(self.pending))
 
     def __iter__(self):
-        import pyarrow as pa
 
         from sql.arrow import to_arrow_column
 
@@ -1040,7 +1057,6 @@ def _parse(sql: str) -> list[exp.Expression]:
 
 def _cast_to_table(data, table: Table):
     """A loaded Arrow table with its columns named and typed for ``table`` where Arrow can convert them."""
-    import pyarrow as pa
 
     from sql.arrow import arrow_type
 
@@ -1196,7 +1212,6 @@ def _column_of_changes(arr, c: Column, stored: bool, inserted: np.ndarray):
 
     if not stored or inserted.all() or not inserted.any():
         return to_engine_column(arr, c.type, c.name, stored and bool(inserted.all()))
-    import pyarrow as pa
 
     data = np.empty(len(arr), dtype=c.type.dtype)
     valid = np.ones(len(arr), dtype=bool)
@@ -1208,12 +1223,18 @@ def _column_of_changes(arr, c: Column, stored: bool, inserted: np.ndarray):
     return data, (None if valid.all() else valid)
 
 
-def _same_text(a: np.ndarray, a_valid, rows: np.ndarray, live: Batch, k: int, src: np.ndarray) -> np.ndarray:
-    """Whether the text of ``a`` (rows ``rows`` of a column with validity ``a_valid``) equals that of column
-    ``k`` of ``live`` at ``src``, NULL equal to NULL; compared by string where the codes differ."""
+def _same_text(
+    codes: np.ndarray, valid, text, rows: np.ndarray, live: Batch, k: int, src: np.ndarray
+) -> np.ndarray:
+    """Whether the text at ``rows`` of a column (``codes`` with validity ``valid``, or the strings ``text``)
+    equals that of column ``k`` of ``live`` at ``src``, NULL equal to NULL."""
     b = live.columns[k][src]
-    va = np.ones(len(a), dtype=bool) if a_valid is None else a_valid[rows]
-    vb = np.ones(len(b), dtype=bool) if live.valid[k] is None else live.valid[k][src]
+    va = np.ones(len(rows), dtype=bool) if valid is None else valid[rows]
+    vb = np.ones(len(src), dtype=bool) if live.valid[k] is None else live.valid[k][src]
+    if text is not None:
+        same = pc.equal(text.take(pa.array(rows)), POOL.strings(b)).fill_null(True)
+        return np.asarray(same.to_numpy(zero_copy_only=False)) & (va == vb)
+    a = codes[rows]
     same = (a == b) | ~va
     differ = np.flatnonzero(~same)
     if len(differ):
@@ -1221,6 +1242,10 @@ def _same_text(a: np.ndarray, a_valid, rows: np.ndarray, live: Batch, k: int, sr
             pc.equal(POOL.strings(a[differ]), POOL.strings(b[differ])).to_numpy(zero_copy_only=False)
         )
     return same & (va == vb)
+
+
+def _is_text(t) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
 
 
 def _uninterned(table: Table) -> frozenset[int]:
