@@ -1016,7 +1016,6 @@ class Subscription:
         arranged.op.subscribe(_Sink(self.pending))
 
     def __iter__(self):
-
         from sql.arrow import to_arrow_column
 
         while self.pending:

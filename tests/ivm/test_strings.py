@@ -100,3 +100,43 @@ def test_columns_of_mostly_distinct_strings(collide, monkeypatch):
         tail = [f"t{int(x)}" for x in rng.integers(0, 300, 400)] + head[:10]
         batches.append(head + tail)
     _check(pool, batches, ["arrow"] * len(batches))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.lists(st.sampled_from(["a", "b", "cc", "é", ""]) | TEXT, max_size=30), st.booleans()),
+        max_size=6,
+    ),
+    st.booleans(),
+)
+def test_stored_codes_become_canonical(batches, collide):
+    """Columns stored without interning get codes of their own; ``canonical`` gives equal strings one code,
+    the code interning gives them, before or after, whatever the hashes."""
+    original = strings._hash
+    if collide:
+        strings._hash = lambda s: len(s) % 3
+    try:
+        pool = StringPool()
+        held: list[tuple[list[str], np.ndarray]] = []
+        for values, stored in batches:
+            head = [f"h{len(held)}-{i}" for i in range(4 * strings.SAMPLE)] if stored else []
+            values = head + values * 4  # repeats after distinct strings: stored when asked
+            codes = pool.encode_arrow(pa.array(values, pa.string()), stored=stored)
+            assert pool.strings(codes).to_pylist() == values
+            assert not stored or (pool._canon[codes] < 0).all()  # none interned yet
+            held.append((values, codes))
+        seen: dict[str, int] = {}
+        for values, codes in held[::-1]:
+            canon = pool.canonical(codes)
+            assert pool.strings(canon).to_pylist() == values
+            for v, c in zip(values, canon.tolist(), strict=True):
+                assert seen.setdefault(v, c) == c, f"{v!r} got two canonical codes"
+            assert (pool.canonical(canon) == canon).all()
+        assert len(set(seen.values())) == len(seen), "two strings share a canonical code"
+        for v, c in seen.items():
+            assert pool.code(v) == c
+        if seen:
+            assert (pool.encode_arrow(pa.array(list(seen) * 5, pa.string())) == list(seen.values()) * 5).all()
+    finally:
+        strings._hash = original
