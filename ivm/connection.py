@@ -24,7 +24,7 @@ from ivm.batch import Batch, consolidate, key_hash, rows_equal
 from ivm.dataflow import Arranged, Dataflow, Engine, Input
 from ivm.operators.basic import EvaluationError
 from ivm.operators.iterate import IterationLimitError
-from ivm.strings import POOL, StringPool
+from ivm.strings import FEW, POOL, StringPool
 from planner.canon import arranged_form, canonicalize
 from planner.compile import Registry, compile_view
 from planner.prune import prune
@@ -201,10 +201,13 @@ class Connection:
             cols, masks = [], []
             names = data.schema.names
             stored = self.registry.uninterned(table)
+            texts = {}
             for p, c in enumerate(st.table.columns):
                 if c.name not in names:
                     raise SqlError(f"column {c.name!r} of table {table!r} is missing")
-                col, mask = _column_of_changes(data.column(c.name), c, p in stored, diff > 0)
+                col, mask, text = _column_of_changes(data.column(c.name), c, p in stored, diff > 0)
+                if text is not None:
+                    texts[p] = text
                 if mask is not None and not c.nullable and not mask.all():
                     raise SqlError(
                         f"null value in column {c.name!r} of table {table!r} violates the not-null constraint"
@@ -212,7 +215,7 @@ class Connection:
                 cols.append(col)
                 masks.append(mask)
             batch = Batch.build(cols, masks, self.time + tx, diff)
-            batches.append((st, self._settle_stored(st, batch, tx) if stored else batch))
+            batches.append((st, self._settle_stored(st, batch, tx, texts) if stored else batch))
         for st, b in batches:
             st.input.send(b)
         self.time += transactions
@@ -284,7 +287,7 @@ class Connection:
                 cols.append(np.zeros(data.num_rows, dtype=c.type.dtype))
                 masks.append(np.zeros(data.num_rows, dtype=bool))
                 continue
-            if sign < 0 and p in loose and _is_text(data.column(i).type):
+            if sign < 0 and p in loose and data.num_rows > FEW and _is_text(data.column(i).type):
                 # text the table may store uninterned is compared as it comes and takes the stored codes
                 texts[p] = data.column(i).combine_chunks().cast(pa.large_string())
                 col, mask = np.full(data.num_rows, -1, np.int64), None
@@ -833,11 +836,12 @@ class Connection:
         )
         raise SqlError(f"duplicate key value violates the primary key of {table.name!r} ({shown})")
 
-    def _settle_stored(self, st: _TableState, batch: Batch, tx: np.ndarray) -> Batch:
+    def _settle_stored(self, st: _TableState, batch: Batch, tx: np.ndarray, texts: dict) -> Batch:
         """The changes of several transactions to a table storing text uninterned, made consistent: a row
         deleted in the first transaction that changes its key takes the codes the table holds it under, and
         every other change of a key changed more than once is written in canonical codes, so that each
-        deletion carries the codes its insertion did."""
+        deletion carries the codes its insertion did. ``texts`` holds the strings of columns whose deleted
+        rows have no codes yet."""
         deleted = batch.diffs < 0
         if not deleted.any():
             return batch
@@ -856,13 +860,17 @@ class Connection:
         from_table[order] = deleted[order] & opening
         canonical = np.zeros(len(order), dtype=bool)
         canonical[order] = (count[group] > 1) & ~from_table[order]
-        if canonical.any():
-            cols = list(batch.columns)
-            for p in self.registry.uninterned(st.table.name):
-                cols[p] = cols[p].copy()
-                cols[p][canonical] = POOL.canonical(cols[p][canonical])
-            batch = Batch(tuple(cols), batch.valid, batch.times, batch.diffs)
-        return self._stored_codes(st, batch, np.flatnonzero(from_table))[0]
+        batch = self._stored_codes(st, batch, np.flatnonzero(from_table), texts=texts)[0]
+        cols = list(batch.columns)
+        for p in self.registry.uninterned(st.table.name):
+            col = cols[p] = cols[p].copy()
+            redo = np.flatnonzero(canonical & (col >= 0))
+            col[redo] = POOL.canonical(col[redo])
+            if p in texts:  # deleted rows not found stored: their text interned
+                rows = np.flatnonzero(col < 0)
+                if len(rows):
+                    col[rows] = POOL.encode_arrow(texts[p].take(pa.array(rows)))
+        return Batch(tuple(cols), batch.valid, batch.times, batch.diffs)
 
     def _stored_codes(
         self, st: _TableState, batch: Batch, rows: np.ndarray, pending=(), texts: dict | None = None
@@ -935,6 +943,8 @@ class Connection:
         pending = self.pending.get(st.table.name)
         once = not pending and bool((batch.diffs == -1).all())
         if self.registry.uninterned(st.table.name):
+            if once and not texts and self._committed(st, batch):
+                return batch  # a few rows, given in the codes they are stored with (a small transaction's)
             batch, found = self._stored_codes(st, batch, np.arange(len(batch)), pending or (), texts)
             if once and found:
                 return batch
@@ -1206,20 +1216,19 @@ def _and_parts(cond: exp.Expression) -> list[exp.Expression]:
 
 
 def _column_of_changes(arr, c: Column, stored: bool, inserted: np.ndarray):
-    """An engine column of changes: text the table stores uninterned is stored so where inserted only."""
+    """An engine column of changes, its validity, and (for text the table stores uninterned, when some rows
+    are deleted) the strings: those rows get code -1 until they take the stored row's codes."""
     from sql.arrow import to_engine_column
 
-    if not stored or inserted.all() or not inserted.any():
-        return to_engine_column(arr, c.type, c.name, stored and bool(inserted.all()))
-
-    data = np.empty(len(arr), dtype=c.type.dtype)
-    valid = np.ones(len(arr), dtype=bool)
-    for rows, mark in ((np.flatnonzero(inserted), True), (np.flatnonzero(~inserted), False)):
-        col, mask = to_engine_column(arr.take(pa.array(rows)), c.type, c.name, mark)
-        data[rows] = col
-        if mask is not None:
-            valid[rows] = mask
-    return data, (None if valid.all() else valid)
+    if not stored or inserted.all() or not _is_text(arr.type):
+        return (*to_engine_column(arr, c.type, c.name, stored), None)
+    text = arr.combine_chunks().cast(pa.large_string())
+    data = np.full(len(arr), -1, dtype=np.int64)
+    valid = np.asarray(text.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    rows = np.flatnonzero(inserted)
+    if len(rows):
+        data[rows] = to_engine_column(text.take(pa.array(rows)), c.type, c.name, True)[0]
+    return data, (None if valid.all() else valid), text
 
 
 def _same_text(
