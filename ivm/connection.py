@@ -846,12 +846,7 @@ class Connection:
         if not deleted.any():
             return batch
         keys = [batch.columns[p] for p in st.table.primary_key]
-        order = np.lexsort((tx, *reversed(keys)))
-        starts = np.zeros(len(order), dtype=bool)
-        starts[0] = True
-        for k in keys:
-            ks = k[order]
-            starts[1:] |= ks[1:] != ks[:-1]
+        order, starts = _sorted_by_key(keys, tx)
         group = np.cumsum(starts) - 1
         first = np.flatnonzero(starts)
         count = np.diff(np.append(first, len(order)))
@@ -903,12 +898,7 @@ class Connection:
         # each deleted row meets the live row of its key: sorted by key, a live row comes first
         side = np.concatenate((np.zeros(len(live), np.int8), np.ones(len(rows), np.int8)))
         both = [np.concatenate((live.columns[j], keys[j])) for j in range(nkey)]
-        order = np.lexsort((side, *reversed(both)))
-        starts = np.zeros(len(order), dtype=bool)
-        starts[0] = True
-        for k in both:
-            ks = k[order]
-            starts[1:] |= ks[1:] != ks[:-1]
+        order, starts = _sorted_by_key(both, side)
         group = np.cumsum(starts)
         last_live = np.maximum.accumulate(np.where(side[order] == 0, np.arange(len(order)), -1))
         mine = np.flatnonzero(side[order] == 1)
@@ -1213,6 +1203,18 @@ def _and_parts(cond: exp.Expression) -> list[exp.Expression]:
     if isinstance(cond, exp.And):
         return _and_parts(cond.this) + _and_parts(cond.expression)
     return [cond]
+
+
+def _sorted_by_key(keys: list[np.ndarray], then: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The order sorting rows by their key columns, then by ``then``; and, in that order, where each key's
+    rows start."""
+    order = np.lexsort((then, *reversed(keys)))
+    starts = np.zeros(len(order), dtype=bool)
+    starts[0] = True
+    for k in keys:
+        ks = k[order]
+        starts[1:] |= ks[1:] != ks[:-1]
+    return order, starts
 
 
 def _column_of_changes(arr, c: Column, stored: bool, inserted: np.ndarray):
