@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from planner.prune import column_refs
 from sql.logical import (
     Aggregate,
     Canon,
-    ColRef,
     Distinct,
-    Expr,
     Filter,
     Fixpoint,
     FixpointResult,
@@ -60,12 +59,6 @@ def _canon(plan: Plan, positions: frozenset[int]) -> Plan:
     return Canon(plan, tuple(sorted(positions)))
 
 
-def _refs(e: Expr) -> frozenset[int]:
-    if isinstance(e, ColRef):
-        return frozenset((e.index,))
-    return frozenset().union(*map(_refs, getattr(e, "args", ())))
-
-
 class _Rewriter:
     """Rewrites bottom-up; each plan comes back with the positions of its output columns that may hold
     stored codes ("loose" columns)."""
@@ -92,7 +85,8 @@ class _Rewriter:
             return Filter(inner, plan.predicate), loose
         if isinstance(plan, Project):
             inner, loose = self.rewrite(plan.input)
-            out = frozenset(i for i, e in enumerate(plan.exprs) if e.type.kind == "text" and _refs(e) & loose)
+            text = [i for i, e in enumerate(plan.exprs) if e.type.kind == "text"]
+            out = frozenset(i for i in text if column_refs(plan.exprs[i]) & loose)
             return Project(inner, plan.exprs, plan.columns), out
         if isinstance(plan, Join):
             left, ll = self.rewrite(plan.left)

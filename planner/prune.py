@@ -33,7 +33,7 @@ from sql.logical import (
     UnionAll,
 )
 
-__all__ = ["prune"]
+__all__ = ["prune", "column_refs"]
 
 SCAN_NARROWING = 4  # a scan is narrowed when that drops at least this many columns
 Mapping = dict[int, int]  # a kept column's position before pruning -> its position after
@@ -83,11 +83,11 @@ class _Pruner:
     def prune(self, plan: Plan, needed: frozenset[int]) -> tuple[Plan, Mapping]:
         """``plan`` rewritten to compute at least the columns ``needed``, and where each of those now is."""
         if isinstance(plan, Filter):
-            inner, m = self.prune(plan.input, needed | _refs(plan.predicate))
+            inner, m = self.prune(plan.input, needed | column_refs(plan.predicate))
             return Filter(inner, _remap(plan.predicate, m)), m
         if isinstance(plan, Project):
             keep = sorted(needed)
-            used = frozenset().union(*(_refs(plan.exprs[i]) for i in keep))
+            used = frozenset().union(*(column_refs(plan.exprs[i]) for i in keep))
             inner, m = self.prune(plan.input, used)
             exprs = tuple(_remap(plan.exprs[i], m) for i in keep)
             return Project(inner, exprs, tuple(plan.columns[i] for i in keep)), {
@@ -133,11 +133,11 @@ class _Pruner:
         return plan, identity  # scans, constants, recursive definitions and their results
 
 
-def _refs(e: Expr) -> frozenset[int]:
+def column_refs(e: Expr) -> frozenset[int]:
     if isinstance(e, ColRef):
         return frozenset((e.index,))
     if isinstance(e, Call):
-        return frozenset().union(*(_refs(a) for a in e.args))
+        return frozenset().union(*(column_refs(a) for a in e.args))
     return frozenset()
 
 
