@@ -182,11 +182,12 @@ def key_hash(columns: Sequence[np.ndarray], valid: Sequence[Mask], n: int | None
     """An int64 per row summarizing the key columns; equal keys give equal hashes.
 
     A single integer column is its own hash (order-preserving, and cheap; NULL hashes to ``NULL_HASH``). Other
-    keys are mixed with splitmix64; when the first column is an integer, it keeps the high bits (the mix of
-    the whole key fills the low ``LOW_BITS``), so hashes follow the first column as keys arriving in its order
-    (new orders' line items) lie past every older batch, which readers then skip without a search. An empty
-    key hashes every row to 0. The hash of a key never depends on the other rows of its batch. Hashes are not
-    spread evenly: a table addressed by them mixes them first (``spread``).
+    keys are combined column by column (multiply and add) and mixed with the splitmix64 finalizer; when the
+    first column is an integer, it keeps the high bits (the mix of the whole key fills the low ``LOW_BITS``),
+    so hashes follow the first column as keys arriving in its order (new orders' line items) lie past every
+    older batch, which readers then skip without a search. An empty key hashes every row to 0. The hash of a
+    key never depends on the other rows of its batch. Hashes are not spread evenly: a table addressed by them
+    mixes them first (``spread``).
     """
     if not columns:
         return np.zeros(n or 0, dtype=np.int64)
@@ -196,13 +197,19 @@ def key_hash(columns: Sequence[np.ndarray], valid: Sequence[Mask], n: int | None
         if valid[0] is not None:
             h = np.where(valid[0], h, NULL_HASH)
         return h
-    h = np.full(len(columns[0]), _GOLD, dtype=np.uint64)
-    for i, (col, mask) in enumerate(zip(columns, valid, strict=True)):
-        v = _bits(col).view(np.uint64) + _salt(i)  # array arithmetic wraps around silently
+    # a multiply-and-add chain over the columns, then one finalizer: few array operations, as small
+    # transactions hash a few rows at a time
+    h = None
+    for col, mask in zip(columns, valid, strict=True):
+        v = _bits(col).view(np.uint64)
         if mask is not None:
-            v ^= (~mask).astype(np.uint64) * _M2
-        h ^= _mix(v)
-        h = _mix(h)
+            v = v ^ (~mask).astype(np.uint64) * _M2
+        if h is None:
+            h = v + _GOLD  # a new array: the column is left alone
+        else:
+            h *= _M1  # array arithmetic wraps around silently
+            h += v
+    h = _mix(h)
     h = h.view(np.int64)
     first = columns[0]
     if first.dtype.kind in "iub":
@@ -219,16 +226,6 @@ def spread(hashes: np.ndarray) -> np.ndarray:
     """Key hashes mixed evenly over 64 bits, for addressing a table by their low bits (``key_hash`` keeps an
     integer key's order, so its low bits may all agree)."""
     return _mix(hashes.view(np.uint64)).view(np.int64)
-
-
-def _salt(i: int) -> np.uint64:
-    """The constant added to the ``i``-th key column before mixing (``(i + 1) * golden ratio`` mod 2**64)."""
-    while len(_SALTS) <= i:
-        _SALTS.append(np.uint64((len(_SALTS) + 1) * int(_GOLD) % (1 << 64)))
-    return _SALTS[i]
-
-
-_SALTS: list[np.uint64] = []
 
 
 def rows_equal(

@@ -49,12 +49,14 @@ def to_engine_column(
                 words = np.frombuffer(exact.buffers()[1], dtype=np.int64).reshape(-1, 2)
                 words = words[exact.offset : exact.offset + len(exact)]
                 low = words[:, 0]
-                # every value fits in 64 bits (high word the sign of the low) and in the type's precision
-                limit = 10**t.precision
-                if len(low) and (
-                    int(low.max()) >= limit or int(low.min()) <= -limit or (words[:, 1] != (low >> 63)).any()
-                ):
-                    raise SqlError(f"a value of column {name!r} does not fit in {t}")
+                # every value fits in 64 bits (high word the sign of the low) and in the type's precision;
+                # a valid Arrow decimal fits its own precision, so a precision no wider needs no look
+                fits = exact is arr and at.precision <= min(t.precision, 18)
+                if not fits and len(low):
+                    limit = 10**t.precision
+                    high = words[:, 1]
+                    if int(low.max()) >= limit or int(low.min()) <= -limit or (high != (low >> 63)).any():
+                        raise SqlError(f"a value of column {name!r} does not fit in {t}")
                 data = low.copy()
             else:
                 raise TypeError

@@ -59,7 +59,12 @@ class TraceBatch:
         """Sorts and consolidates ``updates`` whose key hashes are ``hashes`` (``split``: see
         ``consolidate``)."""
         index, diffs = consolidation(updates, hashes, nkey, split)
-        out = updates.take(index).with_diffs(diffs)
+        n = len(updates)
+        if len(index) == n and (n == 1 or (index[1:] > index[:-1]).all()):  # in order already, none dropped
+            out = updates.with_diffs(diffs)
+            index = slice(None)
+        else:
+            out = updates.take(index).with_diffs(diffs)
         if identity_hash(*updates.select(range(nkey))):
             return TraceBatch(out, key_hash(*out.select(range(nkey)), len(out)), nkey)
         return TraceBatch(out, hashes[index], nkey)
@@ -144,8 +149,9 @@ def consolidation(
     that is its own hash skips its column), so a batch of distinct keys costs one sort of its hashes."""
     n = len(updates)
     stats.rows_sorted += n
-    if n == 0:
-        return np.zeros(0, dtype=np.int64), updates.diffs
+    if n <= 1:
+        keep = np.flatnonzero(updates.diffs)
+        return keep, updates.diffs[keep]
     cols, valid = updates.select(range(nkey))
     skip = 1 if identity_hash(cols, valid) else 0
     packed = None
@@ -187,6 +193,9 @@ def identity_hash(cols: tuple, valid: tuple, hashes: np.ndarray | None = None) -
 def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(i, j)`` for every ``i`` and every ``j`` in ``range(lo[i], hi[i])``, vectorized."""
     counts = hi - lo
+    if len(counts) and counts.max() <= 1:  # at most one row per range, as keys with one update each have
+        q = np.flatnonzero(counts)
+        return q, lo[q]
     total = int(counts.sum())
     if total == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)

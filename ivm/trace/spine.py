@@ -232,7 +232,14 @@ class Spine:
         if 0 < small < TAIL_BATCHES:
             return
         if small > 1:
-            self.entries[-small:] = [_merged(self.entries[-small:], self.since)]
+            # the newest merge; an older one joins once they hold as many updates as it does, so that a batch
+            # is merged again only after the updates behind it have doubled
+            take, held = 1, len(self.entries[-1])
+            while take < small and len(self.entries[-take - 1]) <= held:
+                held += len(self.entries[-take - 1])
+                take += 1
+            if take > 1:
+                self.entries[-take:] = [_merged(self.entries[-take:], self.since)]
             if len(self.entries[-1]) < MIN_CHUNK:
                 return
         entries = self.entries
@@ -300,10 +307,9 @@ class Spine:
         for b in self.batches():
             if not b.may_hold(least, most):
                 continue
-            lo, hi = b.seek(hashes)
-            if not (hi > lo).any():
+            q, r = expand_ranges(*b.seek(hashes))
+            if not len(q):
                 continue
-            q, r = expand_ranges(lo, hi)
             u = b.updates
             if keys_only:
                 u = Batch(u.columns[: self.nkey], u.valid[: self.nkey], u.times, u.diffs)
