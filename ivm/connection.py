@@ -800,17 +800,11 @@ class Connection:
             # insertions of distinct keys only need the keys' committed multiplicities
             if (batch.diffs < 0).all():
                 return
-            sought = (
-                _seek_distinct(st.arranged.trace, cols, valid, keys_only=True)
-                if (batch.diffs == 1).all()
-                else None
-            )
-            if sought is not None:
-                order, found, q = sought
-                if found is not None:
-                    present = np.bincount(q, weights=found.diffs, minlength=len(order)) > 0
-                    if present.any():
-                        self._duplicate_key(table, tuple(c[order] for c in cols), np.flatnonzero(present)[:1])
+            held = _count_distinct(st.arranged.trace, cols, valid) if (batch.diffs == 1).all() else None
+            if held is not None:
+                present = np.flatnonzero(held > 0)
+                if len(present):
+                    self._duplicate_key(table, cols, present[:1])
                 return
         h = key_hash(cols, valid, len(batch))
         keys = Batch(cols, valid, batch.times, batch.diffs)
@@ -963,19 +957,9 @@ class Connection:
         """Whether each row of ``batch`` (keys distinct) matches a committed row exactly; None when the keys
         are not distinct."""
         key = _layout(st.table, len(st.table.columns), st.arranged.nkey)
-        rows = batch.select(key)
-        nkey = st.arranged.nkey
-        sought = _seek_distinct(st.arranged.trace, rows[0][:nkey], rows[1][:nkey])
-        if sought is None:
-            return None
-        order, found, q = sought
-        held = np.zeros(len(order), np.int64)
-        if found is not None:
-            r = order[q]
-            mine = (tuple(c[r] for c in rows[0]), tuple(None if m is None else m[r] for m in rows[1]))
-            same = rows_equal(*mine, found.columns, found.valid)
-            held = np.bincount(q[same], weights=found.diffs[same], minlength=len(order))
-        return bool((held >= 1).all())
+        cols, valid = batch.select(key)
+        held = _count_distinct(st.arranged.trace, cols, valid, st.arranged.nkey)
+        return None if held is None else bool((held >= 1).all())
 
     def _commit(self) -> None:
         for name, batches in self.pending.items():
@@ -1077,20 +1061,16 @@ def _cast_to_table(data, table: Table):
     return pa.table(arrays, names=fields)
 
 
-def _seek_distinct(trace, cols: tuple, valid: tuple, keys_only: bool = False):
-    """The committed updates of keys that are distinct by hash, sought in hash order (each search starts
-    where the previous one ended): the order sorting the keys, the updates found (their key columns alone
-    with ``keys_only``) and, for each, the position of its key in that order. ``None`` when two keys share a
-    hash."""
-    h = key_hash(cols, valid, len(cols[0]))
-    order = np.argsort(h)
-    hs = h[order]
-    if (hs[1:] == hs[:-1]).any():
-        return None
-    found, q = trace.gather(
-        hs, tuple(c[order] for c in cols), tuple(None if m is None else m[order] for m in valid), keys_only
-    )
-    return order, found, q
+def _count_distinct(trace, cols: tuple, valid: tuple, nkey: int | None = None) -> np.ndarray | None:
+    """For each row (of key columns, or of whole rows whose first ``nkey`` columns are the key), its committed
+    multiplicity; ``None`` when two keys share a hash."""
+    nkey = len(cols) if nkey is None else nkey
+    h = key_hash(cols[:nkey], valid[:nkey], len(cols[0]))
+    if len(h) > 1:
+        order = np.argsort(h)
+        if (h[order[1:]] == h[order[:-1]]).any():
+            return None
+    return trace.count(h, cols, valid)
 
 
 def _unique(h, cols, valid):

@@ -153,6 +153,7 @@ class Spine:
         self.dtypes = dtypes
         self.dim = dim
         self.entries: list[TraceBatch | _Merge] = []
+        self._readable: list[TraceBatch] | None = None  # what ``batches`` returns, until the entries change
         self.handles: list[TraceHandle] = []
         self.freed = False
         self.inserted = 0
@@ -171,6 +172,7 @@ class Spine:
 
     def _detach(self, handle: TraceHandle) -> None:
         self.handles.remove(handle)
+        self._readable = None
         if not self.handles:
             self.entries = []
             self.freed = True
@@ -205,6 +207,7 @@ class Spine:
         """Append a sorted batch and spend merge effort proportional to its size."""
         if self.freed:
             return
+        self._readable = None
         n = len(batch)
         if n:
             self.entries.append(batch)
@@ -266,7 +269,8 @@ class Spine:
 
     def compact_fully(self) -> None:
         """Merge everything into one batch now (for tests and explicit maintenance, not the hot path)."""
-        batches = self.batches()
+        batches = list(self.batches())
+        self._readable = None
         self.entries = []
         if len(batches) == 1 and len(self.since):
             batches.append(_empty_like(batches[0]))  # a merge advances the times to the frontier
@@ -279,13 +283,15 @@ class Spine:
     # -- reading ---------------------------------------------------------------------------------
     def batches(self) -> list[TraceBatch]:
         """The readable batches, oldest first; their union is the whole trace."""
-        out: list[TraceBatch] = []
-        for e in self.entries:
-            if isinstance(e, _Merge):
-                out.extend(b for b in e.readable() if len(b))
-            elif len(e):
-                out.append(e)
-        return out
+        if self._readable is None:
+            out: list[TraceBatch] = []
+            for e in self.entries:
+                if isinstance(e, _Merge):
+                    out.extend(b for b in e.readable() if len(b))
+                elif len(e):
+                    out.append(e)
+            self._readable = out
+        return self._readable
 
     def __len__(self) -> int:
         """Updates currently stored (in all readable batches)."""
@@ -325,6 +331,34 @@ class Spine:
             if not ok.all():
                 out, q = out.take(ok), q[ok]
         return out, q
+
+    def count(self, hashes: np.ndarray, cols: tuple, valid: tuple) -> np.ndarray:
+        """For each query row, the summed diffs of the updates whose leading ``len(cols)`` columns equal it
+        (NULL equal to NULL): the key's multiplicity when ``cols`` is a key, the row's when it is a whole row.
+
+        ``hashes`` are the queries' key hashes, which must be distinct. What ``gather`` finds, without copying
+        the updates out.
+        """
+        total = np.zeros(len(hashes), dtype=np.int64)
+        if len(hashes) == 0:
+            return total
+        width = len(cols)
+        least, most = int(hashes.min()), int(hashes.max())
+        for b in self.batches():
+            if not b.may_hold(least, most):
+                continue
+            q, r = expand_ranges(*b.seek(hashes))
+            if not len(q):
+                continue
+            u = b.updates
+            same = rows_equal(
+                tuple(c[q] for c in cols),
+                tuple(None if m is None else m[q] for m in valid),
+                tuple(c[r] for c in u.columns[:width]),
+                tuple(None if m is None else m[r] for m in u.valid[:width]),
+            )
+            np.add.at(total, q[same], u.diffs[r[same]])
+        return total
 
 
 def _merged(batches: list[TraceBatch], frontier: Antichain) -> TraceBatch:
