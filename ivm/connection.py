@@ -28,6 +28,7 @@ from ivm.strings import FEW, POOL, StringPool
 from planner.canon import arranged_form, canonicalize
 from planner.compile import Registry, compile_view
 from planner.prune import prune
+from planner.simplify import simplify
 from sql.catalog import Catalog, Table, View
 from sql.errors import SqlError, UnsupportedError, error_at
 from sql.logical import Canon, Column, Scan
@@ -310,7 +311,7 @@ class Connection:
 
     def _plan(self, query: exp.Expression):
         """The plan of a query: translated, pruned, and comparing text only in canonical codes."""
-        plan = prune(translate_query(query, self.catalog), self._arranged)
+        plan = simplify(prune(simplify(translate_query(query, self.catalog)), self._arranged))
         return canonicalize(plan, self.registry.uninterned)
 
     def _arranged(self, plan, key: tuple[int, ...]) -> bool:

@@ -17,6 +17,7 @@ from ivm.dataflow import Arranged, Collection, Dataflow, Loop
 from ivm.operators.reducers import distinct
 from ivm.strings import POOL
 from planner.expr import compile_exprs, compile_predicate
+from planner.simplify import column_picks, renames
 from sql.logical import (
     Aggregate,
     Canon,
@@ -111,6 +112,9 @@ class _Compiler:
         k = (plan, key)
         if k in self.imported:
             return self.imported[k]
+        if renames(plan):  # the same rows under other names: the input's arrangement
+            self.imported[k] = self.arranged(plan.input, key)
+            return self.imported[k]
         if self.parent is not None:
             if self._invariant(plan):
                 arr = self.loop.enter_arranged(self.parent.arranged(plan, key))
@@ -185,9 +189,11 @@ class _Compiler:
                 _canonical(plan.positions), [c.type.dtype for c in plan.columns]
             )
         if isinstance(plan, Project):
-            return self.collection(plan.input).map(
-                compile_exprs(plan.exprs), [c.type.dtype for c in plan.columns]
-            )
+            inner = self.collection(plan.input)
+            picks = column_picks(plan)
+            if picks is None:
+                return inner.map(compile_exprs(plan.exprs), [c.type.dtype for c in plan.columns])
+            return inner if picks == tuple(range(len(plan.input.columns))) else inner.project(picks)
         if isinstance(plan, Join):
             return self._join(plan)
         if isinstance(plan, SemiJoin):

@@ -6,6 +6,7 @@ as a golden file for sharing and join choices.
 
 from __future__ import annotations
 
+from planner.simplify import renames
 from sql.logical import (
     Aggregate,
     Call,
@@ -43,7 +44,7 @@ def explain(plan: Plan, used: list[tuple[Plan, tuple[int, ...], str]]) -> list[s
 
 def _arranged(child: Plan, key: tuple[int, ...], depth: int, how: dict, out: list[str]) -> None:
     names = [child.columns[i].name for i in key]
-    state = how.get((child, key), "built")
+    state = "the input's" if renames(child) else how.get((child, key), "built")
     out.append("  " * depth + f"ArrangeBy key=[{', '.join(names)}] ({state})")
     _node(child, depth + 1, how, out)
 
