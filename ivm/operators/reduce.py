@@ -24,7 +24,7 @@ from ivm.operators.reducers import Aggregate, Groups, Reducer
 from ivm.operators.running import RunningStates
 from ivm.scope import Operator, Point, Scope
 from ivm.trace import Spine, TraceBatch
-from ivm.trace.batch import expand_ranges
+from ivm.trace.batch import expand_ranges, identity_hash
 
 __all__ = ["ReduceOp", "streams"]
 
@@ -174,11 +174,16 @@ class ReduceOp(Operator):
         kcols, kvalid = delta.select(range(nk))
         h = key_hash(kcols, kvalid, n)
         epochs = delta.times[:, 0]
-        kkeys = [h] + sort_keys(kcols, kvalid, None)
-        order = lexsort(kkeys + [epochs])
+        # keys that are their own hash sort by the hash alone; one epoch (a transaction's) needs no sort by it
+        kkeys = [h] if identity_hash(kcols, kvalid, h) else [h] + sort_keys(kcols, kvalid, None)
+        one_epoch = bool((epochs == epochs[0]).all())
+        order = lexsort(kkeys if one_epoch else kkeys + [epochs])
         key_start = group_starts([k[order] for k in kkeys], n)
-        es = epochs[order]
-        last_of_epoch = np.append(key_start[1:] | (es[1:] != es[:-1]), True)
+        if one_epoch:
+            last_of_epoch = np.append(key_start[1:], True)
+        else:
+            es = epochs[order]
+            last_of_epoch = np.append(key_start[1:] | (es[1:] != es[:-1]), True)
         kid = np.cumsum(key_start) - 1
         starts = np.flatnonzero(key_start)
         vcols, vvalid = delta.select(range(nk, delta.arity))
@@ -221,24 +226,20 @@ class ReduceOp(Operator):
                 new_states[j] = now[t]
                 prev_states[j] = before[t]
                 self.state.states[j][slots] = final[t]
-        alive_now = new_states[0] > 0
-        alive_before = prev_states[0] > 0
-        out_now, mask_now = self.reducer.finish(self.state_layout, new_states)
-        out_before, mask_before = self.reducer.finish(self.state_layout, prev_states)
-        times = epochs[order][ends].reshape(-1, 1)
-
-        def rows(values, masks, alive, sign) -> Batch:
-            sel = np.flatnonzero(alive)
-            kq = q[sel]
-            cols = tuple(k[kq] for k in qcols) + tuple(v[sel] for v in values)
-            valid = tuple(None if m is None else m[kq] for m in qvalid) + tuple(
-                None if m is None else m[sel] for m in masks
-            )
-            return Batch.build(cols, valid, times[sel], np.full(len(sel), sign, dtype=np.int64))
-
-        return Batch.concat(
-            [rows(out_now, mask_now, alive_now, 1), rows(out_before, mask_before, alive_before, -1)]
+        # the groups' outputs now (added) and before (retracted), finished together
+        m = len(q)
+        states = [np.concatenate((a, b)) for a, b in zip(new_states, prev_states, strict=True)]
+        values, masks = self.reducer.finish(self.state_layout, states)
+        sel = np.flatnonzero(states[0] > 0)  # groups with rows at that time
+        now = sel < m
+        row = np.where(now, sel, sel - m)
+        kq = q[row]
+        cols = tuple(k[kq] for k in qcols) + tuple(v[sel] for v in values)
+        valid = tuple(None if v is None else v[kq] for v in qvalid) + tuple(
+            None if v is None else v[sel] for v in masks
         )
+        times = epochs[order][ends][row].reshape(-1, 1)
+        return Batch.build(cols, valid, times, np.where(now, 1, -1))
 
     def _split_future(self, hist: Batch | None, q: np.ndarray, keys: tuple, point: Point):
         """Keep history at iterations ``<= point``; schedule later iterations' joins with this point."""

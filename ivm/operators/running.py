@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ivm.batch import Mask, rows_equal, spread
+from ivm.trace.batch import identity_hash
 
 __all__ = ["RunningStates"]
 
@@ -41,11 +42,12 @@ class RunningStates:
         out = np.full(len(hashes), -1, dtype=np.int64)
         pos = spread(hashes) & mask
         active = np.arange(len(hashes))
+        identity = identity_hash(tuple(cols), tuple(valid), hashes)  # equal hashes are equal keys
         while len(active):
             s = self._slots[pos[active]]
             taken = s >= 0
             same = taken & (self.hashes[np.maximum(s, 0)] == hashes[active])
-            if same.any():
+            if same.any() and not identity:
                 i, slot = active[same], s[same]
                 same[same] = rows_equal(
                     [c[i] for c in cols],
