@@ -311,8 +311,13 @@ class Connection:
 
     def _plan(self, query: exp.Expression):
         """The plan of a query: translated, pruned, and comparing text only in canonical codes."""
-        plan = simplify(prune(simplify(translate_query(query, self.catalog)), self._arranged))
+        plan = simplify(translate_query(query, self.catalog), self._primary_key)
+        plan = simplify(prune(plan, self._arranged), self._primary_key)
         return canonicalize(plan, self.registry.uninterned)
+
+    def _primary_key(self, name: str) -> tuple[int, ...]:
+        table = self.catalog.tables.get(name)
+        return () if table is None else table.primary_key
 
     def _arranged(self, plan, key: tuple[int, ...]) -> bool:
         """Whether an arrangement of ``plan`` by ``key`` exists for a new view to read."""

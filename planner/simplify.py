@@ -10,7 +10,12 @@ leave a filter on TRUE. ``simplify`` rewrites, bottom-up:
 - an outer join under a filter that rejects the rows it pads with NULLs becomes the inner join it then equals
   (an outer join maintains the rows without a partner besides the matches; an inner join only the matches);
 - a projection of a projection becomes one, when either of them only picks columns (so nothing is computed
-  twice).
+  twice);
+- a semijoin (antijoin) of rows with a subset of themselves, as an EXISTS correlated by more than equalities
+  becomes, compares a key of the rows rather than every column, when they have one: columns, never NULL,
+  that determine the rest (a table's primary key, carried through filters, projections and joins that find
+  at most one partner). It becomes an inner join with the distinct keys found, whose inputs pruning can then
+  narrow like any join's, instead of arranging every column of both sides by all of them.
 """
 
 from __future__ import annotations
@@ -33,12 +38,15 @@ from sql.logical import (
     Plan,
     Positive,
     Project,
+    Scan,
     SemiJoin,
     TopK,
     UnionAll,
 )
 
-__all__ = ["simplify", "column_picks", "renames"]
+__all__ = ["simplify", "column_picks", "renames", "Keys"]
+
+Keys = Callable[[str], tuple[int, ...]]  # a relation's name -> the positions of its primary key, if any
 
 # calls whose value is NULL when any argument is
 _STRICT = frozenset(
@@ -48,13 +56,15 @@ _STRICT = frozenset(
 _FALLIBLE = frozenset({"from_text"})
 
 
-def simplify(plan: Plan) -> Plan:
-    """``plan`` rewritten as above; the result computes the same rows with the same columns."""
-    return _Simplifier().plan(plan)
+def simplify(plan: Plan, keys: Keys = lambda name: ()) -> Plan:
+    """``plan`` rewritten as above; the result computes the same rows with the same columns. ``keys(name)``
+    gives a table's primary key."""
+    return _Simplifier(keys).plan(plan)
 
 
 class _Simplifier:
-    def __init__(self) -> None:
+    def __init__(self, keys: Keys) -> None:
+        self.keys = keys
         self.memo: dict[Plan, Plan] = {}
 
     def plan(self, plan: Plan) -> Plan:
@@ -70,7 +80,7 @@ class _Simplifier:
         if isinstance(plan, Join):
             return Join(plan.kind, self.plan(plan.left), self.plan(plan.right), plan.left_keys, plan.right_keys)
         if isinstance(plan, SemiJoin):
-            return SemiJoin(self.plan(plan.left), self.plan(plan.right), plan.anti)
+            return self._semijoin(self.plan(plan.left), self.plan(plan.right), plan.anti)
         if isinstance(plan, Aggregate):
             return Aggregate(self.plan(plan.input), plan.group, plan.aggs, plan.columns)
         if isinstance(plan, Distinct):
@@ -90,6 +100,21 @@ class _Simplifier:
             bodies = tuple(self.plan(b) for b in fx.bodies)
             return FixpointResult(Fixpoint(fx.names, bodies, fx.limit, fx.on_limit), plan.index, plan.columns)
         return plan  # scans, constants, recursive references
+
+    def _semijoin(self, left: Plan, right: Plan, anti: bool) -> Plan:
+        n = len(left.columns)
+        key = _key(left, self.keys)
+        if key is None or _rows_of(right, left) != tuple(range(n)):
+            return SemiJoin(left, right, anti)
+        # a row of ``right`` is a row of ``left``: one with the same key is the same row
+        while isinstance(right, Distinct):  # the distinct keys of distinct rows: those of the rows
+            right = right.input
+        cols = tuple(left.columns[i] for i in key)
+        picks = tuple(ColRef(i, c.type) for i, c in zip(key, cols, strict=True))
+        found = Distinct(_project(right, picks, cols))
+        met = Join("inner", left, found, key, tuple(range(len(key))))
+        semi = Project(met, tuple(ColRef(i, c.type) for i, c in enumerate(left.columns)), left.columns)
+        return UnionAll((left, Negate(semi)), left.columns) if anti else semi
 
     def _filter(self, inner: Plan, pred: Expr) -> Plan:
         if _is_true(pred):
@@ -136,6 +161,65 @@ def _tighten(plan: Plan, rejects: Callable[[frozenset[int]], bool]) -> Plan:
         rhs = _tighten(plan.right, lambda cols: rejects(frozenset(nl + j for j in cols)))
         return Join(kind, lhs, rhs, plan.left_keys, plan.right_keys)
     return plan
+
+
+def _key(plan: Plan, keys: Keys) -> tuple[int, ...] | None:
+    """Positions of columns of ``plan`` that are never NULL and determine the rest of each row (rows equal on
+    them are equal), when known."""
+    if isinstance(plan, Scan):
+        return keys(plan.table) or None
+    if isinstance(plan, (Filter, Canon)):
+        return _key(plan.input, keys)
+    if isinstance(plan, Project):
+        inner = _key(plan.input, keys)
+        if inner is None:
+            return None
+        at = {e.index: k for k, e in reversed(list(enumerate(plan.exprs))) if isinstance(e, ColRef)}
+        return tuple(at[i] for i in inner) if all(i in at for i in inner) else None
+    if isinstance(plan, Join) and plan.kind == "inner":
+        nl = len(plan.left.columns)
+        kl, kr = _key(plan.left, keys), _key(plan.right, keys)
+        if kl is not None and _one_partner(plan.right, plan.right_keys, kr):
+            return kl
+        if kr is not None and _one_partner(plan.left, plan.left_keys, kl):
+            return tuple(nl + j for j in kr)
+        if kl is not None and kr is not None:
+            return kl + tuple(nl + j for j in kr)
+    return None
+
+
+def _one_partner(side: Plan, on: tuple[int, ...], key: tuple[int, ...] | None) -> bool:
+    """Whether a join on ``side``'s columns ``on`` meets at most one of its rows per row of the other side."""
+    if key is not None and set(key) <= set(on):
+        return True
+    return isinstance(side, Distinct) and set(on) == set(range(len(side.columns)))
+
+
+def _rows_of(plan: Plan, base: Plan) -> tuple[int, ...] | None:
+    """Positions in ``plan``'s rows that hold a row of ``base`` (each of ``plan``'s rows, read at them, is one
+    of ``base``'s rows), when the plan's shape shows it."""
+    if plan == base:
+        return tuple(range(len(base.columns)))
+    if isinstance(plan, (Filter, Canon, Distinct)):
+        return _rows_of(plan.input, base)
+    if isinstance(plan, Project):
+        inner = _rows_of(plan.input, base)
+        if inner is None:
+            return None
+        at = {e.index: k for k, e in reversed(list(enumerate(plan.exprs))) if isinstance(e, ColRef)}
+        return tuple(at[i] for i in inner) if all(i in at for i in inner) else None
+    if isinstance(plan, SemiJoin):
+        return _rows_of(plan.left, base)
+    if isinstance(plan, Join):
+        if plan.kind in ("inner", "left"):
+            found = _rows_of(plan.left, base)
+            if found is not None:
+                return found
+        if plan.kind in ("inner", "right"):
+            found = _rows_of(plan.right, base)
+            if found is not None:
+                return tuple(len(plan.left.columns) + j for j in found)
+    return None
 
 
 def _project(inner: Plan, exprs: tuple[Expr, ...], columns) -> Plan:
