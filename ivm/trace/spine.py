@@ -226,7 +226,7 @@ class Spine:
 
     def _schedule_merges(self) -> None:
         # small batches (as small transactions bring) wait at the end until there are TAIL_BATCHES of them,
-        # then merge all at once: one merge per several insertions instead of about one per insertion
+        # then the newest of them merge: one merge per several insertions instead of about one per insertion
         small = 0
         for e in reversed(self.entries):
             if isinstance(e, _Merge) or len(e) >= MIN_CHUNK:
@@ -235,12 +235,15 @@ class Spine:
         if 0 < small < TAIL_BATCHES:
             return
         if small > 1:
-            # the newest merge; an older one joins once they hold as many updates as it does, so that a batch
-            # is merged again only after the updates behind it have doubled
+            # an older small batch joins the newest once they hold as many updates as it does, so that a
+            # batch is merged again only after the updates behind it have doubled
+            # (sizes falling from each batch to the next would never merge: twice TAIL_BATCHES merge all)
             take, held = 1, len(self.entries[-1])
             while take < small and len(self.entries[-take - 1]) <= held:
                 held += len(self.entries[-take - 1])
                 take += 1
+            if small >= 2 * TAIL_BATCHES:
+                take = small
             if take > 1:
                 self.entries[-take:] = [_merged(self.entries[-take:], self.since)]
             if len(self.entries[-1]) < MIN_CHUNK:

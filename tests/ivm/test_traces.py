@@ -113,6 +113,66 @@ def test_tiered_merges_keep_every_update_and_readers_see_the_contents(sizes, nke
         assert found is not None and set(q.tolist()) == set(range(len(keys)))
 
 
+def _insert_sizes(sizes, seed=3):
+    """A spine fed batches of the given sizes (random keys, one time each): the spine, the updates merged
+    (beyond their first insertion) and the most small batches it held at once."""
+    from ivm.trace.spine import MIN_CHUNK
+
+    spine = Spine(1, (np.dtype(np.int64),) * 2, 1)
+    h = spine.handle(Antichain([0]))
+    rng = np.random.default_rng(seed)
+    merged, most = 0, 0
+    for t, n in enumerate(sizes):
+        before = {id(b) for b in spine.batches()}
+        k = rng.integers(0, 10**6, n)
+        spine.insert(TraceBatch.from_updates(Batch.build([k, k], None, np.full(n, t), np.ones(n, np.int64)), 1))
+        h.advance(Antichain([t + 1]))
+        merged += sum(len(b) for b in spine.batches() if id(b) not in before) - n
+        most = max(most, sum(1 for b in spine.batches() if len(b) < MIN_CHUNK))
+    assert sum(int(b.updates.diffs.sum()) for b in spine.batches()) == sum(sizes)
+    return spine, merged, most
+
+
+def test_small_batches_merge_in_doubling_runs_and_stay_few():
+    """Small insertions (small transactions) merge at the tail: a larger batch there is merged again only once
+    the batches after it hold as many updates (not at every merge of the tail), and however their sizes run
+    the tail stays short."""
+    from ivm.trace.spine import TAIL_BATCHES
+
+    _, merged, most = _insert_sizes([600] + [5] * 200)
+    assert merged < 6000  # merging the whole tail every TAIL_BATCHES insertions re-merges the 600 rows 25 times
+    assert most <= 2 * TAIL_BATCHES
+    _, _, most = _insert_sizes(list(range(1000, 700, -1)))  # each smaller than the one before
+    assert most <= 2 * TAIL_BATCHES
+
+
+def test_count_sums_the_updates_of_matching_rows():
+    """``Spine.count``: per query row, the summed diffs of stored updates whose leading columns equal it
+    (NULL equal to NULL), across batches, and nothing for rows that differ beyond the key."""
+    from ivm.batch import key_hash
+
+    dtypes = (np.dtype(np.int64),) * 3
+    spine = Spine(2, dtypes, 1)
+    spine.handle(Antichain([0]))
+    rows = [
+        ((1, 10, 5), 1),
+        ((1, 10, 5), 1),
+        ((1, 10, 6), 1),
+        ((2, 20, 7), 1),
+        ((1, 10, 5), -1),
+        ((3, 0, 0), 1),
+    ]
+    for t, (row, d) in enumerate(rows):
+        cols = [np.array([v]) for v in row]
+        valid = [None, np.array([row[1] != 0]), None]
+        spine.insert(TraceBatch.from_updates(Batch.build(cols, valid, np.array([t]), np.array([d])), 2))
+    q_cols = (np.array([1, 1, 2, 3, 4]), np.array([10, 10, 20, 0, 1]), np.array([5, 6, 8, 0, 0]))
+    q_valid = (None, np.array([True, True, True, False, True]), None)
+    h = key_hash(q_cols[:2], q_valid[:2], 5)
+    assert spine.count(h, q_cols, q_valid).tolist() == [1, 1, 0, 1, 0]
+    assert spine.count(h, q_cols[:2], q_valid[:2]).tolist() == [2, 2, 1, 1, 0]
+
+
 def test_sliding_window_keeps_traces_bounded():
     """10,000 live records over 1,000,000 updates: stored updates stay within a small factor of live.
 
