@@ -339,28 +339,45 @@ class Spine:
         """For each query row, the summed diffs of the updates whose leading ``len(cols)`` columns equal it
         (NULL equal to NULL): the key's multiplicity when ``cols`` is a key, the row's when it is a whole row.
 
-        ``hashes`` are the queries' key hashes, which must be distinct. What ``gather`` finds, without copying
-        the updates out.
+        ``hashes`` are the queries' key hashes, which must be distinct. What ``gather`` finds, comparing the
+        updates where they lie (each column gathered from every batch at once) rather than copying them out.
         """
         total = np.zeros(len(hashes), dtype=np.int64)
         if len(hashes) == 0:
             return total
-        width = len(cols)
         least, most = int(hashes.min()), int(hashes.max())
+        hits = []
         for b in self.batches():
-            if not b.may_hold(least, most):
-                continue
-            q, r = expand_ranges(*b.seek(hashes))
-            if not len(q):
-                continue
-            u = b.updates
-            same = rows_equal(
-                tuple(c[q] for c in cols),
-                tuple(None if m is None else m[q] for m in valid),
-                tuple(c[r] for c in u.columns[:width]),
-                tuple(None if m is None else m[r] for m in u.valid[:width]),
+            if b.may_hold(least, most):
+                q, r = expand_ranges(*b.seek(hashes))
+                if len(q):
+                    hits.append((b.updates, q, r))
+        if not hits:
+            return total
+        q = np.concatenate([q for _, q, _ in hits]) if len(hits) > 1 else hits[0][1]
+
+        def gathered(j: int) -> tuple[np.ndarray, np.ndarray | None]:
+            if len(hits) == 1:
+                u, _, r = hits[0]
+                return u.columns[j][r], None if u.valid[j] is None else u.valid[j][r]
+            data = np.concatenate([u.columns[j][r] for u, _, r in hits])
+            if all(u.valid[j] is None for u, _, _ in hits):
+                return data, None
+            return data, np.concatenate(
+                [np.ones(len(r), bool) if u.valid[j] is None else u.valid[j][r] for u, _, r in hits]
             )
-            np.add.at(total, q[same], u.diffs[r[same]])
+
+        theirs = [gathered(j) for j in range(len(cols))]
+        same = rows_equal(
+            tuple(c[q] for c in cols),
+            tuple(None if m is None else m[q] for m in valid),
+            tuple(c for c, _ in theirs),
+            tuple(m for _, m in theirs),
+        )
+        diffs = (
+            np.concatenate([u.diffs[r] for u, _, r in hits]) if len(hits) > 1 else hits[0][0].diffs[hits[0][2]]
+        )
+        np.add.at(total, q[same], diffs[same])
         return total
 
 
