@@ -355,19 +355,21 @@ class Spine:
         if not hits:
             return total
         q = np.concatenate([q for _, q, _ in hits]) if len(hits) > 1 else hits[0][1]
+        width = len(cols)
+        masked = any(m is not None for u, _, _ in hits for m in u.valid[:width])
 
         def gathered(j: int) -> tuple[np.ndarray, np.ndarray | None]:
             if len(hits) == 1:
                 u, _, r = hits[0]
                 return u.columns[j][r], None if u.valid[j] is None else u.valid[j][r]
             data = np.concatenate([u.columns[j][r] for u, _, r in hits])
-            if all(u.valid[j] is None for u, _, _ in hits):
+            if not masked or all(u.valid[j] is None for u, _, _ in hits):
                 return data, None
             return data, np.concatenate(
                 [np.ones(len(r), bool) if u.valid[j] is None else u.valid[j][r] for u, _, r in hits]
             )
 
-        theirs = [gathered(j) for j in range(len(cols))]
+        theirs = [gathered(j) for j in range(width)]
         same = rows_equal(
             tuple(c[q] for c in cols),
             tuple(None if m is None else m[q] for m in valid),
