@@ -193,7 +193,7 @@ class _Compiler:
             picks = column_picks(plan)
             if picks is None:
                 return inner.map(compile_exprs(plan.exprs), [c.type.dtype for c in plan.columns])
-            return inner if picks == tuple(range(len(plan.input.columns))) else inner.project(picks)
+            return inner if renames(plan) else inner.project(picks)
         if isinstance(plan, Join):
             return self._join(plan)
         if isinstance(plan, SemiJoin):

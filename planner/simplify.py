@@ -171,11 +171,7 @@ def _key(plan: Plan, keys: Keys) -> tuple[int, ...] | None:
     if isinstance(plan, (Filter, Canon)):
         return _key(plan.input, keys)
     if isinstance(plan, Project):
-        inner = _key(plan.input, keys)
-        if inner is None:
-            return None
-        at = {e.index: k for k, e in reversed(list(enumerate(plan.exprs))) if isinstance(e, ColRef)}
-        return tuple(at[i] for i in inner) if all(i in at for i in inner) else None
+        return _carried(plan, _key(plan.input, keys))
     if isinstance(plan, Join) and plan.kind == "inner":
         nl = len(plan.left.columns)
         kl, kr = _key(plan.left, keys), _key(plan.right, keys)
@@ -203,11 +199,7 @@ def _rows_of(plan: Plan, base: Plan) -> tuple[int, ...] | None:
     if isinstance(plan, (Filter, Canon, Distinct)):
         return _rows_of(plan.input, base)
     if isinstance(plan, Project):
-        inner = _rows_of(plan.input, base)
-        if inner is None:
-            return None
-        at = {e.index: k for k, e in reversed(list(enumerate(plan.exprs))) if isinstance(e, ColRef)}
-        return tuple(at[i] for i in inner) if all(i in at for i in inner) else None
+        return _carried(plan, _rows_of(plan.input, base))
     if isinstance(plan, SemiJoin):
         return _rows_of(plan.left, base)
     if isinstance(plan, Join):
@@ -220,6 +212,15 @@ def _rows_of(plan: Plan, base: Plan) -> tuple[int, ...] | None:
             if found is not None:
                 return tuple(len(plan.left.columns) + j for j in found)
     return None
+
+
+def _carried(plan: Project, positions: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """Where a projection's output holds the input columns at ``positions`` (the first place it picks each),
+    when it picks them all."""
+    if positions is None:
+        return None
+    at = {e.index: k for k, e in reversed(list(enumerate(plan.exprs))) if isinstance(e, ColRef)}
+    return tuple(at[i] for i in positions) if all(i in at for i in positions) else None
 
 
 def _project(inner: Plan, exprs: tuple[Expr, ...], columns) -> Plan:
@@ -268,8 +269,7 @@ def _fold(e: Expr) -> Expr:
 
 
 def _and(a: Expr, b: Expr) -> Expr:
-    t = a.type
-    return Call("and", (a, b), t)
+    return Call("and", (a, b), a.type)
 
 
 def _fallible(e: Expr) -> bool:
