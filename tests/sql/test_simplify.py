@@ -134,14 +134,19 @@ def test_simplified_views_match_recompute_through_changes():
                     ]
                 )
             )
-        db.execute("BEGIN")
-        for s in stmts:
-            db.execute(s)
-            oracle.execute(s)
-        db.execute("COMMIT")
-        for i, q in enumerate(queries):
-            got, want = db.execute(f"SELECT * FROM v{i}").fetchall(), oracle.execute(q).fetchall()
-            assert same_rows(got, want), (q, got, want)
+        _commit_and_compare(db, oracle, stmts, queries)
+
+
+def _commit_and_compare(db, oracle, stmts: list[str], queries: list[str]) -> None:
+    """Run ``stmts`` as one transaction on both; every view ``v{i}`` must equal DuckDB's ``queries[i]``."""
+    db.execute("BEGIN")
+    for s in stmts:
+        db.execute(s)
+        oracle.execute(s)
+    db.execute("COMMIT")
+    for i, q in enumerate(queries):
+        got, want = db.execute(f"SELECT * FROM v{i}").fetchall(), oracle.execute(q).fetchall()
+        assert same_rows(got, want), (q, got, want)
 
 
 def _v(x) -> str:
@@ -225,11 +230,4 @@ def test_keyed_semijoins_match_recompute_through_changes():
                 stmts.append(f"UPDATE {table} SET {col} = {v} WHERE id = {rng.randint(1, next_id[table] + 1)}")
             else:
                 stmts.append(f"DELETE FROM {table} WHERE id = {rng.randint(1, next_id[table] + 1)}")
-        db.execute("BEGIN")
-        for s in stmts:
-            db.execute(s)
-            oracle.execute(s)
-        db.execute("COMMIT")
-        for i, q in enumerate(queries):
-            got, want = db.execute(f"SELECT * FROM v{i}").fetchall(), oracle.execute(q).fetchall()
-            assert same_rows(got, want), (q, got, want)
+        _commit_and_compare(db, oracle, stmts, queries)
