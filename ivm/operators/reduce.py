@@ -28,6 +28,8 @@ from ivm.trace.batch import expand_ranges, identity_hash
 
 __all__ = ["ReduceOp", "streams"]
 
+_TRUE = np.ones(1, dtype=bool)
+
 
 class ReduceOp(Operator):
     """Reduces an arrangement (keyed by its first ``nkey`` columns) with ``reducer``; the output is
@@ -180,10 +182,10 @@ class ReduceOp(Operator):
         order = lexsort(kkeys if one_epoch else kkeys + [epochs])
         key_start = group_starts([k[order] for k in kkeys], n)
         if one_epoch:
-            last_of_epoch = np.append(key_start[1:], True)
+            last_of_epoch = np.concatenate((key_start[1:], _TRUE))
         else:
             es = epochs[order]
-            last_of_epoch = np.append(key_start[1:] | (es[1:] != es[:-1]), True)
+            last_of_epoch = np.concatenate((key_start[1:] | (es[1:] != es[:-1]), _TRUE))
         kid = np.cumsum(key_start) - 1
         starts = np.flatnonzero(key_start)
         vcols, vvalid = delta.select(range(nk, delta.arity))
@@ -201,8 +203,9 @@ class ReduceOp(Operator):
         qvalid = tuple(None if m is None else m[reps] for m in kvalid)
         slots = self.state.find(qh, qcols, qvalid)
         seen = slots >= 0
-        first = np.append(True, q[1:] != q[:-1])  # first new epoch of its key
-        last = np.append(q[1:] != q[:-1], True)  # last new epoch of its key: the state it leaves
+        step = q[1:] != q[:-1]
+        first = np.concatenate((_TRUE, step))  # first new epoch of its key
+        last = np.concatenate((step, _TRUE))  # last new epoch of its key: the state it leaves
         later = np.flatnonzero(~first)
         fresh = np.flatnonzero(~seen)
         if len(fresh):
@@ -214,10 +217,11 @@ class ReduceOp(Operator):
         # the state columns of one dtype as the rows of one array, so each step is one numpy call for all
         for dtype in dict.fromkeys(c.dtype for c in contrib):
             js = [j for j, c in enumerate(contrib) if c.dtype == dtype]
-            c = np.stack([contrib[j] for j in js])
+            c = contrib[js[0]][None] if len(js) == 1 else np.stack([contrib[j] for j in js])
             cs = np.cumsum(c, axis=1)
             within = cs - (cs[:, starts] - c[:, starts])[:, kid]
-            base = np.stack([self.state.states[j][slots] for j in js]).astype(dtype, copy=False)
+            gathered = [self.state.states[j][slots] for j in js]
+            base = (gathered[0][None] if len(js) == 1 else np.stack(gathered)).astype(dtype, copy=False)
             before = base[:, q]
             now = before + within[:, ends]
             before[:, later] = now[:, later - 1]

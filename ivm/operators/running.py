@@ -14,10 +14,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ivm.batch import Mask, rows_equal, spread
+from ivm.batch import Mask, rows_equal
 from ivm.trace.batch import identity_hash
 
 __all__ = ["RunningStates"]
+
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
 
 
 class RunningStates:
@@ -40,7 +42,7 @@ class RunningStates:
         """The slot of each key, or -1 for a key never seen."""
         mask = len(self._slots) - 1
         out = np.full(len(hashes), -1, dtype=np.int64)
-        pos = spread(hashes) & mask
+        pos = self._home(hashes)
         active = np.arange(len(hashes))
         identity = identity_hash(tuple(cols), tuple(valid), hashes)  # equal hashes are equal keys
         while len(active):
@@ -78,7 +80,7 @@ class RunningStates:
 
     def _place(self, slots: np.ndarray) -> None:
         mask = len(self._slots) - 1
-        pos = spread(self.hashes[slots]) & mask
+        pos = self._home(self.hashes[slots])
         pending = np.arange(len(slots))
         while len(pending):
             p = pos[pending]
@@ -90,6 +92,12 @@ class RunningStates:
             won[free] = self._slots[p[free]] == slots[pending[free]]
             pending = pending[~won]
             pos[pending] = (pos[pending] + 1) & mask
+
+    def _home(self, hashes: np.ndarray) -> np.ndarray:
+        """The map position each hash's probe starts at: the top bits of the hash times the golden ratio
+        (Fibonacci hashing: two array operations, and every bit of the hash moves the top ones)."""
+        shift = np.uint64(64 - (len(self._slots).bit_length() - 1))
+        return ((hashes.view(np.uint64) * _GOLD) >> shift).astype(np.int64)
 
     def _grow(self, needed: int) -> None:
         capacity = len(self.hashes)
