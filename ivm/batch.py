@@ -22,7 +22,6 @@ __all__ = [
     "Batch",
     "consolidate",
     "key_hash",
-    "spread",
     "rows_equal",
     "group_starts",
     "lexsort",
@@ -187,7 +186,7 @@ def key_hash(columns: Sequence[np.ndarray], valid: Sequence[Mask], n: int | None
     so hashes follow the first column as keys arriving in its order (new orders' line items) lie past every
     older batch, which readers then skip without a search. An empty key hashes every row to 0. The hash of a
     key never depends on the other rows of its batch. Hashes are not spread evenly: a table addressed by them
-    mixes them first (``spread``).
+    takes the top bits of their product with the golden ratio (``ivm.operators.running``).
     """
     if not columns:
         return np.zeros(n or 0, dtype=np.int64)
@@ -220,12 +219,6 @@ def key_hash(columns: Sequence[np.ndarray], valid: Sequence[Mask], n: int | None
         h &= _LOW_MASK
         h |= high
     return h
-
-
-def spread(hashes: np.ndarray) -> np.ndarray:
-    """Key hashes mixed evenly over 64 bits, for addressing a table by their low bits (``key_hash`` keeps an
-    integer key's order, so its low bits may all agree)."""
-    return _mix(hashes.view(np.uint64)).view(np.int64)
 
 
 def rows_equal(

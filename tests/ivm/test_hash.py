@@ -4,7 +4,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ivm.batch import LOW_BITS, Batch, key_hash, spread
+from ivm.batch import LOW_BITS, Batch, key_hash
+from ivm.operators.running import RunningStates
 from ivm.trace import TraceBatch
 
 ROWS = st.lists(
@@ -62,7 +63,10 @@ def test_new_leading_keys_lie_past_older_batches():
     assert (hi - lo == 1).all()
 
 
-def test_spread_mixes_hashes_that_share_their_low_bits():
+def test_running_states_spread_hashes_that_share_their_low_bits():
     h = np.arange(1000, dtype=np.int64) << 20  # identity hashes of multiples of 2**20: low bits all zero
     assert len(np.unique(h & 1023)) == 1
-    assert len(np.unique(spread(h) & 1023)) > 500
+    states = RunningStates([np.dtype(np.int64)], [np.dtype(np.int64)], capacity=1024)
+    assert len(np.unique(states._home(h))) > 500
+    slots = states.add(h, [h], [None])
+    assert (states.find(h, [h], [None]) == slots).all()
