@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ivm.batch import Batch, rows_equal
+from ivm.lattice import Antichain
 from ivm.operators.arrange import lift_times
 from ivm.scope import Operator, Point, Scope
 from ivm.trace import Spine, TraceBatch
@@ -76,6 +77,31 @@ def join_batches(a: TraceBatch, b: TraceBatch, dim: int, nulls_match: bool, sign
     return Batch(cols, valid, times, diffs)
 
 
+def matching(delta: TraceBatch, batches: list[TraceBatch], frontier: Antichain) -> list[TraceBatch]:
+    """The batches of a trace that hold keys of ``delta``. When several do, their updates with those keys are
+    merged into one consolidated batch, times advanced to ``frontier`` (the reader's, which ``delta``'s times
+    are in advance of: join results are unchanged), so that a row inserted and deleted in batches not merged
+    yet pairs with nothing instead of yielding pairs that cancel downstream."""
+    if not len(delta):
+        return []
+    hashes = delta.runs()[0]
+    lo, hi = int(hashes[0]), int(hashes[-1])
+    hits = []
+    for b in batches:
+        if b.may_hold(lo, hi):
+            start, end = b.seek(hashes)
+            if (end > start).any():
+                hits.append((b, start, end))
+    if len(hits) <= 1:
+        return [b for b, _, _ in hits]
+    rows = [expand_ranges(start, end)[1] for _, start, end in hits]
+    found = Batch.concat([b.updates.take(r) for (b, _, _), r in zip(hits, rows, strict=True)])
+    found = found.with_times(frontier.advance(found.times))
+    hashes = np.concatenate([b.hashes[r] for (b, _, _), r in zip(hits, rows, strict=True)])
+    merged = TraceBatch.consolidated(found, hashes, hits[0][0].nkey)
+    return [merged] if len(merged) else []
+
+
 class JoinOp(Operator):
     """Inner join of two arrangements with equal key arity; output columns are key, left values, right
     values (optionally projected to ``positions``)."""
@@ -112,12 +138,12 @@ class JoinOp(Operator):
         ta = self.left_handle.trace.batches() if db else []
         tb = self.right_handle.trace.batches() if da else []
         for a in da:
-            for b in tb:
+            for b in matching(a, tb, self.right_handle.frontier):
                 out.append(join_batches(a, b, dim, self.nulls_match))
             for b in db:
                 out.append(join_batches(a, b, dim, self.nulls_match, sign=-1))
         for b in db:
-            for a in ta:
+            for a in matching(b, ta, self.left_handle.frontier):
                 out.append(join_batches(a, b, dim, self.nulls_match))
         out = [o for o in out if o is not None]
         if out:

@@ -215,3 +215,33 @@ def test_sliding_window_keeps_traces_bounded():
         worst = max(worst, len(arranged.trace) / live_in, len(counts.trace) / live_out)
     assert sent >= total
     assert worst <= 6.0, worst
+
+
+def test_a_join_delta_meets_the_trace_consolidated_across_batches():
+    """``matching``: the batches holding a delta's keys; when several do, one batch of their matching updates
+    consolidated as of the reader's frontier, so a row inserted and deleted in batches not merged yet pairs
+    with nothing."""
+    from ivm.operators.join import join_batches, matching
+
+    spine = Spine(1, (np.dtype(np.int64), np.dtype(np.int64)), 1)
+    spine.handle(Antichain([0]))
+    for b in (
+        _batch([1, 2, 9], [10, 20, 90], [0, 0, 0], [1, 1, 1]),
+        _batch([1, 2], [10, 21], [1, 1], [-1, 1]),
+        _batch([3], [30], [2], [1]),
+    ):
+        spine.insert(b)
+    batches = spine.batches()
+    assert len(batches) == 3  # small batches wait at the tail unmerged
+    frontier = Antichain([3])
+
+    # key 1 was inserted and deleted: nothing to pair with
+    assert matching(_batch([1], [0], [3], [1]), batches, frontier) == []
+    # key 3 lies in one batch: that batch itself
+    assert matching(_batch([3], [0], [3], [1]), batches, frontier) == [batches[2]]
+    # keys 1 and 2 over two batches: their live updates, times advanced to the frontier
+    delta = _batch([1, 2], [0, 0], [3, 3], [1, 1])
+    (merged,) = matching(delta, batches, frontier)
+    assert sorted(merged.updates.to_rows()) == [(2, 20, 3, 1), (2, 21, 3, 1)]
+    out = join_batches(delta, merged, 1, False)
+    assert sorted(out.to_rows()) == [(2, 0, 20, 3, 1), (2, 0, 21, 3, 1)]
