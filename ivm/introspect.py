@@ -141,6 +141,8 @@ def arrangements(conn: Connection, view: str) -> list[ArrangementInfo]:
                 readers.setdefault((plan, key), []).append(other)
     out = []
     for plan, key, how in conn.views[view].used:
+        if how == "running":  # an aggregate keeping running states arranges nothing
+            continue
         by = builder(plan, key, how)
         shared = [v for v in readers.get((plan, key), []) if v not in (view, by)]
         out.append(

@@ -40,10 +40,11 @@ from sql.logical import (
     UnionAll,
     Values,
     is_recursive,
+    unnamed,
 )
 from sql.types import INT
 
-__all__ = ["Registry", "compile_view"]
+__all__ = ["Registry", "compile_view", "one_group"]
 
 
 @dataclass
@@ -64,14 +65,16 @@ class Registry:
         return self.stored.get(relation, frozenset())
 
     def lookup(self, plan: Plan, key: tuple[int, ...]) -> Entry | None:
-        e = self.entries.get((plan, key))
+        """The arrangement of ``plan``'s collection (whatever its columns are named) by ``key``, if any."""
+        k = (unnamed(plan), key)
+        e = self.entries.get(k)
         if e is not None and e.arranged.trace.freed:
-            del self.entries[(plan, key)]
+            del self.entries[k]
             return None
         return e
 
     def add(self, plan: Plan, key: tuple[int, ...], arranged: Arranged, owner: str) -> None:
-        self.entries[(plan, key)] = Entry(arranged, owner)
+        self.entries[(unnamed(plan), key)] = Entry(arranged, owner)
 
     def forget(self, owner: str) -> None:
         self.entries = {k: e for k, e in self.entries.items() if e.built_by != owner}
@@ -139,7 +142,7 @@ class _Compiler:
         if isinstance(plan, Distinct) and key == tuple(range(len(plan.columns))):
             return self._reduce(plan.input, key, distinct())
         ng = len(plan.group) if isinstance(plan, Aggregate) else 0
-        if ng and key == tuple(range(ng)) and not _avg_fixes(plan):
+        if ng and key == tuple(range(ng)):
             return self._reduced(plan)
         return self.collection(plan).arrange(key)
 
@@ -217,14 +220,13 @@ class _Compiler:
         if isinstance(plan, TopK):
             types = [c.type.kind for c in plan.input.columns]
             order = tuple((p, desc, "text") if types[p] == "text" else (p, desc) for p, desc in plan.order)
-            ranked = self.arranged(_one_group(plan.input), (0,)).reduce(
-                ivm.TopK(order, plan.limit, plan.offset)
-            )
+            ranked = self.arranged(one_group(plan.input), (0,)).reduce(ivm.TopK(order, plan.limit, plan.offset))
             return ranked.as_collection().project(range(1, len(plan.columns) + 1))
         raise NotImplementedError(type(plan).__name__)
 
     def registry_key_of(self, scan: Scan) -> tuple[int, ...]:
         """Scans read the relation's own arrangement, registered under its primary key or all columns."""
+        scan = unnamed(scan)
         for plan, key in self.registry.entries:
             if plan == scan:
                 return key
@@ -270,23 +272,18 @@ class _Compiler:
 
     def _aggregate(self, plan: Aggregate) -> Collection:
         ng = len(plan.group)
-        fixes = _avg_fixes(plan)
-        if ng and not fixes:
+        if ng:
             return self.arranged(plan, tuple(range(ng))).as_collection()
         out = self._reduced(plan).as_collection()
-        if fixes:
-            out = out.map(_divide_columns(fixes), out.dtypes)
-        if ng:
-            return out
         counts = [a.func in ("count_star", "count") for a in plan.aggs]
         default = self.constant_row(out.dtypes, counts)
-        nonempty = self.collection(_one_group(plan.input)).project([0]).distinct()
+        nonempty = self.collection(one_group(plan.input)).project([0]).distinct()
         out = out.concat(default.antijoin(nonempty, [0]))
         return out.project(range(1, 1 + len(plan.aggs)))
 
     def _reduced(self, plan: Aggregate) -> Arranged:
         """The aggregate's reduction, arranged by its group columns (for a global aggregate, a constant 0
-        column put in front of the input: see ``_one_group``)."""
+        column put in front of the input: see ``one_group``)."""
         ng = len(plan.group)
         group, shift = (plan.group, 0) if ng else ((0,), 1)
         width = len(plan.input.columns) + shift
@@ -299,18 +296,20 @@ class _Compiler:
             if a.func in ("min", "max") and a.type.kind == "text":
                 kind = a.func + "_text"
             specs.append((kind, None if a.arg is None else rest.index(a.arg + shift)))
-        return self._reduce(plan.input if ng else _one_group(plan.input), group, ivm.Aggregate(specs))
+        reducer = ivm.Aggregate(specs, _avg_divisors(plan))
+        return self._reduce(plan.input if ng else one_group(plan.input), group, reducer)
 
     def _reduce(self, plan: Plan, key: tuple[int, ...], reducer: ivm.Aggregate) -> Arranged:
         """``plan`` reduced per ``key``. An existing arrangement of it by the key is read; otherwise an
         aggregate with a running state per key reads the collection as it flows, and needs none."""
         arranged = (plan, key) in self.imported or self.registry.lookup(plan, key) is not None
         if self.parent is None and reducer.linear and not arranged:
+            self.used.append((plan, key, "running"))
             return self.collection(plan).reduce(key, reducer)
         return self.arranged(plan, key).reduce(reducer)
 
 
-def _one_group(plan: Plan) -> Plan:
+def one_group(plan: Plan) -> Plan:
     """``plan``'s rows behind a constant 0 column: one group holding every row, for a global aggregate or a
     top-k. A plan like any other, so views ranking or totalling the same rows share its arrangement."""
     cols = (Column("?group", INT, False), *plan.columns)
@@ -318,11 +317,12 @@ def _one_group(plan: Plan) -> Plan:
     return Project(plan, (Const(0, INT), *refs), cols)
 
 
-def _avg_fixes(plan: Aggregate) -> dict[int, float]:
-    """Averages of decimals come out of the reduction in scaled units: output column -> divisor."""
+def _avg_divisors(plan: Aggregate) -> dict[int, float]:
+    """Decimals are summed as scaled integers, so their averages are divided by the scale's unit: aggregate
+    position -> divisor."""
     in_types = [c.type for c in plan.input.columns]
     return {
-        max(len(plan.group), 1) + j: 10.0 ** in_types[a.arg].scale
+        j: 10.0 ** in_types[a.arg].scale
         for j, a in enumerate(plan.aggs)
         if a.func == "avg" and in_types[a.arg].kind == "decimal"
     }
@@ -354,16 +354,6 @@ def _canonical(positions: tuple[int, ...]):
 
 def _positive(w: np.ndarray) -> np.ndarray:
     return np.maximum(w, 0)
-
-
-def _divide_columns(fixes: dict[int, float]):
-    def fn(cols, valid):
-        cols = list(cols)
-        for i, d in fixes.items():
-            cols[i] = cols[i] / d
-        return tuple(cols), valid
-
-    return fn
 
 
 def _constant_row(df: Dataflow, dtypes, counts: list[bool]) -> Collection:

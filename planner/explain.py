@@ -6,6 +6,7 @@ as a golden file for sharing and join choices.
 
 from __future__ import annotations
 
+from planner.compile import one_group
 from planner.simplify import renames
 from sql.logical import (
     Aggregate,
@@ -45,6 +46,8 @@ def explain(plan: Plan, used: list[tuple[Plan, tuple[int, ...], str]]) -> list[s
 def _arranged(child: Plan, key: tuple[int, ...], depth: int, how: dict, out: list[str]) -> None:
     names = [child.columns[i].name for i in key]
     state = "the input's" if renames(child) else how.get((child, key), "built")
+    if state == "built" and isinstance(child, Aggregate) and key == tuple(range(len(child.group))) and key:
+        state = "the aggregate's"  # the reduction's output, arranged by the group anyway
     out.append("  " * depth + f"ArrangeBy key=[{', '.join(names)}] ({state})")
     _node(child, depth + 1, how, out)
 
@@ -93,6 +96,11 @@ def _node(plan: Plan, depth: int, how: dict, out: list[str]) -> None:
         line = f"{pad}Aggregate group=[{', '.join(group)}] aggs=[{aggs}]"
         if how.get((plan, tuple(range(len(plan.group))))) == "reused":
             out.append(f"{line} (reused)")  # another view's result: nothing below is built
+            return
+        group_key = plan.group if plan.group else (0,)
+        if how.get((plan.input if plan.group else one_group(plan.input), group_key)) == "running":
+            out.append(f"{line} (running state per group)")  # no arrangement of the input
+            _node(plan.input, depth + 1, how, out)
             return
         out.append(line)
         if plan.group:

@@ -78,7 +78,9 @@ class _Simplifier:
         if isinstance(plan, Project):
             return _project(self.plan(plan.input), plan.exprs, plan.columns)
         if isinstance(plan, Join):
-            return Join(plan.kind, self.plan(plan.left), self.plan(plan.right), plan.left_keys, plan.right_keys)
+            return _join(
+                plan.kind, self.plan(plan.left), self.plan(plan.right), plan.left_keys, plan.right_keys
+            )
         if isinstance(plan, SemiJoin):
             return self._semijoin(self.plan(plan.left), self.plan(plan.right), plan.anti)
         if isinstance(plan, Aggregate):
@@ -128,6 +130,57 @@ class _Simplifier:
         return Filter(inner, pred)
 
 
+def _join(kind: str, left: Plan, right: Plan, lk: tuple[int, ...], rk: tuple[int, ...]) -> Plan:
+    """The join, or, when it is inner and an input projects an aggregate's rows (computing from them, or
+    reordering them) and meets the other input on the aggregate's group columns, the join with the aggregate
+    itself and the projection computed above it: the aggregate's reduction is arranged by its group already
+    and the join reads it, where the projected rows would be arranged anew."""
+    join = Join(kind, left, right, lk, rk)
+    if kind != "inner":
+        return join
+    for side, keys in ((right, rk), (left, lk)):
+        group = _group_picks(side, keys)
+        if group is None:
+            continue
+        agg = side.input
+        order = sorted(range(len(keys)), key=group.__getitem__)
+        group = tuple(group[i] for i in order)
+        if side is right:
+            inner = Join("inner", left, agg, tuple(lk[i] for i in order), group)
+            nl = len(left.columns)
+            exprs = (
+                *(ColRef(i, c.type) for i, c in enumerate(left.columns)),
+                *(_shift(e, nl) for e in side.exprs),
+            )
+        else:
+            inner = Join("inner", agg, right, group, tuple(rk[i] for i in order))
+            na = len(agg.columns)
+            exprs = (*side.exprs, *(ColRef(na + j, c.type) for j, c in enumerate(right.columns)))
+        return Project(inner, tuple(exprs), join.columns)
+    return join
+
+
+def _group_picks(side: Plan, keys: tuple[int, ...]) -> tuple[int, ...] | None:
+    """When ``side`` is a projection (other than a renaming) of a grouped aggregate whose columns ``keys`` pick
+    each of the group columns once, the group column each of them picks."""
+    if not isinstance(side, Project) or not isinstance(side.input, Aggregate) or renames(side):
+        return None
+    ng = len(side.input.group)
+    picks = [side.exprs[k] for k in keys]
+    if not ng or not all(isinstance(e, ColRef) for e in picks):
+        return None
+    group = tuple(e.index for e in picks)
+    return group if sorted(group) == list(range(ng)) else None
+
+
+def _shift(e: Expr, by: int) -> Expr:
+    if isinstance(e, ColRef):
+        return ColRef(e.index + by, e.type)
+    if isinstance(e, Call):
+        return Call(e.op, tuple(_shift(a, by) for a in e.args), e.type, e.param)
+    return e
+
+
 def _tighten(plan: Plan, rejects: Callable[[frozenset[int]], bool]) -> Plan:
     """``plan`` with its outer joins made inner where a filter above rejects every row they pad:
     ``rejects(cols)`` says whether the filter rejects each row whose columns ``cols`` (positions in ``plan``)
@@ -159,7 +212,7 @@ def _tighten(plan: Plan, rejects: Callable[[frozenset[int]], bool]) -> Plan:
             kind = "inner" if kind == "right" else "left"
         lhs = _tighten(plan.left, rejects)
         rhs = _tighten(plan.right, lambda cols: rejects(frozenset(nl + j for j in cols)))
-        return Join(kind, lhs, rhs, plan.left_keys, plan.right_keys)
+        return _join(kind, lhs, rhs, plan.left_keys, plan.right_keys)
     return plan
 
 

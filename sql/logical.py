@@ -7,7 +7,7 @@ which is how the planner finds sub-plans that different views can share.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 
 from sql.types import SqlType
@@ -38,6 +38,7 @@ __all__ = [
     "Column",
     "children",
     "is_recursive",
+    "unnamed",
 ]
 
 
@@ -308,3 +309,45 @@ def _free(plan: Plan) -> frozenset[str]:
     if isinstance(plan, FixpointResult):
         return frozenset().union(*map(_free, plan.fixpoint.bodies)) - set(plan.fixpoint.names)
     return frozenset().union(*map(_free, children(plan)))
+
+
+def unnamed(plan: Plan) -> Plan:
+    """``plan`` with every column named "": expressions refer to columns by position, so names only label the
+    output, and plans equal under this compute the same collection (what a registry of arrangements is keyed
+    by, so that views naming the same rows differently share them)."""
+    return _unnamed(plan)
+
+
+_PLANS = (
+    Scan,
+    Filter,
+    Project,
+    Join,
+    SemiJoin,
+    Aggregate,
+    Distinct,
+    UnionAll,
+    Negate,
+    Positive,
+    TopK,
+    Canon,
+    Values,
+    RecRef,
+    FixpointResult,
+    Fixpoint,
+)
+
+
+@lru_cache(maxsize=4096)
+def _unnamed(node):
+    return type(node)(**{f.name: _unnamed_field(getattr(node, f.name)) for f in fields(node) if f.init})
+
+
+def _unnamed_field(value):
+    if isinstance(value, Column):
+        return Column("", value.type, value.nullable)
+    if isinstance(value, _PLANS):
+        return _unnamed(value)
+    if isinstance(value, tuple) and value and isinstance(value[0], (Column, *_PLANS)):
+        return tuple(_unnamed_field(v) for v in value)
+    return value

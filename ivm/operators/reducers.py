@@ -88,14 +88,20 @@ class Aggregate:
     ``specs`` are ``(kind, column position)`` with kind in ``count`` (rows; position ignored), ``count_col``
     (non-NULL values), ``sum``, ``avg``, ``min``, ``max``, ``min_text`` and ``max_text`` (string-pool codes
     compared as strings), ``count_distinct``. Sums of integers are exact int64;
-    ``avg`` is float64; an aggregate over no non-NULL value is NULL (``count`` variants are 0).
+    ``avg`` is float64, divided further by ``divisors[j]`` when given for spec ``j`` (the mean of decimals held
+    as scaled integers, in units); an aggregate over no non-NULL value is NULL (``count`` variants are 0).
     """
 
-    def __init__(self, specs: Sequence[tuple[str, int | None]]) -> None:
+    def __init__(
+        self, specs: Sequence[tuple[str, int | None]], divisors: dict[int, float] | None = None
+    ) -> None:
         for kind, _ in specs:
             if kind not in AGGREGATES:
                 raise ValueError(f"unknown aggregate {kind!r}")
         self.specs = tuple(specs)
+        self.divisors = dict(divisors or {})
+        if any(self.specs[j][0] != "avg" for j in self.divisors):
+            raise ValueError("only averages take a divisor")
 
     @property
     def linear(self) -> bool:
@@ -138,7 +144,7 @@ class Aggregate:
         """The output columns (and validity) of groups in the given states."""
         index = {(what, pos): i for i, (what, pos, _) in enumerate(state)}
         cols, masks = [], []
-        for kind, pos in self.specs:
+        for j, (kind, pos) in enumerate(self.specs):
             if kind == "count":
                 cols.append(values[0])
                 masks.append(None)
@@ -150,11 +156,15 @@ class Aggregate:
                 continue
             total = values[index[("sum", pos)]]
             if kind == "avg":
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    total = total / np.where(nvalid == 0, 1, nvalid)
+                total = self._mean(j, total, nvalid)
             cols.append(total)
             masks.append(nvalid > 0)
         return cols, masks
+
+    def _mean(self, j: int, total: np.ndarray, nvalid: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = total / np.where(nvalid == 0, 1, nvalid)
+        return mean / self.divisors[j] if j in self.divisors else mean
 
     def out_dtypes(self, in_dtypes):
         out = []
@@ -176,7 +186,7 @@ class Aggregate:
         keep = count > 0
         cols: list[np.ndarray] = []
         masks: list[Mask] = []
-        for kind, pos in self.specs:
+        for j, (kind, pos) in enumerate(self.specs):
             if kind == "count":
                 cols.append(count)
                 masks.append(None)
@@ -191,8 +201,7 @@ class Aggregate:
                 xs = x.astype(np.float64 if x.dtype.kind == "f" else np.int64)
                 s = g.segment_sum(xs * present)
                 if kind == "avg":
-                    with np.errstate(invalid="ignore", divide="ignore"):
-                        s = s / np.where(nvalid == 0, 1, nvalid)
+                    s = self._mean(j, s, nvalid)
                 cols.append(s)
                 masks.append(nvalid > 0)
             elif kind in ("min", "max"):

@@ -73,3 +73,33 @@ def test_wide_inputs_are_narrowed_unless_already_arranged():
     assert sorted(db.execute("SELECT * FROM v2").fetchall()) == [(10, 0), (10, 3)]
     db.execute("INSERT INTO w VALUES (3, 9, 9, 9, 9, 9, 'r')")
     assert sorted(db.execute("SELECT * FROM v2").fetchall()) == [(10, 0), (10, 3), (30, 9)]
+
+
+def test_views_naming_the_same_rows_differently_share_them():
+    """Column names only label rows: a view computing the same collection under other names (aliases) reads the
+    arrangement another view built, and a join computing over an aggregate reads the aggregate's own."""
+    db = ivm.connect()
+    db.execute("CREATE TABLE r (k INTEGER PRIMARY KEY, n INTEGER)")
+    db.execute("CREATE TABLE s (id INTEGER PRIMARY KEY, k INTEGER, j INTEGER, q DECIMAL(8,2))")
+    db.execute("INSERT INTO r VALUES (1, 5), (2, 6)")
+    db.execute("INSERT INTO s VALUES (1, 1, 3, 1.50), (2, 1, 4, 2.25), (3, 2, 9, NULL)")
+    db.execute("CREATE VIEW a AS SELECT r.n, x.j FROM r JOIN (SELECT k, j FROM s) x ON x.k = r.k")
+    db.execute("CREATE VIEW b AS SELECT r.k, y.jj FROM r JOIN (SELECT k AS kk, j AS jj FROM s) y ON y.kk = r.k")
+    assert ("Project", (0,), "built") in _used(db, "a")
+    assert ("Project", (0,), "reused") in _used(db, "b")
+    assert not [u for u in _used(db, "b") if u[2] == "built" and u[0] != "b"]
+    # the average per k, arranged by k as the reduction: read by both joins, under any names
+    db.execute(
+        "CREATE VIEW c AS SELECT r.k, r.n FROM r WHERE r.n > (SELECT 2 * AVG(s.q) FROM s WHERE s.k = r.k)"
+    )
+    db.execute(
+        "CREATE VIEW d AS SELECT r.n, g.half FROM r "
+        "JOIN (SELECT k AS kk, AVG(q) / 2 AS half FROM s GROUP BY k) g ON g.kk = r.k"
+    )
+    assert ("Aggregate", (0,), "built") in _used(db, "c")
+    assert ("Aggregate", (0,), "reused") in _used(db, "d")
+    assert sorted(db.execute("SELECT * FROM c").fetchall()) == [(1, 5)]
+    assert sorted(db.execute("SELECT * FROM d").fetchall()) == [(5, 0.9375), (6, None)]
+    db.execute("UPDATE s SET q = 4.00 WHERE id = 3")
+    assert sorted(db.execute("SELECT * FROM c").fetchall()) == [(1, 5)]
+    assert sorted(db.execute("SELECT * FROM d").fetchall()) == [(5, 0.9375), (6, 2.0)]

@@ -3,7 +3,7 @@
 import collections
 
 import ivm
-from sql.logical import Project, Scan
+from sql.logical import Project, Scan, unnamed
 from tpch import SCHEMA
 from tpch.queries import QUERIES, query
 
@@ -17,9 +17,10 @@ def test_each_collection_and_key_is_arranged_once():
     reused = collections.Counter()
     for st in db.views.values():
         for plan, key, how in st.used:
-            (built if how == "built" else reused)[(plan, key)] += 1
-    # nothing is built twice: a second use of the same (collection, key) is always a reuse
-    assert max(built.values()) == 1
+            if how != "running":
+                (built if how == "built" else reused)[(plan, key)] += 1
+    # nothing is built twice: a second use of the same (collection, key), under any column names, is a reuse
+    assert max(collections.Counter((unnamed(p), k) for p, k in built.elements()).values()) == 1
     # and the engine holds one trace per registered arrangement (shared ones counted once)
     registered = {id(e.arranged.trace) for e in db.registry.entries.values()}
     assert len(registered) == len(db.registry.entries)
