@@ -14,6 +14,7 @@ import numpy as np
 
 import ivm
 from ivm.dataflow import Arranged, Collection, Dataflow, Loop
+from ivm.operators.arrange import ArrangeOp
 from ivm.operators.reducers import distinct
 from ivm.strings import POOL
 from planner.expr import compile_exprs, compile_predicate
@@ -382,14 +383,26 @@ def _restore_order(c: Collection, key: tuple[int, ...], width: int) -> Collectio
 def compile_view(
     engine: ivm.Engine, registry: Registry, name: str, plan: Plan
 ) -> tuple[Dataflow, Arranged, list[tuple[Plan, tuple[int, ...], str]]]:
-    """A new dataflow maintaining ``plan``; its result is arranged by all columns and registered as the
-    relation ``name``. Returns the dataflow, the result arrangement and which arrangements it built or
-    reused."""
+    """A new dataflow maintaining ``plan``; its result is arranged and registered as the relation ``name``:
+    by all columns, or, for the rows of a grouped aggregate, by the group columns (one row per group), which
+    is the aggregate's own arrangement. Returns the dataflow, the result arrangement and which arrangements
+    it built or reused."""
     df = engine.dataflow(name)
     comp = _Compiler(df, registry, name)
-    result = comp.collection(plan)
-    key = tuple(range(len(plan.columns)))
-    arr = result.arrange(key)
+    inner = plan
+    while renames(inner):
+        inner = inner.input
+    arr = None
+    if isinstance(inner, Aggregate) and inner.group:
+        key = tuple(range(len(inner.group)))
+        arr = comp.arranged(plan, key)
+        if not isinstance(
+            arr.op, ArrangeOp
+        ):  # another view's aggregate, imported: this view's result is its own
+            arr = None
+    if arr is None:
+        key = tuple(range(len(plan.columns)))
+        arr = comp.collection(plan).arrange(key)
     registry.add(Scan(name, plan.columns), key, arr, name)
     comp.used.append((Scan(name, plan.columns), key, "built"))
     return df, arr, comp.used
