@@ -48,6 +48,8 @@ def _arranged(child: Plan, key: tuple[int, ...], depth: int, how: dict, out: lis
     state = "the input's" if renames(child) else how.get((child, key), "built")
     if state == "built" and isinstance(child, Aggregate) and key == tuple(range(len(child.group))) and key:
         state = "the aggregate's"  # the reduction's output, arranged by the group anyway
+    if state == "built" and isinstance(child, Distinct) and key == tuple(range(len(child.columns))):
+        state = "the reduction's"  # the distinct rows are the output of a reduction arranged by them
     out.append("  " * depth + f"ArrangeBy key=[{', '.join(names)}] ({state})")
     _node(child, depth + 1, how, out)
 
@@ -112,8 +114,13 @@ def _node(plan: Plan, depth: int, how: dict, out: list[str]) -> None:
         if how.get((plan, tuple(range(len(plan.columns))))) == "reused":
             out.append(f"{pad}Distinct (reused)")
             return
+        full = tuple(range(len(plan.columns)))
+        if how.get((plan.input, full)) == "running":
+            out.append(f"{pad}Distinct (running count per row)")  # no arrangement of the input
+            _node(plan.input, depth + 1, how, out)
+            return
         out.append(f"{pad}Distinct")
-        _arranged(plan.input, tuple(range(len(plan.columns))), depth + 1, how, out)
+        _arranged(plan.input, full, depth + 1, how, out)
         return
     if isinstance(plan, UnionAll):
         out.append(f"{pad}UnionAll")

@@ -56,6 +56,23 @@ def test_explain_marks_built_and_reused_arrangements(db):
     assert after == [before[0], "  Aggregate group=[g0] aggs=[sum(g1)] (reused)"]
 
 
+def test_explain_says_what_reductions_arrange(db):
+    """A count or DISTINCT outside loops keeps a running state and arranges nothing of its input; a join
+    reading a grouped or distinct subquery by all its group columns reads the reduction's own output."""
+    lines = [r[0] for r in db.execute("EXPLAIN SELECT DISTINCT ck, day FROM o").fetchall()]
+    assert lines[0] == "Distinct (running count per row)" and "ArrangeBy" not in lines[1]
+    q = "SELECT c.name FROM c JOIN (SELECT DISTINCT ck FROM o) d ON d.ck = c.ck"
+    lines = [r[0].strip() for r in db.execute(f"EXPLAIN {q}").fetchall()]
+    assert "Distinct (running count per row)" in lines
+    assert not [line for line in lines if "(built)" in line]  # c's own arrangement, and the distinct keys'
+    q = "SELECT c.name, g.n FROM c JOIN (SELECT ck, COUNT(*) + 1 AS n FROM o GROUP BY ck) g ON g.ck = c.ck"
+    lines = [r[0].strip() for r in db.execute(f"EXPLAIN {q}").fetchall()]
+    at = next(i for i, line in enumerate(lines) if line.startswith("Aggregate"))
+    assert lines[at].endswith("(running state per group)")
+    assert lines[at - 1].endswith("(the aggregate's)")
+    assert sorted(db.execute(q).fetchall()) == [("ann", 3), ("bob", 2)]
+
+
 def test_outer_joins_and_grouped_results_share_arrangements(db):
     db.execute("CREATE INDEX o_by_ck ON o (ck)")
     db.execute(
