@@ -54,6 +54,9 @@ class _TableState:
         self.table = table
         self.input = inp
         self.arranged = arranged
+        # how the columns of Arrow data with the last schema seen are read: (schema, stored text columns,
+        # per column its position in the data and its converter); small transactions repeat one schema
+        self.arrow_reading: tuple | None = None
 
 
 class _ViewState:
@@ -269,36 +272,32 @@ class Connection:
     def _arrow_write(self, table: str, data, sign: int) -> None:
         if self.closed:
             raise SqlError("the connection is closed")
-        from sql.arrow import to_engine_column
-
         if table not in self.tables:
             raise SqlError(f"table {table!r} does not exist")
         st = self.tables[table]
         schema = data.schema
         loose = self.registry.uninterned(table)
+        reading = st.arrow_reading
+        if reading is None or reading[1] is not loose or not schema.equals(reading[0]):
+            reading = st.arrow_reading = (schema, loose, _arrow_reading(st.table, schema, loose))
         texts: dict[int, pa.Array] = {}
         cols, masks = [], []
-        for p, c in enumerate(st.table.columns):
-            i = schema.get_field_index(c.name)
+        n = data.num_rows
+        for p, c, i, convert in reading[2]:
             if i < 0:
-                if c.name in schema.names:
-                    raise SqlError(f"column {c.name!r} appears more than once in the data for table {table!r}")
-                if not c.nullable:
-                    raise SqlError(f"column {c.name!r} of table {table!r} is missing and may not be NULL")
-                cols.append(np.zeros(data.num_rows, dtype=c.type.dtype))
-                masks.append(np.zeros(data.num_rows, dtype=bool))
+                cols.append(np.zeros(n, dtype=c.type.dtype))
+                masks.append(np.zeros(n, dtype=bool))
                 continue
-            if sign < 0 and p in loose and data.num_rows > FEW and _is_text(data.column(i).type):
+            if sign < 0 and n > FEW and p in loose and _is_text(schema.field(i).type):
                 # text the table may store uninterned is compared as it comes and takes the stored codes
                 texts[p] = data.column(i).combine_chunks().cast(pa.large_string())
-                col, mask = np.full(data.num_rows, -1, np.int64), None
+                col, mask = np.full(n, -1, np.int64), None
                 if texts[p].null_count:
                     mask = np.asarray(texts[p].is_valid().to_numpy(zero_copy_only=False), dtype=bool)
             else:
-                col, mask = to_engine_column(data.column(i), c.type, c.name, p in loose)
+                col, mask = convert(data.column(i))
             cols.append(col)
             masks.append(mask)
-        n = data.num_rows
         batch = Batch.build(cols, masks, np.full(n, self.time), np.full(n, sign, np.int64))
         try:
             if sign < 0:
@@ -1238,6 +1237,25 @@ def _same_text(
             pc.equal(POOL.strings(a[differ]), POOL.strings(b[differ])).to_numpy(zero_copy_only=False)
         )
     return same & (va == vb)
+
+
+def _arrow_reading(table: Table, schema: pa.Schema, loose: frozenset[int]) -> list[tuple]:
+    """Per column of ``table``: its position, the column, its position in Arrow data of ``schema`` (-1 when
+    absent, allowed for a nullable column) and the converter of that data."""
+    from sql.arrow import converter
+
+    out = []
+    for p, c in enumerate(table.columns):
+        i = schema.get_field_index(c.name)
+        if i < 0:
+            if c.name in schema.names:
+                raise SqlError(f"column {c.name!r} appears more than once in the data for table {table.name!r}")
+            if not c.nullable:
+                raise SqlError(f"column {c.name!r} of table {table.name!r} is missing and may not be NULL")
+            out.append((p, c, -1, None))
+        else:
+            out.append((p, c, i, converter(schema.field(i).type, c.type, c.name, p in loose)))
+    return out
 
 
 def _is_text(t) -> bool:

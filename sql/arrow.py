@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -10,7 +12,10 @@ from ivm.strings import POOL
 from sql.errors import SqlError
 from sql.types import SqlType
 
-__all__ = ["to_engine_column", "to_arrow_column", "arrow_type"]
+__all__ = ["to_engine_column", "converter", "to_arrow_column", "arrow_type"]
+
+
+Converter = Callable[[pa.Array | pa.ChunkedArray], tuple[np.ndarray, "np.ndarray | None"]]
 
 
 def to_engine_column(
@@ -18,81 +23,113 @@ def to_engine_column(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """An engine column and validity mask from an Arrow array of a compatible type. ``stored``: text may get
     codes that are not canonical yet (``StringPool.encode_arrow``)."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
-    valid = None
-    nulls = arr.null_count
-    if nulls:
-        valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-    at = arr.type
+    return converter(arr.type, t, name, stored)(arr)
+
+
+def converter(at: pa.DataType, t: SqlType, name: str, stored: bool = False) -> Converter:
+    """What turns Arrow arrays of type ``at`` into engine columns of type ``t`` (see ``to_engine_column``):
+    the type checks and the choice of path made once, for all the batches of one schema."""
     k = t.kind
-    try:
-        if k == "text":
-            if not (pa.types.is_string(at) or pa.types.is_large_string(at) or pa.types.is_string_view(at)):
-                raise TypeError
-            data = POOL.encode_arrow(
-                arr if pa.types.is_string(at) or pa.types.is_large_string(at) else arr.cast(pa.string()),
-                stored,
-            )
-        elif k == "decimal":
-            if pa.types.is_integer(at):
-                data = _numbers(arr, nulls, 0).astype(np.int64) * 10**t.scale
-            elif pa.types.is_decimal(at):
-                # every decimal128 holds 16-byte words whatever its precision: only the scale must agree
-                exact = (
-                    arr
-                    if pa.types.is_decimal128(at) and at.scale == t.scale
-                    else arr.cast(pa.decimal128(38, t.scale))
-                )
-                if nulls:
-                    exact = exact.fill_null(0)
-                words = np.frombuffer(exact.buffers()[1], dtype=np.int64).reshape(-1, 2)
-                words = words[exact.offset : exact.offset + len(exact)]
-                low = words[:, 0]
-                # every value fits in 64 bits (high word the sign of the low) and in the type's precision;
-                # a valid Arrow decimal fits its own precision, so a precision no wider needs no look
-                fits = exact is arr and at.precision <= min(t.precision, 18)
-                if not fits and len(low):
-                    limit = 10**t.precision
-                    high = words[:, 1]
-                    if int(low.max()) >= limit or int(low.min()) <= -limit or (high != (low >> 63)).any():
-                        raise SqlError(f"a value of column {name!r} does not fit in {t}")
-                data = low.copy()
-            else:
-                raise TypeError
-        elif k == "int":
-            if not pa.types.is_integer(at):
-                raise TypeError
-            data = _numbers(arr, nulls, 0)
-        elif k == "float":
-            if not (pa.types.is_floating(at) or pa.types.is_integer(at) or pa.types.is_decimal(at)):
-                raise TypeError
-            data = _numbers(arr if at == pa.float64() else arr.cast(pa.float64()), nulls, 0)
-        elif k == "date":
-            if not pa.types.is_date32(at):
-                raise TypeError
-            data = _numbers(arr.view(pa.int32()), nulls, 0)
-        elif k == "timestamp":
-            if not pa.types.is_timestamp(at):
-                raise TypeError
-            us = arr if at == pa.timestamp("us") else arr.cast(pa.timestamp("us"))
-            data = _numbers(us.view(pa.int64()), nulls, 0)
-        elif k == "bool":
-            if not pa.types.is_boolean(at):
-                raise TypeError
-            data = (arr.fill_null(False) if nulls else arr).to_numpy(zero_copy_only=False)
-        else:
-            raise TypeError
-    except (TypeError, pa.ArrowInvalid) as err:
-        raise SqlError(f"column {name!r}: cannot load Arrow type {at} as {t}") from err
-    return np.ascontiguousarray(data, dtype=t.dtype), valid
+    if k == "text" and (pa.types.is_string(at) or pa.types.is_large_string(at)):
+        values = _texts(stored)
+    elif k == "text" and pa.types.is_string_view(at):
+        values = _texts(stored, pa.string())
+    elif k == "decimal" and pa.types.is_integer(at):
+        values = _scaled(10**t.scale)
+    elif k == "decimal" and pa.types.is_decimal(at):
+        values = _decimals(at, t, name)
+    elif (k == "int" and pa.types.is_integer(at)) or (k == "float" and at == pa.float64()):
+        values = _numbers
+    elif k == "float" and (pa.types.is_floating(at) or pa.types.is_integer(at) or pa.types.is_decimal(at)):
+        values = _cast(pa.float64())
+    elif k == "date" and pa.types.is_date32(at):
+        values = _view(None, pa.int32())
+    elif k == "timestamp" and pa.types.is_timestamp(at):
+        values = _view(None if at == pa.timestamp("us") else pa.timestamp("us"), pa.int64())
+    elif k == "bool" and pa.types.is_boolean(at):
+        values = _bools
+    else:
+        raise SqlError(f"column {name!r}: cannot load Arrow type {at} as {t}")
+    dtype = t.dtype
+
+    def convert(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | None]:
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
+        nulls = arr.null_count
+        valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool) if nulls else None
+        try:
+            data = values(arr, nulls)
+        except (TypeError, pa.ArrowInvalid) as err:
+            raise SqlError(f"column {name!r}: cannot load Arrow type {at} as {t}") from err
+        if data.dtype != dtype or not data.flags.c_contiguous:
+            data = np.ascontiguousarray(data, dtype=dtype)
+        return data, valid
+
+    return convert
 
 
-def _numbers(arr: pa.Array, nulls: int, fill) -> np.ndarray:
-    """A numeric Arrow array as numpy (without copying when there are no NULLs; NULLs read as ``fill``)."""
+def _texts(stored: bool, cast: pa.DataType | None = None):
+    def values(arr: pa.Array, nulls: int) -> np.ndarray:
+        return POOL.encode_arrow(arr if cast is None else arr.cast(cast), stored)
+
+    return values
+
+
+def _decimals(at: pa.DataType, t: SqlType, name: str):
+    # every decimal128 holds 16-byte words whatever its precision: only the scale must agree
+    same = pa.types.is_decimal128(at) and at.scale == t.scale
+    # a valid Arrow decimal fits its own precision, so a precision no wider needs no look at the values
+    trusted = same and at.precision <= min(t.precision, 18)
+    wide = pa.decimal128(38, t.scale)
+
+    def values(arr: pa.Array, nulls: int) -> np.ndarray:
+        exact = arr if same else arr.cast(wide)
+        if nulls:
+            exact = exact.fill_null(0)
+        words = np.frombuffer(exact.buffers()[1], dtype=np.int64).reshape(-1, 2)
+        words = words[exact.offset : exact.offset + len(exact)]
+        low = words[:, 0]
+        # every value fits in 64 bits (high word the sign of the low) and in the type's precision
+        if not trusted and len(low):
+            limit = 10**t.precision
+            high = words[:, 1]
+            if int(low.max()) >= limit or int(low.min()) <= -limit or (high != (low >> 63)).any():
+                raise SqlError(f"a value of column {name!r} does not fit in {t}")
+        return low.copy()
+
+    return values
+
+
+def _numbers(arr: pa.Array, nulls: int) -> np.ndarray:
+    """A numeric Arrow array as numpy (without copying when there are no NULLs; NULLs read as 0)."""
     if nulls:
-        arr = arr.fill_null(fill)
+        arr = arr.fill_null(0)
     return arr.to_numpy(zero_copy_only=False)
+
+
+def _scaled(unit: int):
+    def values(arr: pa.Array, nulls: int) -> np.ndarray:
+        return _numbers(arr, nulls).astype(np.int64) * unit
+
+    return values
+
+
+def _cast(to: pa.DataType):
+    def values(arr: pa.Array, nulls: int) -> np.ndarray:
+        return _numbers(arr.cast(to), nulls)
+
+    return values
+
+
+def _view(cast: pa.DataType | None, as_int: pa.DataType):
+    def values(arr: pa.Array, nulls: int) -> np.ndarray:
+        return _numbers((arr if cast is None else arr.cast(cast)).view(as_int), nulls)
+
+    return values
+
+
+def _bools(arr: pa.Array, nulls: int) -> np.ndarray:
+    return (arr.fill_null(False) if nulls else arr).to_numpy(zero_copy_only=False)
 
 
 def to_arrow_column(data: np.ndarray, valid: np.ndarray | None, t: SqlType) -> pa.Array:
