@@ -17,13 +17,13 @@ from ivm.strings import POOL
 from sql.logical import Call, ColRef, Const, Expr
 from sql.types import format_text, parse_text
 
-__all__ = ["compile_exprs", "compile_predicate", "evaluate"]
+__all__ = ["compile_exprs", "compile_predicate", "evaluate", "fold"]
 
 Value = tuple[np.ndarray, np.ndarray | None]
 
 
 def compile_exprs(exprs: Sequence[Expr]):
-    exprs = tuple(exprs)
+    exprs = tuple(fold(e) for e in exprs)
 
     def fn(cols, valid, n):
         out = [evaluate(e, cols, valid, n) for e in exprs]
@@ -33,12 +33,38 @@ def compile_exprs(exprs: Sequence[Expr]):
 
 
 def compile_predicate(pred: Expr):
+    pred = fold(pred)
+
     def fn(cols, valid):
         n = len(cols[0]) if cols else 0
         data, mask = evaluate(pred, cols, valid, n)
         return data if mask is None else data & mask
 
     return fn
+
+
+def fold(e: Expr) -> Expr:
+    """``e`` with every call on constants alone replaced by its value, computed once here rather than for
+    every batch (a call that cannot evaluate is left to fail, or not, on the rows it meets)."""
+    if not isinstance(e, Call):
+        return e
+    args = tuple(fold(a) for a in e.args)
+    e = Call(e.op, args, e.type, e.param)
+    if not all(isinstance(a, Const) for a in args):
+        return e
+    try:
+        data, mask = evaluate(e, (), (), 1)
+    except Exception:  # noqa: BLE001 - whatever stops it now is for the rows to meet, as without folding
+        return e
+    return Const(None if mask is not None and not mask[0] else data[0].item(), e.type)
+
+
+def _operand(e: Expr, cols, valid, n: int) -> Value:
+    """An argument's value; a constant that is not NULL as a 0-d array (it broadcasts), which saves filling
+    an array of n copies where the operation combines it with a column."""
+    if isinstance(e, Const) and e.value is not None:
+        return np.asarray(e.value, dtype=e.type.dtype), None
+    return evaluate(e, cols, valid, n)
 
 
 def _and_masks(*masks):
@@ -64,9 +90,13 @@ def _args(e: Call, cols, valid, n):
 
 
 def _arith(e: Call, cols, valid, n):
+    op = e.op
+    if op in ("add", "sub", "mul") and not all(isinstance(a, Const) for a in e.args):
+        (a, ma), (b, mb) = (_operand(x, cols, valid, n) for x in e.args)
+        mask = _and_masks(ma, mb)
+        return (a + b if op == "add" else a - b if op == "sub" else a * b), mask
     (a, ma), (b, mb) = _args(e, cols, valid, n)
     mask = _and_masks(ma, mb)
-    op = e.op
     if op == "add":
         return a + b, mask
     if op == "sub":
@@ -115,6 +145,9 @@ _CMP = {
 
 
 def _compare(e: Call, cols, valid, n):
+    if e.args[0].type.kind != "text" and not all(isinstance(a, Const) for a in e.args):
+        (a, ma), (b, mb) = (_operand(x, cols, valid, n) for x in e.args)
+        return _CMP[e.op](a, b), _and_masks(ma, mb)
     (a, ma), (b, mb) = _args(e, cols, valid, n)
     if e.args[0].type.kind == "text" and n:
         a, b = POOL.canonical(a), POOL.canonical(b)  # a table may store text under codes not canonical
@@ -212,6 +245,8 @@ def _to_type(e: Call, cols, valid, n):
         return (out / 10**src.scale if src.kind == "decimal" else out), m
     if dst.kind == "decimal":
         shift = dst.scale - (src.scale if src.kind == "decimal" else 0)
+        if shift == 0 and a.dtype == np.int64:  # a wider precision: the same scaled integers
+            return a, m
         return a.astype(np.int64) * np.int64(10**shift), m
     raise AssertionError(dst)
 
