@@ -31,6 +31,11 @@ Mask = np.ndarray | None
 NULL_HASH = np.int64(np.iinfo(np.int64).min)
 
 
+def _as_times(times: np.ndarray) -> np.ndarray:
+    times = np.asarray(times, dtype=np.int64)
+    return times.reshape(-1, 1) if times.ndim == 1 else times
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Batch:
     """Columnar updates ``(row, time, diff)``; ``columns[i]`` with validity ``valid[i]``."""
@@ -68,7 +73,11 @@ class Batch:
         diffs: np.ndarray,
     ) -> Batch:
         """A batch with NULL slots zeroed and all-valid masks dropped."""
-        valid = list(valid) if valid is not None else [None] * len(columns)
+        if valid is not None and len(valid) != len(columns):
+            raise ValueError(f"{len(columns)} columns but {len(valid)} validity masks")
+        if valid is None or all(m is None for m in valid):
+            cols = tuple(c if type(c) is np.ndarray else np.asarray(c) for c in columns)
+            return Batch(cols, (None,) * len(cols), _as_times(times), np.asarray(diffs, dtype=np.int64))
         cols = []
         masks: list[Mask] = []
         for col, mask in zip(columns, valid, strict=True):
@@ -81,10 +90,7 @@ class Batch:
                     col = np.where(mask, col, np.zeros(1, dtype=col.dtype))
             cols.append(col)
             masks.append(mask)
-        times = np.asarray(times, dtype=np.int64)
-        if times.ndim == 1:
-            times = times.reshape(-1, 1)
-        return Batch(tuple(cols), tuple(masks), times, np.asarray(diffs, dtype=np.int64))
+        return Batch(tuple(cols), tuple(masks), _as_times(times), np.asarray(diffs, dtype=np.int64))
 
     @property
     def dtypes(self) -> tuple[np.dtype, ...]:

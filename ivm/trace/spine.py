@@ -157,6 +157,8 @@ class Spine:
         self.handles: list[TraceHandle] = []
         self.freed = False
         self.inserted = 0
+        self._merging = False  # whether some entry is a merge under way
+        self._emptied = False  # whether entries may be empty batches (left by merges) to drop
         self._since = Antichain(np.zeros((1, dim), dtype=np.int64))
         self._since_stale = False
 
@@ -217,12 +219,17 @@ class Spine:
 
     def exert(self, fuel: int) -> None:
         """Spend ``fuel`` on each merge under way, oldest (largest) first."""
-        for i, e in enumerate(self.entries):
-            if isinstance(e, _Merge):
-                e.work(fuel)
-                if e.result is not None:
-                    self.entries[i] = e.result
-        self.entries = [e for e in self.entries if isinstance(e, _Merge) or len(e)]
+        if self._merging:
+            for i, e in enumerate(self.entries):
+                if isinstance(e, _Merge):
+                    e.work(fuel)
+                    if e.result is not None:
+                        self.entries[i] = e.result
+                        self._emptied = True
+        if self._emptied:  # a merge finished, or merged small batches: what cancelled out goes
+            self.entries = [e for e in self.entries if isinstance(e, _Merge) or len(e)]
+            self._merging = any(isinstance(e, _Merge) for e in self.entries)
+            self._emptied = False
 
     def _schedule_merges(self) -> None:
         # small batches (as small transactions bring) wait at the end until there are TAIL_BATCHES of them,
@@ -246,6 +253,7 @@ class Spine:
                 take = small
             if take > 1:
                 self.entries[-take:] = [_merged(self.entries[-take:], self.since)]
+                self._emptied = True
             if len(self.entries[-1]) < MIN_CHUNK:
                 return
         entries = self.entries
@@ -262,6 +270,8 @@ class Spine:
                 entries[-group:] = [_merged(parts, self.since)]
             else:
                 entries[-group:] = [_Merge(parts, self.since)]
+                self._merging = True
+            self._emptied = True
 
     @staticmethod
     def _complete(e: TraceBatch | _Merge) -> TraceBatch:
