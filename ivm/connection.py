@@ -90,6 +90,9 @@ class Connection:
         self.registry = Registry()
         self.tables: dict[str, _TableState] = {}
         self.views: dict[str, _ViewState] = {}
+        # dropped views whose dataflows keep running because live views read arrangements they built, by
+        # owner name in the registry; each goes once nothing reads them any more
+        self.retained: dict[str, _ViewState] = {}
         self.time = 1  # time 0 holds what exists before any transaction (a global aggregate's row)
         self.in_transaction = False
         self.pending: dict[str, list[Batch]] = {}
@@ -353,6 +356,7 @@ class Connection:
         for df in list(self.engine.dataflows):
             df.drop()
         self.views.clear()
+        self.retained.clear()
         self.tables.clear()
         self.pending.clear()
         self.registry = Registry()
@@ -463,6 +467,24 @@ class Connection:
             self.registry.forget(name)
             raise SqlError(f"view {name!r} was not created: {df.error}")
         self._failed(failed)
+
+    def _readers(self, owner: str) -> list[_ViewState]:
+        """The views (live, or dropped and retained) reading an arrangement that ``owner`` built."""
+        out = []
+        for st in [*self.views.values(), *self.retained.values()]:
+            for plan, key, how in st.used:
+                e = self.registry.lookup(plan, key) if how == "reused" else None
+                if e is not None and e.built_by == owner and st.df.name != owner:
+                    out.append(st)
+                    break
+        return out
+
+    def _release_unshared(self) -> None:
+        """Drop the dataflows of dropped views that no view (live or retained) reads an arrangement of."""
+        while unread := [owner for owner in self.retained if not self._readers(owner)]:
+            for owner in unread:
+                self.retained.pop(owner).df.drop()
+                self.registry.forget(owner)
 
     def _failed(self, failed: list[Dataflow], report: bool = True) -> list[str]:
         """Views whose dataflows failed in the last step stop, keeping the cause; the commit itself stands.
@@ -623,16 +645,31 @@ class Connection:
             if stmt.args.get("exists"):
                 return
             raise error_at(stmt, f"{'view' if is_view else 'table'} {name!r} does not exist")
-        for v in self.views.values():
+        for v in [*self.views.values(), *self.retained.values()]:
             if v.view.name == name:
                 continue
             if any(isinstance(p, Scan) and p.table == name for p, _, _ in v.used):
-                raise error_at(stmt, f"cannot drop {name!r}: view {v.view.name!r} depends on it")
+                reader = v
+                while reader not in self.views.values():  # a dropped view kept for those reading it
+                    reader = next(r for r in self._readers(reader.df.name))
+                raise error_at(stmt, f"cannot drop {name!r}: view {reader.view.name!r} depends on it")
         if is_view:
             st = self.views.pop(name)
-            st.df.drop()
-            self.registry.forget(name)
             del self.catalog.views[name]
+            # the relation goes; what it computed stays as long as other views read arrangements it built
+            self.registry.entries = {
+                k: e
+                for k, e in self.registry.entries.items()
+                if not (isinstance(k[0], Scan) and k[0].table == name)
+            }
+            owner = f"{name}#{self.time}"  # a new view may take the name
+            for e in self.registry.entries.values():
+                if e.built_by == name:
+                    e.built_by = owner
+            self.engine.step_seconds[owner] = self.engine.step_seconds.pop(st.df.name, 0.0)
+            st.df.name = owner
+            self.retained[owner] = st
+            self._release_unshared()
         else:
             if self.pending.get(name):
                 raise error_at(stmt, f"table {name!r} has uncommitted changes")

@@ -1,6 +1,9 @@
 """Views share arrangements: each (collection, key) is arranged once in the engine."""
 
+import pytest
+
 import ivm
+from sql.errors import SqlError
 from sql.logical import Scan
 
 
@@ -103,3 +106,31 @@ def test_views_naming_the_same_rows_differently_share_them():
     db.execute("UPDATE s SET q = 4.00 WHERE id = 3")
     assert sorted(db.execute("SELECT * FROM c").fetchall()) == [(1, 5)]
     assert sorted(db.execute("SELECT * FROM d").fetchall()) == [(5, 0.9375), (6, 2.0)]
+
+
+def test_dropping_a_view_keeps_what_other_views_read_of_it():
+    """A view reading an arrangement another view built stays exact when that view is dropped: the dropped
+    view's dataflow keeps maintaining it until nothing reads it."""
+    db = ivm.connect()
+    db.execute("CREATE TABLE o (ok INTEGER PRIMARY KEY, ck INTEGER, total INTEGER)")
+    db.execute("INSERT INTO o VALUES (1, 1, 5), (2, 1, 7), (3, 2, 1)")
+    db.execute("CREATE VIEW a AS SELECT ck, MAX(total) AS m FROM o GROUP BY ck")
+    db.execute("CREATE VIEW b AS SELECT ck, MAX(total) AS mm FROM o GROUP BY ck HAVING MAX(total) > 1")
+    assert ("Aggregate", (0,), "reused") in _used(db, "b")  # a's maxima
+    db.execute("DROP VIEW a")
+    db.execute("INSERT INTO o VALUES (4, 2, 9), (5, 3, 4)")
+    db.execute("DELETE FROM o WHERE ok = 2")
+    assert sorted(db.execute("SELECT * FROM b").fetchall()) == [(1, 5), (2, 9), (3, 4)]
+    with pytest.raises(SqlError, match="cannot drop 'o': view 'b' depends on it"):
+        db.execute("DROP TABLE o")
+    with pytest.raises(SqlError, match="relation 'a' does not exist|'a'"):
+        db.execute("SELECT * FROM a")
+    # the name is free again, and the new view computes its own rows
+    db.execute("CREATE VIEW a AS SELECT ck FROM o WHERE total > 4")
+    assert sorted(db.execute("SELECT * FROM a").fetchall()) == [(1,), (2,)]
+    db.execute("DROP VIEW b")
+    assert sorted(db.execute("SELECT * FROM a").fetchall()) == [(1,), (2,)]
+    assert [df.name for df in db.engine.dataflows] == ["tables", "a"]  # the dropped view's dataflow went
+    db.execute("DROP VIEW a")
+    db.execute("DROP TABLE o")
+    assert len(db.engine.dataflows) == 1 and not db.registry.entries
