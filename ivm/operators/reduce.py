@@ -234,7 +234,21 @@ class ReduceOp(Operator):
         m = len(q)
         states = [np.concatenate((a, b)) for a, b in zip(new_states, prev_states, strict=True)]
         values, masks = self.reducer.finish(self.state_layout, states)
-        sel = np.flatnonzero(states[0] > 0)  # groups with rows at that time
+        present = states[0] > 0  # groups with rows at that time
+        # a group whose output row is the same before and after (a distinct row counted once more, say)
+        # would add and retract it at the same time: neither goes out
+        unchanged = present[:m] & present[m:]
+        for v, mask in zip(values, masks, strict=True):
+            if mask is None:
+                unchanged &= v[:m] == v[m:]
+            else:
+                unchanged &= (mask[:m] == mask[m:]) & ((v[:m] == v[m:]) | ~mask[:m])
+        if unchanged.any():
+            present[:m] &= ~unchanged
+            present[m:] &= ~unchanged
+        sel = np.flatnonzero(present)
+        if not len(sel):
+            return None
         now = sel < m
         row = np.where(now, sel, sel - m)
         kq = q[row]
