@@ -91,9 +91,13 @@ class Operator:
         """Send an item to every consumer, split by point."""
         if len(item) == 0:
             return
+        root = self.scope.dim == 1  # one point only: nothing to split
         for queue, transform in self.consumers:
             out = transform(item) if transform is not None else item
             if out is None or len(out) == 0:
+                continue
+            if root:
+                queue.put((), out)
                 continue
             for point, sel in split_by_point(_times(out)):
                 queue.put(point, out if sel is None else out.take(sel))
