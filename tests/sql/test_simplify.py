@@ -109,12 +109,8 @@ def test_filters_and_projections_merge():
 
 
 def test_simplified_views_match_recompute_through_changes():
-    db, oracle = _catalog(), duckdb.connect()
-    for s in DDL:
-        oracle.execute(s)
     queries = [sql for sql, _ in CASES]
-    for i, q in enumerate(queries):
-        db.execute(f"CREATE VIEW v{i} AS {q}")
+    db, oracle = _with_views(DDL, queries)
     rng = random.Random(7)
     for _ in range(14):
         stmts = []
@@ -135,6 +131,18 @@ def test_simplified_views_match_recompute_through_changes():
                 )
             )
         _commit_and_compare(db, oracle, stmts, queries)
+
+
+def _with_views(ddl: list[str], queries: list[str]):
+    """A connection and a DuckDB oracle with the tables of ``ddl``; the connection has views ``v{i}`` of
+    ``queries``."""
+    db, oracle = ivm.connect(), duckdb.connect()
+    for s in ddl:
+        db.execute(s)
+        oracle.execute(s)
+    for i, q in enumerate(queries):
+        db.execute(f"CREATE VIEW v{i} AS {q}")
+    return db, oracle
 
 
 def _commit_and_compare(db, oracle, stmts: list[str], queries: list[str]) -> None:
@@ -199,13 +207,8 @@ def test_semijoins_of_keyed_rows_compare_the_key(sql, keyed):
 
 
 def test_keyed_semijoins_match_recompute_through_changes():
-    db, oracle = ivm.connect(), duckdb.connect()
-    for s in KEYED:
-        db.execute(s)
-        oracle.execute(s)
     queries = [sql for sql, _ in CORRELATED]
-    for i, q in enumerate(queries):
-        db.execute(f"CREATE VIEW v{i} AS {q}")
+    db, oracle = _with_views(KEYED, queries)
     rng = random.Random(11)
     next_id = {"p": 0, "q": 0}
     for _ in range(16):
@@ -278,13 +281,8 @@ def test_joins_read_aggregates_and_compute_above(sql, reads):
 
 
 def test_joins_over_aggregates_match_recompute_through_changes():
-    db, oracle = ivm.connect(), duckdb.connect()
-    for s in GROUPED:
-        db.execute(s)
-        oracle.execute(s)
     queries = [sql for sql, _ in OVER_AGGREGATES]
-    for i, q in enumerate(queries):
-        db.execute(f"CREATE VIEW v{i} AS {q}")
+    db, oracle = _with_views(GROUPED, queries)
     rng = random.Random(5)
     for _ in range(16):
         stmts = []
