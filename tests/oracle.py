@@ -1,7 +1,12 @@
-"""Comparison of query results as multisets: decimals exactly, floats to 1e-9 relative."""
+"""Comparison of query results as multisets: decimals exactly, floats to 1e-9 relative; a connection with views
+beside a DuckDB oracle holding the same tables."""
 
 import decimal
 import math
+
+import duckdb
+
+import ivm
 
 
 def _norm(v):
@@ -37,3 +42,15 @@ def same_rows(got, expected) -> bool:
         len(rg) == len(re_) and all(_equal(a, b) for a, b in zip(rg, re_, strict=True))
         for rg, re_ in zip(g, e, strict=True)
     )
+
+
+def with_views(ddl: list[str], queries: list[str]):
+    """A connection and a DuckDB oracle with the tables of ``ddl``; the connection has views ``v{i}`` of
+    ``queries``."""
+    db, oracle = ivm.connect(), duckdb.connect()
+    for s in ddl:
+        db.execute(s)
+        oracle.execute(s)
+    for i, q in enumerate(queries):
+        db.execute(f"CREATE VIEW v{i} AS {q}")
+    return db, oracle

@@ -1,6 +1,5 @@
 """Column pruning keeps every view exact, down to inputs narrowed to no column at all."""
 
-import duckdb
 import pytest
 import sqlglot
 
@@ -8,6 +7,7 @@ import ivm
 from planner.prune import prune
 from sql.logical import Join, Project, Scan
 from sql.translate import translate_query
+from tests.oracle import with_views
 
 DDL = ["CREATE TABLE t (a INTEGER, b INTEGER, c TEXT)", "CREATE TABLE u (x INTEGER, y INTEGER)"]
 QUERIES = [
@@ -25,12 +25,7 @@ QUERIES = [
 
 
 def test_pruned_views_match_recompute_through_changes():
-    db, oracle = ivm.connect(), duckdb.connect()
-    for s in DDL:
-        db.execute(s)
-        oracle.execute(s)
-    for i, q in enumerate(QUERIES):
-        db.execute(f"CREATE VIEW v{i} AS {q}")
+    db, oracle = with_views(DDL, QUERIES)
     steps = [
         ["INSERT INTO t VALUES (1, 2, 'p'), (1, 3, NULL), (2, NULL, 'q')"],
         ["INSERT INTO t VALUES (NULL, 5, 'r'), (1, 2, 'p')", "INSERT INTO u VALUES (1, 10), (1, 11), (2, 12)"],

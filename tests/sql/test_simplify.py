@@ -3,7 +3,6 @@ they pad, and filters and projections merge only where nothing changes."""
 
 import random
 
-import duckdb
 import pytest
 import sqlglot
 
@@ -11,7 +10,7 @@ import ivm
 from planner.simplify import simplify
 from sql.logical import Aggregate, Filter, Join, Project, SemiJoin, children
 from sql.translate import translate_query
-from tests.oracle import same_rows
+from tests.oracle import same_rows, with_views
 
 DDL = [
     "CREATE TABLE t (a INTEGER, b INTEGER, c TEXT)",
@@ -110,7 +109,7 @@ def test_filters_and_projections_merge():
 
 def test_simplified_views_match_recompute_through_changes():
     queries = [sql for sql, _ in CASES]
-    db, oracle = _with_views(DDL, queries)
+    db, oracle = with_views(DDL, queries)
     rng = random.Random(7)
     for _ in range(14):
         stmts = []
@@ -131,18 +130,6 @@ def test_simplified_views_match_recompute_through_changes():
                 )
             )
         _commit_and_compare(db, oracle, stmts, queries)
-
-
-def _with_views(ddl: list[str], queries: list[str]):
-    """A connection and a DuckDB oracle with the tables of ``ddl``; the connection has views ``v{i}`` of
-    ``queries``."""
-    db, oracle = ivm.connect(), duckdb.connect()
-    for s in ddl:
-        db.execute(s)
-        oracle.execute(s)
-    for i, q in enumerate(queries):
-        db.execute(f"CREATE VIEW v{i} AS {q}")
-    return db, oracle
 
 
 def _commit_and_compare(db, oracle, stmts: list[str], queries: list[str]) -> None:
@@ -208,7 +195,7 @@ def test_semijoins_of_keyed_rows_compare_the_key(sql, keyed):
 
 def test_keyed_semijoins_match_recompute_through_changes():
     queries = [sql for sql, _ in CORRELATED]
-    db, oracle = _with_views(KEYED, queries)
+    db, oracle = with_views(KEYED, queries)
     rng = random.Random(11)
     next_id = {"p": 0, "q": 0}
     for _ in range(16):
@@ -282,7 +269,7 @@ def test_joins_read_aggregates_and_compute_above(sql, reads):
 
 def test_joins_over_aggregates_match_recompute_through_changes():
     queries = [sql for sql, _ in OVER_AGGREGATES]
-    db, oracle = _with_views(GROUPED, queries)
+    db, oracle = with_views(GROUPED, queries)
     rng = random.Random(5)
     for _ in range(16):
         stmts = []
