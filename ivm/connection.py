@@ -662,7 +662,7 @@ class Connection:
                 for k, e in self.registry.entries.items()
                 if not (isinstance(k[0], Scan) and k[0].table == name)
             }
-            owner = f"{name}#{self.time}"  # a new view may take the name
+            owner = f"{name}#{id(st)}"  # a new view may take the name
             for e in self.registry.entries.values():
                 if e.built_by == name:
                     e.built_by = owner
