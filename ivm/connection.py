@@ -456,6 +456,14 @@ class Connection:
         query = stmt.expression
         plan = self._plan(query)
         self._check_readable(plan)
+        names = [c.name for c in plan.columns]
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice is not None:
+            repeated = [e for e in getattr(query, "selects", []) if e.alias_or_name == twice][1:]
+            raise error_at(
+                repeated[0] if repeated else query,
+                f"column {twice!r} specified more than once in view {name!r} (rename one with AS)",
+            )
         view = View(name, plan, query.sql(dialect="postgres"))
         df, arranged, used = compile_view(self.engine, self.registry, name, plan)
         self.catalog.views[name] = view

@@ -14,6 +14,7 @@ import numpy as np
 
 from ivm.operators.basic import EvaluationError
 from ivm.strings import POOL
+from planner.functions import FUNCTIONS, text_ranks
 from sql.logical import Call, ColRef, Const, Expr
 from sql.types import format_text, parse_text
 
@@ -118,22 +119,6 @@ def _neg(e: Call, cols, valid, n):
     return -a, m
 
 
-def _text_ranks(*codes: np.ndarray) -> list[np.ndarray]:
-    """Ranks in string order for the codes of several arrays (ranks comparable across them)."""
-    allc = np.concatenate(codes)
-    uniq, inv = np.unique(allc, return_inverse=True)
-    strings = POOL.decode(uniq)
-    order = np.argsort(strings.astype(str), kind="stable")
-    rank = np.empty(len(uniq), dtype=np.int64)
-    rank[order] = np.arange(len(uniq))
-    ranks = rank[inv.reshape(-1)]
-    out, start = [], 0
-    for c in codes:
-        out.append(ranks[start : start + len(c)])
-        start += len(c)
-    return out
-
-
 _CMP = {
     "eq": np.equal,
     "ne": np.not_equal,
@@ -152,7 +137,7 @@ def _compare(e: Call, cols, valid, n):
     if e.args[0].type.kind == "text" and n:
         a, b = POOL.canonical(a), POOL.canonical(b)  # a table may store text under codes not canonical
         if e.op not in ("eq", "ne"):
-            a, b = _text_ranks(a, b)
+            a, b = text_ranks([a, b])
     return _CMP[e.op](a, b), _and_masks(ma, mb)
 
 
@@ -191,6 +176,21 @@ def _not(e: Call, cols, valid, n):
 def _is_null(e: Call, cols, valid, n):
     _, m = evaluate(e.args[0], cols, valid, n)
     return (np.zeros(n, dtype=bool) if m is None else ~m), None
+
+
+def _is_true(e: Call, cols, valid, n):
+    a, m = evaluate(e.args[0], cols, valid, n)
+    out = a if e.op == "is_true" else ~a
+    return (out if m is None else out & m), None
+
+
+def _evaluated(fn):
+    """A function of ``planner.functions`` as an evaluator: its arguments evaluated first."""
+
+    def run(e: Call, cols, valid, n):
+        return fn(e, _args(e, cols, valid, n), n)
+
+    return run
 
 
 def _like(e: Call, cols, valid, n):
@@ -268,6 +268,18 @@ def _float_to_decimal(e: Call, cols, valid, n):
     a, m = evaluate(e.args[0], cols, valid, n)
     x = a * 10**e.type.scale
     return (np.sign(x) * np.floor(np.abs(x) + 0.5)).astype(np.int64), m
+
+
+def _fit_decimal(e: Call, cols, valid, n):
+    """A decimal checked against its type's precision: a value that does not fit stops the dataflow."""
+    a, m = evaluate(e.args[0], cols, valid, n)
+    limit = 10**e.type.precision
+    bad = (a >= limit) | (a <= -limit)
+    if m is not None:
+        bad &= m
+    if bad.any():
+        raise EvaluationError(f"numeric field overflow: a value does not fit in {e.type}")
+    return a, m
 
 
 def _date_parts(days: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -396,19 +408,6 @@ def _to_text(e: Call, cols, valid, n):
     return out, m
 
 
-def _substring(e: Call, cols, valid, n):
-    a, m = evaluate(e.args[0], cols, valid, n)
-    start, length = e.param
-    lo = max(start - 1, 0)
-    hi = None if length is None else max(start - 1 + length, 0)
-    return POOL.map_codes(a, lambda s: s[lo:hi]), m
-
-
-def _case_fold(e: Call, cols, valid, n):
-    a, m = evaluate(e.args[0], cols, valid, n)
-    return POOL.map_codes(a, str.upper if e.op == "upper" else str.lower), m
-
-
 def _concat(e: Call, cols, valid, n):
     (a, ma), (b, mb) = _args(e, cols, valid, n)
     if n == 0:
@@ -419,20 +418,8 @@ def _concat(e: Call, cols, valid, n):
     return codes[inv.reshape(-1)], _and_masks(ma, mb)
 
 
-def _length(e: Call, cols, valid, n):
-    a, m = evaluate(e.args[0], cols, valid, n)
-    return POOL.apply(a, len, np.int64), m
-
-
-def _trim(e: Call, cols, valid, n):
-    a, m = evaluate(e.args[0], cols, valid, n)
-    return POOL.map_codes(a, str.strip), m
-
-
 _CALLS = {
     "concat": _concat,
-    "length": _length,
-    "trim": _trim,
     "extract": _extract,
     "date_add": _date_add,
     "ts_add": _ts_add,
@@ -441,9 +428,6 @@ _CALLS = {
     "date_to_ts": _date_to_ts,
     "ts_to_date": _ts_to_date,
     "ts_trunc": _ts_trunc,
-    "substring": _substring,
-    "upper": _case_fold,
-    "lower": _case_fold,
     "add": _arith,
     "sub": _arith,
     "mul": _arith,
@@ -462,5 +446,9 @@ _CALLS = {
     "to_int": _to_int,
     "round_decimal": _round_decimal,
     "float_to_decimal": _float_to_decimal,
+    "fit_decimal": _fit_decimal,
+    "is_true": _is_true,
+    "is_false": _is_true,
     **{k: _compare for k in _CMP},
+    **{op: _evaluated(fn) for op, fn in FUNCTIONS.items()},
 }

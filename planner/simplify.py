@@ -51,6 +51,8 @@ Keys = Callable[[str], tuple[int, ...]]  # a relation's name -> the positions of
 # calls whose value is NULL when any argument is
 _STRICT = frozenset(
     {"eq", "ne", "lt", "le", "gt", "ge", "add", "sub", "mul", "div", "mod", "neg", "not", "like", "to_type"}
+    | {"abs", "sign", "round", "floor", "ceil", "length", "upper", "lower", "reverse", "trim", "substring"}
+    | {"left", "right", "replace", "pad", "split_part", "position", "starts_with"}
 )
 # calls that may fail on some rows (text read as a number, say): kept below the filter that guards them
 _FALLIBLE = frozenset({"from_text"})

@@ -16,6 +16,7 @@ import numpy as np
 from sqlglot import exp
 
 from sql.errors import error_at
+from sql.functions import as_text, translate_function
 from sql.logical import Call, Const, Expr
 from sql.types import (
     BOOL,
@@ -96,9 +97,16 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
     if isinstance(node, exp.Not):
         return Call("not", (boolean(node.this, translate_scalar(node.this, resolve)),), BOOL)
     if isinstance(node, exp.Is):
+        x = translate_scalar(node.this, resolve)
+        if isinstance(node.expression, exp.Boolean):  # IS TRUE, IS FALSE: never NULL
+            x = boolean(node, x)
+            return Call("is_true" if node.expression.this else "is_false", (x,), BOOL)
         if not isinstance(node.expression, exp.Null):
             raise error_at(node, f"IS {node.expression.sql()} is not supported", unsupported=True)
-        return Call("is_null", (translate_scalar(node.this, resolve),), BOOL)
+        return Call("is_null", (x,), BOOL)
+    if isinstance(node, (exp.NullSafeEQ, exp.NullSafeNEQ)):
+        a, b = translate_scalar(node.this, resolve), translate_scalar(node.expression, resolve)
+        return _not_distinct(node, a, b)
     if isinstance(node, exp.Between):
         x = translate_scalar(node.this, resolve)
         lo = compare(node, "ge", x, translate_scalar(node.args["low"], resolve))
@@ -113,14 +121,15 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
             c = compare(item, "eq", x, translate_scalar(item, resolve))
             out = c if out is None else Call("or", (out, c), BOOL)
         return out
-    if isinstance(node, exp.Like):
+    if isinstance(node, (exp.Like, exp.ILike)):
         x = translate_scalar(node.this, resolve)
         pat = node.expression
+        what = node.key.upper()
         if not (isinstance(pat, exp.Literal) and pat.is_string):
-            raise error_at(pat, "LIKE needs a constant pattern", unsupported=True)
+            raise error_at(pat, f"{what} needs a constant pattern", unsupported=True)
         if x.type.kind != "text":
-            raise error_at(node, f"LIKE needs text, got {x.type}")
-        return Call("like", (x,), BOOL, _like_regex(pat.this))
+            raise error_at(node, f"{what} needs text, got {x.type}")
+        return Call("like", (x,), BOOL, ("(?i)" if what == "ILIKE" else "") + _like_regex(pat.this))
     if isinstance(node, exp.Case):
         return _case(node, resolve)
     if isinstance(node, exp.Coalesce):
@@ -152,34 +161,15 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
         if x.type.kind != "timestamp" or unit not in _TRUNC_UNITS:
             raise error_at(node, f"date_trunc({unit!r}, {x.type}) is not supported", unsupported=True)
         return Call("ts_trunc", (x,), TIMESTAMP, unit)
-    if isinstance(node, exp.Substring):
-        x = translate_scalar(node.this, resolve)
-        if x.type.kind != "text":
-            raise error_at(node, f"SUBSTRING needs text, got {x.type}")
-        start = _const_int(node.args.get("start"), 1)
-        length = _const_int(node.args.get("length"), None)
-        return Call("substring", (x,), TEXT, (start, length))
     if isinstance(node, exp.DPipe):
         a, b = translate_scalar(node.this, resolve), translate_scalar(node.expression, resolve)
-        for x in (a, b):
-            if x.type.kind != "text" and not is_null_const(x):
-                raise error_at(node, f"|| needs text, got {x.type} (CAST it first)", unsupported=True)
-        return Call("concat", (coerce(node, a, TEXT), coerce(node, b, TEXT)), TEXT)
-    if isinstance(node, exp.Length):
-        x = translate_scalar(node.this, resolve)
-        if x.type.kind != "text":
-            raise error_at(node, f"LENGTH needs text, got {x.type}")
-        return Call("length", (x,), INT)
-    if isinstance(node, exp.Trim):
-        x = translate_scalar(node.this, resolve)
-        if x.type.kind != "text" or node.args.get("expression") is not None or node.args.get("position"):
-            raise error_at(node, "only TRIM(text) is supported", unsupported=True)
-        return Call("trim", (x,), TEXT)
-    if isinstance(node, (exp.Upper, exp.Lower)):
-        x = translate_scalar(node.this, resolve)
-        if x.type.kind != "text":
-            raise error_at(node, f"{node.key.upper()} needs text, got {x.type}")
-        return Call(node.key.lower(), (x,), TEXT)
+        if a.type.kind != "text" and b.type.kind != "text":
+            raise error_at(node, f"|| needs text, got {a.type} and {b.type} (CAST one of them)", True)
+        # the other side is written as text, as PostgreSQL does
+        return Call("concat", (as_text(a), as_text(b)), TEXT)
+    out = translate_function(node, lambda a: translate_scalar(a, resolve))
+    if out is not None:
+        return out
     raise error_at(node, f"{node.key.upper()} is not supported", unsupported=True)
 
 
@@ -195,14 +185,6 @@ _MICROS = {
     "hour": 3_600_000_000,
 }
 DAY_MICROS = 86_400_000_000
-
-
-def _const_int(node: exp.Expression | None, default: int | None) -> int | None:
-    if node is None:
-        return default
-    if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
-        return int(node.this)
-    raise error_at(node, "only constant integer arguments are supported here", unsupported=True)
 
 
 def _interval(node: exp.Interval) -> Const:
@@ -293,8 +275,6 @@ def arithmetic(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
         return Call(op, (coerce(node, a, FLOAT), coerce(node, b, FLOAT)), FLOAT)
     if kinds == {"int"}:
         return Call(op, (a, b), INT)
-    if op == "mod":
-        raise error_at(node, "% on decimals is not supported", unsupported=True)
     if op == "mul":
         sa = a.type.scale if a.type.kind == "decimal" else 0
         sb = b.type.scale if b.type.kind == "decimal" else 0
@@ -400,6 +380,15 @@ def boolean(node: exp.Expression, e: Expr) -> Expr:
     return e if e.type == BOOL else Const(None, BOOL)
 
 
+def _not_distinct(node: exp.Expression, a: Expr, b: Expr) -> Expr:
+    """``a IS NOT DISTINCT FROM b`` (or ``IS DISTINCT FROM``): equality with NULL equal to NULL, never NULL."""
+    a_null, b_null = Call("is_null", (a,), BOOL), Call("is_null", (b,), BOOL)
+    known = Call("and", (Call("not", (a_null,), BOOL), Call("not", (b_null,), BOOL)), BOOL)
+    same = Call("and", (compare(node, "eq", a, b), known), BOOL)  # FALSE, not NULL, when one side is NULL
+    out = Call("or", (same, Call("and", (a_null, b_null), BOOL)), BOOL)
+    return out if isinstance(node, exp.NullSafeEQ) else Call("not", (out,), BOOL)
+
+
 def _case(node: exp.Case, resolve: Resolver) -> Expr:
     if node.this is not None:
         base = translate_scalar(node.this, resolve)
@@ -442,11 +431,23 @@ def cast(node: exp.Cast, e: Expr) -> Expr:
         if t.kind == "int" and e.type.kind != "int":
             return Call("to_int", (e,), t, e.type)
         if t.kind == "decimal" and e.type.kind == "float":
-            return Call("float_to_decimal", (e,), t)
-        if t.kind == "decimal" and e.type.kind == "decimal" and t.scale < e.type.scale:
-            return Call("round_decimal", (e,), t, e.type)
-        return coerce(node, e, t)
+            out = Call("float_to_decimal", (e,), t)
+        elif t.kind == "decimal" and e.type.kind == "decimal" and t.scale < e.type.scale:
+            out = Call("round_decimal", (e,), t, e.type)
+        else:
+            out = coerce(node, e, t)
+        if t.kind == "decimal" and not _fits(e.type, t):
+            out = Call("fit_decimal", (out,), t)  # a value too wide for the type is an error, not a wrong value
+        return out
     raise error_at(node, f"CAST from {e.type} to {t} is not supported", unsupported=True)
+
+
+def _fits(src: SqlType, t: SqlType) -> bool:
+    """Whether every value of numeric type ``src`` fits in decimal type ``t`` (as many digits before the
+    point at least)."""
+    if src.kind == "decimal":
+        return src.precision - src.scale <= t.precision - t.scale
+    return False
 
 
 def _like_regex(pattern: str) -> str:

@@ -72,6 +72,8 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     if with_ is not None and with_.args.get("recursive"):
         return translate_recursive(tree, catalog, translate_query)
     tree = _not_in_subqueries(tree)
+    _check_merged_columns(tree)
+    _check_using_star(tree, catalog.sqlglot_schema())
     try:
         tree = qualify(
             tree.copy(),
@@ -86,6 +88,65 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     _stash_inequality_exists(tree)
     tree = unnest_subqueries(tree)
     return _query(tree, catalog)
+
+
+def _check_merged_columns(tree: exp.Expression) -> None:
+    """Reject a join USING a column that an earlier FULL or RIGHT join merged (USING or NATURAL): SQL joins on
+    the merged value, COALESCE of both sides, where the rewrite of USING into ON would take the left side's."""
+    for select in tree.find_all(exp.Select):
+        merged: set[str] = set()
+        natural = False
+        for j in select.args.get("joins") or []:
+            using = {c.name for c in j.args.get("using") or []}
+            is_natural = (j.method or "").upper() == "NATURAL"
+            if using & merged or ((using or is_natural) and natural) or (is_natural and merged):
+                raise error_at(
+                    j, "a join USING a column merged by an earlier FULL or RIGHT join is not supported", True
+                )
+            if (j.side or "").upper() in ("FULL", "RIGHT"):
+                merged |= using
+                natural = natural or is_natural
+
+
+def _check_using_star(tree: exp.Expression, schema: dict) -> None:
+    """Reject ``SELECT *`` over a join USING (or NATURAL) a column that another relation of the FROM clause
+    also has without being joined on it: SQL keeps that relation's column, the expansion of ``*`` would drop it.
+    Relations whose columns cannot be told here (a derived table selecting ``*``) are rejected alike."""
+    ctes = {c.alias_or_name: c.this for c in tree.find_all(exp.CTE)}
+
+    def columns(src: exp.Expression) -> set[str] | None:
+        query = src.this if isinstance(src, exp.Subquery) else ctes.get(src.name)
+        if isinstance(src, exp.Table) and query is None:
+            return set(schema.get(src.name, {}))
+        if isinstance(query, exp.Select) and not query.is_star:
+            return set(query.named_selects)
+        return None
+
+    for select in tree.find_all(exp.Select):
+        joins = select.args.get("joins") or []
+        from_ = select.args.get("from_") or select.args.get("from")
+        merging = [j for j in joins if j.args.get("using") or (j.method or "").upper() == "NATURAL"]
+        if from_ is None or not merging or not any(isinstance(e, exp.Star) for e in select.expressions):
+            continue
+        names = [columns(src) for src in [from_.this, *(j.this for j in joins)]]
+        if any(n is None for n in names):
+            raise error_at(merging[0], "SELECT * over this join USING needs the columns listed", True)
+        joined: dict[str, int] = {}  # column -> sources joined on it
+        seen: set[str] = set(names[0])
+        for k, j in enumerate(joins, start=1):
+            using = {c.name for c in j.args.get("using") or []}
+            if (j.method or "").upper() == "NATURAL":
+                using = names[k] & seen
+            for a in using:
+                joined[a] = joined.get(a, 1) + 1
+            seen |= names[k]
+        for a, count in joined.items():
+            if sum(a in n for n in names) != count:
+                raise error_at(
+                    merging[0],
+                    f"SELECT * over a join USING ({a}) with another column {a} needs the columns listed",
+                    True,
+                )
 
 
 def _locate(tree: exp.Expression, message: str) -> SqlError:

@@ -48,6 +48,22 @@ CASES = [
     ("DROP TABLE t", SqlError, "depends on it", None),
     ("SELECT a, COUNT(*) FROM t GROUP BY c", SqlError, "GROUP BY", None),
     ("SELECT SUM(s) FROM t", SqlError, "needs numbers", None),
+    ("CREATE VIEW w AS SELECT a, c AS a FROM t", SqlError, "column 'a' specified more than once", (1, 28)),
+    (
+        "CREATE VIEW w AS SELECT * FROM t FULL JOIN (SELECT x AS a FROM u) q USING (a)\n"
+        "  JOIN (SELECT y AS a FROM u) r USING (a)",
+        UnsupportedError,
+        "merged by an earlier FULL or RIGHT join",
+        (2, None),
+    ),
+    (
+        "SELECT * FROM t JOIN (SELECT x AS a FROM u) q USING (a) JOIN (SELECT y AS a FROM u) r ON r.a = t.a",
+        UnsupportedError,
+        "SELECT * over a join USING (a) with another column a",
+        (1, None),
+    ),
+    ("SELECT abs(s) FROM t", SqlError, "ABS needs a number", (1, 8)),
+    ("SELECT left(s, c) FROM t", UnsupportedError, "LEFT needs a constant integer", (1, 16)),
 ]
 
 

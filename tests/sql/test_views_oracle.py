@@ -26,6 +26,11 @@ VIEWS = {
     "v_left": "SELECT t.a, u.y FROM t LEFT JOIN u ON t.a = u.x",
     "v_right": "SELECT t.a, u.x, u.y FROM t RIGHT JOIN u ON t.a = u.x",
     "v_full": "SELECT t.a, u.x FROM t FULL JOIN u ON t.a = u.x",
+    "v_using": "SELECT * FROM t JOIN (SELECT x AS a, y FROM u) q USING (a)",
+    "v_using_full": "SELECT a, s, y FROM t FULL JOIN (SELECT x AS a, y FROM u) q USING (a)",
+    "v_using_chain": "SELECT a, c, y, r.s FROM (SELECT a, c FROM t) p "
+    "RIGHT JOIN (SELECT x AS a, y FROM u) q USING (a) LEFT JOIN (SELECT a, s FROM t) r ON r.a = q.a",
+    "v_natural": "SELECT * FROM (SELECT a, c AS y FROM t) p NATURAL JOIN (SELECT x AS a, y FROM u) q",
     "v_left_on_filter": "SELECT t.a, COUNT(u.y) AS n FROM t LEFT JOIN u ON t.a = u.x AND u.z > 0 GROUP BY t.a",
     "v_group": "SELECT c, COUNT(*) AS n, SUM(b) AS sb, MIN(b) AS mn, MAX(a) AS mx, AVG(b) AS ab, "
     "COUNT(b) AS nb, COUNT(DISTINCT s) AS ds FROM t GROUP BY c",

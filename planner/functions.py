@@ -1,0 +1,200 @@
+"""Vectorized evaluation of the functions of ``sql.functions`` on evaluated arguments.
+
+Each evaluator takes the call and its arguments' values (data, validity) and returns the call's value. Numbers
+are computed on whole arrays (decimals as their scaled integers); text functions run once per distinct string
+code of the batch, through the string pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ivm.strings import POOL
+from sql.logical import Call
+
+__all__ = ["FUNCTIONS", "text_ranks"]
+
+Value = tuple[np.ndarray, np.ndarray | None]
+
+
+def _abs(e: Call, args: list[Value], n: int) -> Value:
+    ((a, m),) = args
+    return np.abs(a), m
+
+
+def _sign(e: Call, args: list[Value], n: int) -> Value:
+    ((a, m),) = args
+    s = np.sign(a)
+    if e.type.kind == "decimal":
+        s = s * np.int64(10**e.type.scale)
+    return s.astype(a.dtype), m
+
+
+def _half_away(x: np.ndarray, unit: int) -> np.ndarray:
+    """Integers ``x`` divided by ``unit`` and rounded half away from zero."""
+    return np.sign(x) * ((np.abs(x) + unit // 2) // unit)
+
+
+def _round(e: Call, args: list[Value], n: int) -> Value:
+    ((a, m),) = args
+    places = e.param
+    t = e.args[0].type
+    if t.kind == "float":
+        unit = 10.0**places
+        return np.sign(a) * np.floor(np.abs(a) * unit + 0.5) / unit, m
+    scale = t.scale if t.kind == "decimal" else 0
+    unit = 10 ** (scale - places)
+    q = _half_away(a, unit)
+    if places < 0:  # rounded to tens, hundreds...: an integer at scale 0 (or the integer type)
+        q = q * 10 ** (-places)
+    return q.astype(np.int64), m
+
+
+def _floor_ceil(e: Call, args: list[Value], n: int) -> Value:
+    ((a, m),) = args
+    if a.dtype.kind == "f":
+        return (np.floor(a) if e.op == "floor" else np.ceil(a)), m
+    unit = 10 ** e.args[0].type.scale
+    return (a // unit if e.op == "floor" else -((-a) // unit)), m
+
+
+def _extreme(e: Call, args: list[Value], n: int) -> Value:
+    """GREATEST or LEAST: the largest (smallest) argument that is not NULL."""
+    values = [a for a, _ in args]
+    ranks = text_ranks([POOL.canonical(a) for a in values]) if e.type.kind == "text" else values
+    data, mask = args[0][0].copy(), args[0][1]
+    best = ranks[0].copy()
+    mask = np.ones(n, dtype=bool) if mask is None else mask.copy()
+    better = np.greater if e.op == "greatest" else np.less
+    for (v, vm), r in zip(args[1:], ranks[1:], strict=True):
+        take = better(r, best) | ~mask
+        if vm is not None:
+            take &= vm
+        data[take] = v[take]
+        best[take] = r[take]
+        mask |= take
+    return data, (None if mask.all() else mask)
+
+
+def text_ranks(codes: list[np.ndarray]) -> list[np.ndarray]:
+    """Ranks in string order of the canonical codes of several arrays (comparable across them)."""
+    uniq, inv = np.unique(np.concatenate(codes), return_inverse=True)
+    order = np.argsort(POOL.decode(uniq).astype(str), kind="stable")
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[order] = np.arange(len(uniq))
+    return np.split(rank[inv.reshape(-1)], np.cumsum([len(c) for c in codes])[:-1])
+
+
+def _mapped(fn_of: Callable[[Call], Callable[[str], str]]):
+    """A text-to-text function applied once per distinct code."""
+
+    def evaluate(e: Call, args: list[Value], n: int) -> Value:
+        ((a, m),) = args
+        return POOL.map_codes(a, fn_of(e)), m
+
+    return evaluate
+
+
+def _applied(fn_of: Callable[[Call], Callable[[str], object]], dtype):
+    """A function of text to numbers or truth values, once per distinct code."""
+
+    def evaluate(e: Call, args: list[Value], n: int) -> Value:
+        ((a, m),) = args
+        return POOL.apply(a, fn_of(e), dtype), m
+
+    return evaluate
+
+
+def _trimmer(e: Call) -> Callable[[str], str]:
+    side, chars = e.param
+    if side == "LEADING":
+        return lambda s: s.lstrip(chars)
+    if side == "TRAILING":
+        return lambda s: s.rstrip(chars)
+    return lambda s: s.strip(chars)
+
+
+def _substring(e: Call) -> Callable[[str], str]:
+    start, length = e.param
+    lo = max(start - 1, 0)
+    hi = None if length is None else max(start - 1 + length, 0)
+    return lambda s: s[lo:hi]
+
+
+def _left(e: Call) -> Callable[[str], str]:
+    k = e.param  # a negative count: all but the last -k characters
+    return lambda s: s[:k] if k >= 0 else s[: max(len(s) + k, 0)]
+
+
+def _right(e: Call) -> Callable[[str], str]:
+    k = e.param  # a negative count: all but the first -k characters
+    return lambda s: (s[len(s) - k :] if k <= len(s) else s) if k >= 0 else s[-k:]
+
+
+def _replace(e: Call) -> Callable[[str], str]:
+    old, new = e.param
+    return (lambda s: s) if old == "" else (lambda s: s.replace(old, new))
+
+
+def _pad(e: Call) -> Callable[[str], str]:
+    width, fill, left = e.param
+
+    def pad(s: str) -> str:
+        if width <= len(s):
+            return s[: max(width, 0)]
+        if not fill:
+            return s
+        extra = (fill * (width - len(s)))[: width - len(s)]
+        return extra + s if left else s + extra
+
+    return pad
+
+
+def _split_part(e: Call) -> Callable[[str], str]:
+    sep, index = e.param
+
+    def part(s: str) -> str:
+        parts = s.split(sep) if sep else [s]
+        i = index - 1 if index > 0 else len(parts) + index
+        return parts[i] if 0 <= i < len(parts) else ""
+
+    return part
+
+
+def _concat_all(e: Call, args: list[Value], n: int) -> Value:
+    """CONCAT: the arguments' text joined, NULLs left out; never NULL."""
+    empty = POOL.encode([""])[0]
+    cols = [a if m is None else np.where(m, a, empty) for a, m in args]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), None
+    rows, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+    texts = [POOL.decode(rows[:, j]) for j in range(rows.shape[1])]
+    codes = POOL.encode("".join(str(t[i]) for t in texts) for i in range(len(rows)))
+    return codes[inv.reshape(-1)], None
+
+
+FUNCTIONS: dict[str, Callable[[Call, list[Value], int], Value]] = {
+    "abs": _abs,
+    "sign": _sign,
+    "round": _round,
+    "floor": _floor_ceil,
+    "ceil": _floor_ceil,
+    "greatest": _extreme,
+    "least": _extreme,
+    "length": _applied(lambda e: len, np.int64),
+    "upper": _mapped(lambda e: str.upper),
+    "lower": _mapped(lambda e: str.lower),
+    "reverse": _mapped(lambda e: lambda s: s[::-1]),
+    "trim": _mapped(_trimmer),
+    "substring": _mapped(_substring),
+    "left": _mapped(_left),
+    "right": _mapped(_right),
+    "replace": _mapped(_replace),
+    "pad": _mapped(_pad),
+    "split_part": _mapped(_split_part),
+    "position": _applied(lambda e: lambda s: s.find(e.param) + 1, np.int64),
+    "starts_with": _applied(lambda e: lambda s: s.startswith(e.param), bool),
+    "concat_all": _concat_all,
+}

@@ -1,0 +1,245 @@
+"""SQL functions of numbers and of text: sqlglot calls to typed logical expressions (PostgreSQL's semantics).
+
+Numbers: ABS, SIGN, ROUND (half away from zero, to a constant number of decimal places), FLOOR, CEIL,
+GREATEST and LEAST (NULL only when every argument is). Text: LENGTH, UPPER, LOWER, TRIM/LTRIM/RTRIM/BTRIM,
+SUBSTRING, LEFT, RIGHT, REPLACE, POSITION/STRPOS, STARTS_WITH, REVERSE, LPAD/RPAD, SPLIT_PART and CONCAT
+(which skips NULLs and writes other types as text). Arguments other than the text or number a function works on
+must be constants: the function then runs once per distinct string of a batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from sql.errors import error_at
+from sql.logical import Call, Const, Expr
+from sql.types import BOOL, INT, TEXT, SqlType, decimal_type
+
+__all__ = ["translate_function", "as_text"]
+
+Translate = Callable[[exp.Expression], Expr]
+
+
+def translate_function(node: exp.Expression, translate: Translate) -> Expr | None:
+    """The expression of function call ``node`` (its arguments through ``translate``), or None when ``node``
+    is not one of the functions here."""
+    fn = _NUMERIC.get(type(node)) or _TEXT.get(type(node))
+    if fn is None:
+        return None
+    out = fn(node, translate)
+    if isinstance(out, Call) and out.op not in _SKIPPING_NULLS and any(_is_null(a) for a in out.args):
+        return Const(None, out.type)  # NULL in, NULL out
+    return out
+
+
+_SKIPPING_NULLS = ("greatest", "least", "concat_all")
+
+
+# -- numbers ---------------------------------------------------------------------------------------------
+
+
+def _number(node: exp.Expression, translate: Translate) -> Expr:
+    x = translate(node.this)
+    if not (x.type.numeric or _is_null(x)):
+        raise error_at(node, f"{_name(node)} needs a number, got {x.type}")
+    return x
+
+
+def _abs_sign(node: exp.Expression, translate: Translate) -> Expr:
+    x = _number(node, translate)
+    return Call(node.key.lower(), (x,), x.type)
+
+
+def _round(node: exp.Round, translate: Translate) -> Expr:
+    x = _number(node, translate)
+    places = _int_arg(node, node.args.get("decimals"), 0)
+    t = x.type
+    if t.kind == "decimal":
+        if places >= t.scale:
+            return x
+        t = decimal_type(min(t.precision + 1, 18), max(places, 0))
+    elif t.kind == "int" and places >= 0:
+        return x
+    return Call("round", (x,), t, places)
+
+
+def _floor_ceil(node: exp.Expression, translate: Translate) -> Expr:
+    x = _number(node, translate)
+    t = x.type
+    if t.kind == "int":
+        return x
+    if t.kind == "decimal":
+        if t.scale == 0:
+            return x
+        t = decimal_type(min(t.precision - t.scale + 1, 18), 0)
+    return Call(node.key.lower(), (x,), t)
+
+
+def _extreme(node: exp.Expression, translate: Translate) -> Expr:
+    from sql.scalar import coerce, common_type
+
+    args = [translate(a) for a in [node.this, *node.expressions]]
+    t = common_type(node, [a.type for a in args])
+    return Call(node.key.lower(), tuple(coerce(node, a, t) for a in args), t)
+
+
+_NUMERIC = {
+    exp.Abs: _abs_sign,
+    exp.Sign: _abs_sign,
+    exp.Round: _round,
+    exp.Floor: _floor_ceil,
+    exp.Ceil: _floor_ceil,
+    exp.Greatest: _extreme,
+    exp.Least: _extreme,
+}
+
+
+# -- text ------------------------------------------------------------------------------------------------
+
+
+def _text(node: exp.Expression, x: Expr) -> Expr:
+    if x.type.kind != "text" and not _is_null(x):
+        raise error_at(node, f"{_name(node)} needs text, got {x.type}")
+    return x
+
+
+def _unary_text(op: str, out: SqlType = TEXT):
+    def translate_one(node: exp.Expression, translate: Translate) -> Expr:
+        return Call(op, (_text(node, translate(node.this)),), out)
+
+    return translate_one
+
+
+def _trim(node: exp.Trim, translate: Translate) -> Expr:
+    x = _text(node, translate(node.this))
+    chars = _str_arg(node, node.args.get("expression"), " ")
+    if chars is None:
+        return Const(None, TEXT)
+    side = str(node.args.get("position") or "BOTH").upper()
+    if side not in ("BOTH", "LEADING", "TRAILING"):
+        raise error_at(node, f"TRIM({side} ...) is not supported", unsupported=True)
+    return Call("trim", (x,), TEXT, (side, chars))
+
+
+def _substring(node: exp.Substring, translate: Translate) -> Expr:
+    x = _text(node, translate(node.this))
+    start = _int_arg(node, node.args.get("start"), 1)
+    given = node.args.get("length")
+    length = None if given is None else _int_arg(node, given, None)
+    if length is not None and length < 0:
+        raise error_at(node, "negative substring length not allowed")
+    return Call("substring", (x,), TEXT, (start, length))
+
+
+def _left_right(node: exp.Expression, translate: Translate) -> Expr:
+    x = _text(node, translate(node.this))
+    return Call(node.key.lower(), (x,), TEXT, _int_arg(node, node.expression, None))
+
+
+def _replace(node: exp.Replace, translate: Translate) -> Expr:
+    x = _text(node, translate(node.this))
+    old = _str_arg(node, node.expression, None)
+    new = _str_arg(node, node.args.get("replacement"), None)
+    if old is None or new is None:
+        return Const(None, TEXT)
+    return Call("replace", (x,), TEXT, (old, new))
+
+
+def _position(node: exp.StrPosition, translate: Translate) -> Expr:
+    if node.args.get("position") is not None or node.args.get("occurrence") is not None:
+        raise error_at(node, "POSITION with a starting position is not supported", unsupported=True)
+    x = _text(node, translate(node.this))
+    sub = _str_arg(node, node.args.get("substr"), None)
+    return Const(None, INT) if sub is None else Call("position", (x,), INT, sub)
+
+
+def _starts_with(node: exp.StartsWith, translate: Translate) -> Expr:
+    x = _text(node, translate(node.this))
+    prefix = _str_arg(node, node.expression, None)
+    return Const(None, BOOL) if prefix is None else Call("starts_with", (x,), BOOL, prefix)
+
+
+def _pad(node: exp.Pad, translate: Translate) -> Expr:
+    x = _text(node, translate(node.this))
+    width = _int_arg(node, node.expression, None)
+    fill = _str_arg(node, node.args.get("fill_pattern"), " ")
+    if fill is None:
+        return Const(None, TEXT)
+    return Call("pad", (x,), TEXT, (width, fill, bool(node.args.get("is_left"))))
+
+
+def _split_part(node: exp.SplitPart, translate: Translate) -> Expr:
+    x = _text(node, translate(node.this))
+    sep = _str_arg(node, node.args.get("delimiter"), None)
+    index = _int_arg(node, node.args.get("part_index"), None)
+    if index == 0:
+        raise error_at(node, "field position must not be zero")
+    return Const(None, TEXT) if sep is None else Call("split_part", (x,), TEXT, (sep, index))
+
+
+def _concat(node: exp.Concat, translate: Translate) -> Expr:
+    args = tuple(as_text(translate(a)) for a in node.expressions)
+    if not args:
+        raise error_at(node, "CONCAT needs at least one argument")
+    return Call("concat_all", args, TEXT)
+
+
+def as_text(x: Expr) -> Expr:
+    """A value as text for CONCAT and || (numbers, dates and truth values written as CAST writes them)."""
+    if x.type.kind == "text":
+        return x
+    if _is_null(x):
+        return Const(None, TEXT)
+    return Call("to_text", (x,), TEXT, x.type)
+
+
+_TEXT = {
+    exp.Length: _unary_text("length", INT),
+    exp.Upper: _unary_text("upper"),
+    exp.Lower: _unary_text("lower"),
+    exp.Reverse: _unary_text("reverse"),
+    exp.Trim: _trim,
+    exp.Substring: _substring,
+    exp.Left: _left_right,
+    exp.Right: _left_right,
+    exp.Replace: _replace,
+    exp.StrPosition: _position,
+    exp.StartsWith: _starts_with,
+    exp.Pad: _pad,
+    exp.SplitPart: _split_part,
+    exp.Concat: _concat,
+}
+
+
+# -- constant arguments ----------------------------------------------------------------------------------
+
+
+def _int_arg(node: exp.Expression, arg: exp.Expression | None, default: int | None) -> int:
+    if arg is None and default is not None:
+        return default
+    value = arg.this if isinstance(arg, exp.Neg) else arg
+    if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
+        return -int(value.this) if isinstance(arg, exp.Neg) else int(value.this)
+    where = arg if arg is not None else node
+    raise error_at(where, f"{_name(node)} needs a constant integer here", unsupported=True)
+
+
+def _str_arg(node: exp.Expression, arg: exp.Expression | None, default: str | None) -> str | None:
+    """A constant text argument (None for NULL, which makes the call NULL)."""
+    if arg is None:
+        return default
+    if isinstance(arg, exp.Null):
+        return None
+    if isinstance(arg, exp.Literal) and arg.is_string:
+        return arg.this
+    raise error_at(arg, f"{_name(node)} needs a constant text here", unsupported=True)
+
+
+def _is_null(e: Expr) -> bool:
+    return isinstance(e, Const) and e.value is None
+
+
+def _name(node: exp.Expression) -> str:
+    return {"strposition": "POSITION", "pad": "LPAD/RPAD", "ceil": "CEIL"}.get(node.key, node.key.upper())
