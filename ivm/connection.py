@@ -31,7 +31,7 @@ from planner.prune import prune
 from planner.simplify import simplify
 from sql.catalog import Catalog, Table, View
 from sql.errors import SqlError, UnsupportedError, error_at
-from sql.logical import Canon, Column, Scan
+from sql.logical import Canon, Column, Negate, Plan, Scan, UnionAll, Values, substitute
 from sql.recursive import attach_mutually_recursive, rewrite_mutually_recursive
 from sql.translate import translate_query
 from sql.types import TEXT, SqlType, column_from_values, from_sqlglot, to_engine_value, to_python
@@ -623,12 +623,15 @@ class Connection:
 
     def _evaluate(self, plan) -> tuple[list, list, np.ndarray]:
         """The current rows of a plan: read straight from a relation's arrangement when the plan is a relation,
-        else from a dataflow built for the query and dropped after."""
+        else from a dataflow built for the query and dropped after. Tables read with this transaction's
+        changes; views as of the last commit, as they are maintained then."""
         if isinstance(plan, Scan):
             if plan.table in self.views:
                 return _contents(self.views[plan.table].arranged)
             st = self.tables[plan.table]
-            return _contents(st.arranged, (), st.table)
+            return _contents(st.arranged, self.pending.get(plan.table, ()), st.table)
+        if any(self.pending.values()):
+            plan = substitute(plan, self._with_pending)
         name = f"__query{self.time}_{id(plan)}"
         df, arranged, _ = compile_view(self.engine, self.registry, name, plan)
         try:
@@ -639,6 +642,28 @@ class Connection:
         finally:
             df.drop()
             self.registry.forget(name)
+
+    def _with_pending(self, plan) -> Plan | None:
+        """A scan of a table changed in this transaction as its committed rows plus the changes (the rows
+        inserted, less the rows deleted); None for any other plan."""
+        if not (isinstance(plan, Scan) and self.pending.get(plan.table)):
+            return None
+        changes = Batch.concat(self.pending[plan.table])
+        parts = [plan]
+        for sign in (1, -1):
+            mine = changes.take(np.flatnonzero(changes.diffs * sign > 0))
+            rep = np.repeat(np.arange(len(mine)), np.abs(mine.diffs))
+            if not len(rep):
+                continue
+            cols = []
+            for c, m in zip(mine.columns, mine.valid, strict=True):
+                vals = c[rep].tolist()
+                if m is not None:
+                    vals = [v if ok else None for v, ok in zip(vals, m[rep].tolist(), strict=True)]
+                cols.append(vals)
+            rows = Values(tuple(zip(*cols, strict=True)), plan.columns)
+            parts.append(rows if sign > 0 else Negate(rows))
+        return UnionAll(tuple(parts), plan.columns)
 
     def _drop(self, stmt: exp.Drop) -> None:
         kind = (stmt.args.get("kind") or "").upper()

@@ -220,7 +220,10 @@ class _Compiler:
             return self.collection(plan.input).threshold(_positive)
         if isinstance(plan, TopK):
             types = [c.type.kind for c in plan.input.columns]
-            order = tuple((p, desc, "text") if types[p] == "text" else (p, desc) for p, desc in plan.order)
+            order = tuple(
+                (p, desc, "nulls_first" if first else "nulls_last", *(("text",) if types[p] == "text" else ()))
+                for p, desc, first in plan.order
+            )
             ranked = self.arranged(one_group(plan.input), (0,)).reduce(ivm.TopK(order, plan.limit, plan.offset))
             return ranked.as_collection().project(range(1, len(plan.columns) + 1))
         raise NotImplementedError(type(plan).__name__)

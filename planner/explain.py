@@ -136,7 +136,10 @@ def _node(plan: Plan, depth: int, how: dict, out: list[str]) -> None:
         _node(plan.input, depth + 1, how, out)
         return
     if isinstance(plan, TopK):
-        order = ", ".join(f"{plan.columns[i].name}{' DESC' if d else ''}" for i, d in plan.order)
+        nulls = {(False, True): " NULLS FIRST", (True, False): " NULLS LAST"}
+        order = ", ".join(
+            plan.columns[i].name + (" DESC" if d else "") + nulls.get((d, f), "") for i, d, f in plan.order
+        )
         out.append(f"{pad}TopK order=[{order}] limit={plan.limit} offset={plan.offset}")
         _node(plan.input, depth + 1, how, out)
         return

@@ -7,6 +7,7 @@ which is how the planner finds sub-plans that different views can share.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 
@@ -39,6 +40,7 @@ __all__ = [
     "children",
     "is_recursive",
     "unnamed",
+    "substitute",
 ]
 
 
@@ -199,10 +201,10 @@ class Positive:
 
 @dataclass(frozen=True)
 class TopK:
-    """The rows ranked ``[offset, offset + limit)`` by ``order`` (position, descending) pairs."""
+    """The rows ranked ``[offset, offset + limit)`` by ``order``: (position, descending, NULLs first)."""
 
     input: Plan
-    order: tuple[tuple[int, bool], ...]
+    order: tuple[tuple[int, bool, bool], ...]
     limit: int | None
     offset: int
     columns: tuple[Column, ...] = field(init=False, compare=False)
@@ -309,6 +311,29 @@ def _free(plan: Plan) -> frozenset[str]:
     if isinstance(plan, FixpointResult):
         return frozenset().union(*map(_free, plan.fixpoint.bodies)) - set(plan.fixpoint.names)
     return frozenset().union(*map(_free, children(plan)))
+
+
+def substitute(plan: Plan, replace: Callable[[Plan], Plan | None]) -> Plan:
+    """``plan`` with every sub-plan for which ``replace`` gives a plan (of the same columns) replaced by it."""
+    new = replace(plan)
+    if new is not None:
+        return new
+    changed = {}
+    for f in fields(plan):
+        if not f.init:
+            continue
+        value = getattr(plan, f.name)
+        if isinstance(value, _PLANS):
+            out = substitute(value, replace)
+        elif isinstance(value, tuple) and value and isinstance(value[0], _PLANS):
+            out = tuple(substitute(v, replace) for v in value)
+        else:
+            continue
+        if out != value:
+            changed[f.name] = out
+    if not changed:
+        return plan
+    return type(plan)(**{f.name: changed.get(f.name, getattr(plan, f.name)) for f in fields(plan) if f.init})
 
 
 def unnamed(plan: Plan) -> Plan:

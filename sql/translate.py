@@ -71,6 +71,7 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     with_ = tree.args.get("with_") or tree.args.get("with")
     if with_ is not None and with_.args.get("recursive"):
         return translate_recursive(tree, catalog, translate_query)
+    _check_in_subqueries(tree)
     tree = _not_in_subqueries(tree)
     _check_merged_columns(tree)
     _check_using_star(tree, catalog.sqlglot_schema())
@@ -315,6 +316,23 @@ def _uncorrelated_exists(scope: Scope, conds: list[exp.Expression], catalog: Cat
     return scope
 
 
+def _check_in_subqueries(tree: exp.Expression) -> None:
+    """Reject ``IN (subquery)`` and ``NOT IN (subquery)`` where their NULL result matters: they become joins
+    and EXISTS conditions that answer FALSE where SQL answers NULL, which is the same only for a condition of
+    WHERE or HAVING (through AND and OR), where NULL and FALSE both drop the row."""
+    for node in tree.find_all(exp.In):
+        if node.args.get("query") is None:
+            continue
+        at = node.parent if isinstance(node.parent, exp.Not) else node
+        up = at.parent
+        while isinstance(up, (exp.And, exp.Or, exp.Paren)):
+            up = up.parent
+        if not isinstance(up, (exp.Where, exp.Having)):
+            raise error_at(
+                node, "IN (subquery) is supported as a condition of WHERE or HAVING only, not as a value", True
+            )
+
+
 def _not_in_subqueries(tree: exp.Expression) -> exp.Expression:
     """``x NOT IN (SELECT y ...)`` as the EXISTS conditions that give SQL's answer with NULLs: no y equals x,
     and x is not NULL unless the subquery is empty, and no y is NULL."""
@@ -331,13 +349,11 @@ def _not_in_subqueries(tree: exp.Expression) -> exp.Expression:
         query = query.this if isinstance(query, exp.Subquery) else query
         if not isinstance(query, exp.Select) or len(query.selects) != 1:
             raise error_at(node, "NOT IN needs a subquery of one column", unsupported=True)
-        col = query.selects[0].alias_or_name
-        alias = "_not_in"
+        alias, col = "_not_in", "_not_in_value"  # a column name no outer column can be taken for
 
         def inner(where: str | None) -> exp.Expression:
-            sub = exp.select("*").from_(
-                exp.Subquery(this=query.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias)))
-            )
+            named = exp.TableAlias(this=exp.to_identifier(alias), columns=[exp.to_identifier(col)])
+            sub = exp.select("*").from_(exp.Subquery(this=query.copy(), alias=named))
             return exp.Exists(this=sub.where(where) if where else sub)
 
         ref = exp.column(col, table=alias)
@@ -587,6 +603,8 @@ def _select(select: exp.Select, catalog: Catalog) -> Plan:
     aggs = [a for s in select.selects for a in s.find_all(*_AGGS)]
     if having is not None:
         aggs += list(having.find_all(*_AGGS))
+    hidden = _hidden_order(select)
+    aggs += [a for _, o in hidden for a in o.find_all(*_AGGS)]
     if group is not None or aggs:
         plan, resolve = _aggregate(select, scope, group, aggs)
     else:
@@ -600,10 +618,58 @@ def _select(select: exp.Select, catalog: Catalog) -> Plan:
         e = translate_scalar(node, resolve)
         exprs.append(e)
         cols.append(Column(s.alias_or_name, e.type))
+    shown = len(cols)
+    for i, (_, o) in enumerate(hidden):  # ORDER BY ... LIMIT on what is not selected: ranked, then dropped
+        e = translate_scalar(o, resolve)
+        exprs.append(e)
+        cols.append(Column(f"_order{i}", e.type))
     plan = Project(plan, tuple(exprs), tuple(cols))
     if select.args.get("distinct"):
         plan = Distinct(plan)
-    return _order_limit(select, plan, select.selects)
+    plan = _order_limit(select, plan, [s.unalias().sql() for s in select.selects] + [t for t, _ in hidden])
+    if hidden:
+        plan = Project(plan, tuple(ColRef(i, c.type) for i, c in enumerate(cols[:shown])), tuple(cols[:shown]))
+    return plan
+
+
+def _hidden_order(select: exp.Select) -> list[tuple[str, exp.Expression]]:
+    """The ORDER BY items of a SELECT with LIMIT or OFFSET that are not among its output columns (a SELECT
+    DISTINCT must select them, as in SQL): each as written, and as computed from the FROM clause."""
+    order = select.args.get("order")
+    if order is None or (select.args.get("limit") is None and select.args.get("offset") is None):
+        return []
+    if select.args.get("distinct"):
+        return []
+    names = [s.alias_or_name for s in select.selects]
+    computes = [s.unalias().sql() for s in select.selects]
+    out: list[tuple[str, exp.Expression]] = []
+    for o in order.expressions:
+        t = o.this
+        if isinstance(t, exp.Literal) and not t.is_string and not 1 <= int(t.this) <= len(names):
+            raise error_at(t, f"ORDER BY position {t.this} is not in the select list")
+        if _output_position(t, names, computes) is None and t.sql() not in [w for w, _ in out]:
+            out.append((t.sql(), t.transform(lambda n: _output_expression(n, select))))
+    return out
+
+
+def _output_expression(node: exp.Expression, select: exp.Select) -> exp.Expression:
+    """An unqualified column naming an output column of ``select`` (in ORDER BY) as what it computes."""
+    if isinstance(node, exp.Column) and not node.table:
+        for s in select.selects:
+            if s.alias_or_name == node.name:
+                return s.unalias().copy()
+    return node
+
+
+def _output_position(target: exp.Expression, names: list[str], computes: list[str]) -> int | None:
+    """Which output column an ORDER BY item names: by position, by output name, or by what it computes."""
+    if isinstance(target, exp.Literal) and not target.is_string:
+        return int(target.this) - 1
+    if isinstance(target, exp.Column) and not target.table and target.name in names:
+        return names.index(target.name)
+    if target.sql() in computes:
+        return computes.index(target.sql())
+    return None
 
 
 def _aggregate(select: exp.Select, scope: Scope, group: exp.Group | None, aggs: list[exp.Expression]):
@@ -674,28 +740,24 @@ def _agg_type(node: exp.Expression, func: str, e: Expr):
     return t
 
 
-def _order_limit(node: exp.Expression, plan: Plan, selects) -> Plan:
+def _order_limit(node: exp.Expression, plan: Plan, computes: list[str] | None) -> Plan:
+    """``plan`` ranked by the ORDER BY of ``node`` when it has LIMIT or OFFSET (``computes``: the SQL each
+    output column computes, for ORDER BY items that repeat it)."""
     order = node.args.get("order")
     limit = node.args.get("limit")
     offset = node.args.get("offset")
     if limit is None and offset is None:
         return plan  # ORDER BY alone does not change a view's contents
-    keys: list[tuple[int, bool]] = []
+    keys: list[tuple[int, bool, bool]] = []
     if order is not None:
         names = [c.name for c in plan.columns]
-        sqls = [s.sql() for s in selects] if selects else []
         for o in order.expressions:
-            target = o.this
-            idx = None
-            if isinstance(target, exp.Literal) and not target.is_string:
-                idx = int(target.this) - 1
-            elif isinstance(target, exp.Column) and target.name in names:
-                idx = names.index(target.name)
-            elif target.sql() in sqls:
-                idx = sqls.index(target.sql())
+            idx = _output_position(o.this, names, computes or [])
             if idx is None or not 0 <= idx < len(names):
                 raise error_at(o, "ORDER BY with LIMIT must name output columns", unsupported=True)
-            keys.append((idx, bool(o.args.get("desc"))))
+            desc = bool(o.args.get("desc"))
+            first = o.args.get("nulls_first")
+            keys.append((idx, desc, desc if first is None else bool(first)))
     n = _count(limit.expression if limit is not None else None)
     off = _count(offset.expression if offset is not None else None) or 0
     return TopK(plan, tuple(keys), n, off)

@@ -206,8 +206,10 @@ class Aggregate:
                 masks.append(nvalid > 0)
             elif kind in ("min", "max"):
                 use = (w > 0) if m is None else (w > 0) & m
-                cols.append(_extreme(x, use, g.starts, kind))
-                masks.append(g.segment_sum(use.astype(np.int64)) > 0)
+                found = g.segment_sum(use.astype(np.int64)) > 0
+                # a group without values holds 0, not the fill, which a date could not even be read as
+                cols.append(np.where(found, _extreme(x, use, g.starts, kind), np.zeros(1, dtype=x.dtype)))
+                masks.append(found)
             elif kind in ("min_text", "max_text"):
                 # string-pool codes: compare by string, through ranks among the codes present
                 use = (w > 0) if m is None else (w > 0) & m
@@ -259,9 +261,10 @@ def _count_distinct(group: np.ndarray, x: np.ndarray, use: np.ndarray, starts: n
 
 
 class TopK:
-    """Per group, the rows ranked ``[offset, offset + limit)`` by ``order`` (``(position, descending)``
-    pairs, or ``(position, descending, "text")`` for string-pool codes ordered as strings; NULLs sort last
-    ascending and first descending, as in PostgreSQL), counting multiplicities."""
+    """Per group, the rows ranked ``[offset, offset + limit)`` by ``order``, counting multiplicities. Each
+    entry is ``(position, descending, *flags)``: ``"text"`` for string-pool codes ordered as strings,
+    ``"nulls_first"`` or ``"nulls_last"``; without either, NULLs sort last ascending and first descending, as
+    in PostgreSQL."""
 
     def __init__(self, order: Sequence[tuple[int, bool]], limit: int | None, offset: int = 0) -> None:
         self.order = tuple(order)
@@ -275,12 +278,13 @@ class TopK:
         if len(g.group) == 0:
             return g.group, g.columns, g.valid, g.weights
         keys: list[np.ndarray] = [g.group]
-        for pos, desc, *kind in self.order:
+        for pos, desc, *flags in self.order:
             x, m = g.columns[pos], g.valid[pos]
-            if kind == ["text"]:
+            if "text" in flags:
                 x = POOL.ranks(x)[0]
+            first = "nulls_first" in flags if {"nulls_first", "nulls_last"} & set(flags) else desc
             if m is not None:
-                keys.append(m if desc else ~m)  # NULLS LAST asc / FIRST desc
+                keys.append(m if first else ~m)  # a NULL's False sorts before every value's True
             xk = (-x.astype(np.float64) if x.dtype.kind == "f" else -x.astype(np.int64)) if desc else x
             keys.append(xk)
         keys += sort_keys(g.columns, g.valid, None)
