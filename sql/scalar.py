@@ -170,6 +170,13 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
     out = translate_function(node, lambda a: translate_scalar(a, resolve))
     if out is not None:
         return out
+    if isinstance(node, (exp.ArrayAgg, exp.ArrayAny, exp.Any)):  # how a correlated IN was decorrelated
+        what = "a correlated IN subquery, or a correlated scalar subquery that is not an aggregate,"
+        raise error_at(node, f"{what} is not supported", unsupported=True)
+    if isinstance(node, exp.Subquery):
+        raise error_at(node, "a subquery here (in the SELECT list, or in a function) is not supported", True)
+    if isinstance(node, exp.Exists):
+        raise error_at(node, "EXISTS here (a value, in HAVING, or in another subquery) is not supported", True)
     raise error_at(node, f"{node.key.upper()} is not supported", unsupported=True)
 
 

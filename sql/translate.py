@@ -38,7 +38,7 @@ from sql.logical import (
     Values,
 )
 from sql.recursive import translate_recursive
-from sql.scalar import boolean, translate_scalar
+from sql.scalar import NULL_TYPE, boolean, coerce, common_type, translate_scalar
 from sql.types import BOOL, FLOAT, INT, decimal_type
 
 __all__ = ["translate_query"]
@@ -62,8 +62,21 @@ class Scope:
             if key in self.names:
                 i = self.names[key]
                 return ColRef(i, self.plan.columns[i].type)
+            if node.table and all(t != node.table for t, _ in self.names):
+                raise _correlated(node)
             raise error_at(node, f"column {node.sql()!r} does not exist")
         return None
+
+
+def _correlated(node: exp.Column) -> SqlError:
+    """The error for a column of an enclosing query met where it cannot be read: qualify has checked every
+    column, so this is a correlated subquery of a shape that was not decorrelated into a join."""
+    return error_at(
+        node,
+        f"this correlated subquery is not supported (it reads {node.sql()!r} of an enclosing query other than "
+        "in equalities of its WHERE, or is not in WHERE or HAVING)",
+        True,
+    )
 
 
 def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
@@ -193,15 +206,13 @@ def _query(node: exp.Expression, catalog: Catalog) -> Plan:
     if isinstance(node, exp.Subquery):
         return _query(node.this, catalog)
     if isinstance(node, exp.Union):
-        left, right = _query(node.left, catalog), _query(node.right, catalog)
-        _check_union(node, left, right)
+        left, right = _unify(node, _query(node.left, catalog), _query(node.right, catalog))
         plan: Plan = UnionAll((left, right), left.columns)
         if node.args.get("distinct"):
             plan = Distinct(plan)
         return _order_limit(node, plan, None)
     if isinstance(node, (exp.Except, exp.Intersect)):
-        left, right = _query(node.left, catalog), _query(node.right, catalog)
-        _check_union(node, left, right)
+        left, right = _unify(node, _query(node.left, catalog), _query(node.right, catalog))
         if node.args.get("distinct", True):
             left, right = Distinct(left), Distinct(right)
         # EXCEPT ALL keeps max(m_left - m_right, 0) copies; INTERSECT ALL min(m_left, m_right) = m_left - that
@@ -213,14 +224,30 @@ def _query(node: exp.Expression, catalog: Catalog) -> Plan:
     raise error_at(node, f"{node.key.upper()} is not a query", unsupported=True)
 
 
-def _check_union(node: exp.Expression, left: Plan, right: Plan) -> None:
+def _unify(node: exp.Expression, left: Plan, right: Plan) -> tuple[Plan, Plan]:
+    """Both sides of a set operation with the same column types: each column in the common type of its two
+    sides (integers and decimals widen, a NULL takes the other side's type), named as on the left."""
+    what = node.key.upper()
     if len(left.columns) != len(right.columns):
-        raise error_at(node, "each side of UNION must have the same number of columns")
+        raise error_at(node, f"each side of {what} must have the same number of columns")
+    types = []
     for a, b in zip(left.columns, right.columns, strict=True):
-        if a.type != b.type:
-            raise error_at(
-                node, f"{node.key.upper()} of {a.type} and {b.type} is not supported yet", unsupported=True
-            )
+        try:
+            types.append(common_type(node, [a.type, b.type]))
+        except SqlError as err:
+            raise error_at(node, f"{what} of {a.type} and {b.type} is not possible") from err
+    columns = tuple(Column(a.name, t) for a, t in zip(left.columns, types, strict=True))
+
+    def typed(side: Plan) -> Plan:
+        if all(c.type == t for c, t in zip(side.columns, types, strict=True)):
+            return side
+        exprs = tuple(
+            Const(None, t) if c.type == NULL_TYPE else coerce(node, ColRef(i, c.type), t)
+            for i, (c, t) in enumerate(zip(side.columns, types, strict=True))
+        )
+        return Project(side, exprs, columns)
+
+    return typed(left), typed(right)
 
 
 def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Expression]]:
@@ -323,7 +350,11 @@ def _check_in_subqueries(tree: exp.Expression) -> None:
     for node in tree.find_all(exp.In):
         if node.args.get("query") is None:
             continue
-        at = node.parent if isinstance(node.parent, exp.Not) else node
+        at = node
+        while isinstance(at.parent, exp.Paren):
+            at = at.parent
+        if isinstance(at.parent, exp.Not):
+            at = at.parent
         up = at.parent
         while isinstance(up, (exp.And, exp.Or, exp.Paren)):
             up = up.parent
@@ -338,10 +369,13 @@ def _not_in_subqueries(tree: exp.Expression) -> exp.Expression:
     and x is not NULL unless the subquery is empty, and no y is NULL."""
 
     def rewrite(node: exp.Expression) -> exp.Expression:
+        inside = node.this if isinstance(node, exp.Not) else None
+        while isinstance(inside, exp.Paren):
+            inside = inside.this
         if isinstance(node, exp.In) and node.args.get("negate") and node.args.get("query"):
             target = node
-        elif isinstance(node, exp.Not) and isinstance(node.this, exp.In) and node.this.args.get("query"):
-            target = node.this
+        elif isinstance(inside, exp.In) and not inside.args.get("negate") and inside.args.get("query"):
+            target = inside
         else:
             return node
         x = target.this
@@ -600,11 +634,11 @@ def _select(select: exp.Select, catalog: Catalog) -> Plan:
     plan = scope.plan
     group = select.args.get("group")
     having = select.args.get("having")
-    aggs = [a for s in select.selects for a in s.find_all(*_AGGS)]
+    aggs = [a for s in select.selects for a in _own_aggregates(s, select)]
     if having is not None:
-        aggs += list(having.find_all(*_AGGS))
+        aggs += _own_aggregates(having, select)
     hidden = _hidden_order(select)
-    aggs += [a for _, o in hidden for a in o.find_all(*_AGGS)]
+    aggs += [a for _, o in hidden for a in _own_aggregates(o, select)]
     if group is not None or aggs:
         plan, resolve = _aggregate(select, scope, group, aggs)
     else:
@@ -630,6 +664,11 @@ def _select(select: exp.Select, catalog: Catalog) -> Plan:
     if hidden:
         plan = Project(plan, tuple(ColRef(i, c.type) for i, c in enumerate(cols[:shown])), tuple(cols[:shown]))
     return plan
+
+
+def _own_aggregates(node: exp.Expression, select: exp.Select) -> list[exp.Expression]:
+    """The aggregate calls in ``node`` that belong to ``select`` (not to a subquery inside it)."""
+    return [a for a in node.find_all(*_AGGS) if a.parent_select is select or a.parent_select is None]
 
 
 def _hidden_order(select: exp.Select) -> list[tuple[str, exp.Expression]]:
@@ -712,6 +751,7 @@ def _aggregate(select: exp.Select, scope: Scope, group: exp.Group | None, aggs: 
     )
     plan = Aggregate(pre, tuple(range(len(key_exprs))), tuple(calls), out_cols)
     key_sql = {k.sql(): i for i, k in enumerate(keys)}
+    scope_tables = {t for t, _ in scope.names}
 
     def resolve(node: exp.Expression) -> Expr | None:
         if isinstance(node, _AGGS):
@@ -721,6 +761,11 @@ def _aggregate(select: exp.Select, scope: Scope, group: exp.Group | None, aggs: 
         if i is not None:
             return ColRef(i, key_exprs[i].type)
         if isinstance(node, exp.Column):
+            if node.table.startswith("_u_"):  # a subquery decorrelated into a join, read after grouping
+                # the column was made by the decorrelation, without a position: the SELECT's is given
+                raise error_at(select, "a subquery in HAVING that is not an aggregate is not supported", True)
+            if node.table and node.table not in scope_tables:
+                raise _correlated(node)
             raise error_at(node, f"column {node.sql()!r} must appear in GROUP BY or be used in an aggregate")
         return None
 

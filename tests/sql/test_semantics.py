@@ -7,7 +7,7 @@ import duckdb
 import pytest
 
 import ivm
-from sql.errors import UnsupportedError
+from sql.errors import SqlError, UnsupportedError
 from tests.oracle import same_rows, with_views
 
 DDL = [
@@ -29,6 +29,13 @@ QUERIES = [
     "SELECT a FROM t ORDER BY s DESC NULLS LAST, a LIMIT 4",
     # groups whose values are all NULL
     "SELECT b, min(dt) AS lo, max(ts) AS hi, max(s) AS ms FROM t GROUP BY b",
+    # NOT around a parenthesized IN is NOT IN
+    "SELECT a FROM t WHERE NOT (c IN (SELECT c FROM u WHERE c IS NOT NULL))",
+    # set operations over columns of different numeric types, and NULL columns
+    "SELECT c FROM t UNION SELECT x FROM u",
+    "SELECT b, NULL AS n FROM t UNION ALL SELECT sum(x), c FROM u GROUP BY c",
+    "SELECT CAST(c AS DECIMAL(6,2)) AS v FROM t EXCEPT SELECT x FROM u",
+    "SELECT a, NULL AS s FROM t INTERSECT ALL SELECT c, s FROM t",
 ]
 
 STEPS = [
@@ -66,6 +73,32 @@ def test_in_subquery_where_its_null_matters_is_refused(sql):
     db, _ = with_views(DDL, [])
     with pytest.raises(UnsupportedError, match="IN \\(subquery\\) is supported as a condition"):
         db.execute(sql)
+
+
+@pytest.mark.parametrize(
+    "sql, words",
+    [
+        ("SELECT a, (SELECT max(x) FROM u) AS m FROM t", "a subquery here (in the SELECT list"),
+        ("SELECT a, coalesce((SELECT sum(x) FROM u WHERE u.c = t.c), 0) AS m FROM t", "a subquery here"),
+        ("SELECT a FROM t WHERE b > (SELECT x FROM u WHERE u.c = t.a AND u.x = 1)", "not an aggregate"),
+        ("SELECT a FROM t WHERE c IN (SELECT x FROM u WHERE u.c = t.a)", "a correlated IN subquery"),
+        (
+            "SELECT a FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.c = t.a AND (u.x = 3 OR u.x IS NULL))",
+            "this correlated subquery is not supported (it reads 't.a'",
+        ),
+        (
+            "SELECT c, count(*) AS n FROM t GROUP BY c HAVING EXISTS (SELECT 1 FROM u WHERE u.c = t.c)",
+            "EXISTS here",
+        ),
+        ("SELECT c, count(*) AS n FROM t GROUP BY c HAVING c IN (SELECT x FROM u)", "a subquery in HAVING"),
+        ("SELECT a FROM t UNION SELECT s FROM t", "UNION of BIGINT and TEXT is not possible"),
+    ],
+)
+def test_unsupported_subqueries_say_so(sql, words):
+    db, _ = with_views(DDL, [])
+    with pytest.raises(UnsupportedError if "possible" not in words else SqlError) as info:
+        db.execute(sql)
+    assert words in str(info.value) and info.value.line == 1 and info.value.col is not None
 
 
 def test_reads_inside_a_transaction_see_its_changes():
