@@ -232,9 +232,12 @@ def rows_equal(
     a_valid: Sequence[Mask],
     b_cols: Sequence[np.ndarray],
     b_valid: Sequence[Mask],
+    n: int | None = None,
 ) -> np.ndarray:
-    """Element-wise exact equality of two equally long row sets; NULL equals NULL here."""
-    n = len(a_cols[0]) if a_cols else 0
+    """Element-wise exact equality of two row sets of ``n`` rows each; NULL equals NULL here. Rows without
+    columns (``n`` must then be given) are all equal."""
+    if n is None:
+        n = len(a_cols[0])
     eq = np.ones(n, dtype=bool)
     for ca, ma, cb, mb in zip(a_cols, a_valid, b_cols, b_valid, strict=True):
         if ca.dtype.kind == "f" or cb.dtype.kind == "f":

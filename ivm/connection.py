@@ -983,6 +983,7 @@ class Connection:
             [None if batch.valid[p] is None else batch.valid[p][at] for p in others],
             [live.columns[layout.index(p)][src] for p in others],
             [None if live.valid[layout.index(p)] is None else live.valid[layout.index(p)][src] for p in others],
+            n=len(at),
         )
         for p in loose:
             k = layout.index(p)

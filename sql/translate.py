@@ -39,7 +39,7 @@ from sql.logical import (
 )
 from sql.recursive import translate_recursive
 from sql.scalar import NULL_TYPE, boolean, coerce, common_type, translate_scalar
-from sql.types import BOOL, FLOAT, INT, decimal_type
+from sql.types import BOOL, FLOAT, INT, SqlType, decimal_type
 
 __all__ = ["translate_query"]
 
@@ -287,41 +287,94 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
         if kind == "inner":
             conds += pending
             pending = []
-        lk, rk, rest = [], [], []
-        for c in conds:
-            pair = _equi(c, scope, right)
-            if pair is None:
-                rest.append(c)
-            else:
-                lk.append(pair[0])
-                rk.append(pair[1])
-        if kind in ("left", "right") and rest:
-            # conditions on the side that is not preserved only restrict which of its rows can match
-            inner_side = right if kind == "left" else scope
-            preds = []
-            for c in rest:
-                if not all((col.table, col.name) in inner_side.names for col in c.find_all(exp.Column)) or list(
-                    c.find_all(exp.Exists, exp.Subquery)
-                ):
-                    raise error_at(c, f"this {kind.upper()} JOIN condition is not supported yet", True)
-                preds.append(boolean(c, translate_scalar(c, inner_side.resolve)))
-            pred = preds[0]
-            for p2 in preds[1:]:
-                pred = Call("and", (pred, p2), BOOL)
-            if kind == "left":
-                plan = Filter(plan, pred)
-            else:
-                scope = Scope(scope.names, Filter(scope.plan, pred), scope.extra)
-            rest = []
-        if kind != "inner" and rest:
-            raise error_at(
-                rest[0], "FULL JOIN conditions other than column equalities are not supported yet", True
-            )
-        joined = Join(kind, scope.plan, plan, tuple(lk), tuple(rk))
+            lk, rk, rest = [], [], []
+            for c in conds:
+                pair = _equi(c, scope, right)
+                if pair is None:
+                    rest.append(c)
+                else:
+                    lk.append(pair[0])
+                    rk.append(pair[1])
+            joined = Join(kind, scope.plan, plan, tuple(lk), tuple(rk))
+        else:
+            joined, rest = _outer_join(kind, scope, right, conds), []
         both.plan = joined
         scope = both
         pending = rest if kind == "inner" else pending
     return scope, pending
+
+
+def _outer_join(kind: str, left: Scope, right: Scope, conds: list[exp.Expression]) -> Plan:
+    """A LEFT, RIGHT or FULL join on ``conds``. Equalities of a column of each side are its keys (numbers of
+    different types compared in their common type). A condition on one side alone filters that side when the
+    other side is the one kept whole; on a side kept whole, it makes the side's keys NULL where it does not
+    hold, so that the row is kept unmatched."""
+    lk: list[int] = []
+    rk: list[int] = []
+    types: list[SqlType] = []
+    only: dict[str, list[Expr]] = {"left": [], "right": []}
+    for c in conds:
+        pair = _equi(c, left, right, widen=True)
+        if pair is not None:
+            lk.append(pair[0])
+            rk.append(pair[1])
+            types.append(pair[2])
+            continue
+        cols = list(c.find_all(exp.Column))
+        side = None
+        if not list(c.find_all(exp.Exists, exp.Subquery)):
+            if all((col.table, col.name) in right.names for col in cols):
+                side = "right"
+            elif all((col.table, col.name) in left.names for col in cols):
+                side = "left"
+        if side is None:
+            what = f"this {kind.upper()} JOIN condition, comparing both sides other than by =,"
+            raise error_at(c, f"{what} is not supported", True)
+        only[side].append(boolean(c, translate_scalar(c, (right if side == "right" else left).resolve)))
+    lplan, rplan = left.plan, right.plan
+    kept = {"left": kind in ("left", "full"), "right": kind in ("right", "full")}
+    if only["right"] and not kept["right"]:
+        rplan, only["right"] = Filter(rplan, _all(only["right"])), []
+    if only["left"] and not kept["left"]:
+        lplan, only["left"] = Filter(lplan, _all(only["left"])), []
+    if not lk and (only["left"] or only["right"]):  # one constant key, so that a gate has a key to make NULL
+        lk, rk, types = [-1], [-1], [INT]
+    lplan, lkeys = _join_keys(lplan, lk, types, only["left"])
+    rplan, rkeys = _join_keys(rplan, rk, types, only["right"])
+    joined = Join(kind, lplan, rplan, lkeys, rkeys)
+    nl, nr = len(left.plan.columns), len(right.plan.columns)
+    if (len(lplan.columns), len(rplan.columns)) == (nl, nr):
+        return joined
+    wl = len(lplan.columns)
+    keep = [*range(nl), *range(wl, wl + nr)]  # the added key columns go again
+    cols = tuple(joined.columns[i] for i in keep)
+    return Project(joined, tuple(ColRef(i, joined.columns[i].type) for i in keep), cols)
+
+
+def _all(preds: list[Expr]) -> Expr:
+    out = preds[0]
+    for p in preds[1:]:
+        out = Call("and", (out, p), BOOL)
+    return out
+
+
+def _join_keys(plan: Plan, keys: list[int], types: list[SqlType], gates: list[Expr]) -> tuple[Plan, tuple]:
+    """``plan`` with its join keys as columns of the keys' types, NULL where ``gates`` do not all hold (key
+    -1: the constant 1); unchanged when the keys are its own columns as they are."""
+    cols = plan.columns
+    if not gates and all(k >= 0 and cols[k].type == t for k, t in zip(keys, types, strict=True)):
+        return plan, tuple(keys)
+    gate = _all(gates) if gates else None
+    exprs: list[Expr] = [ColRef(i, c.type) for i, c in enumerate(cols)]
+    added = []
+    for j, (k, t) in enumerate(zip(keys, types, strict=True)):
+        e: Expr = Const(1, INT) if k < 0 else coerce(None, ColRef(k, cols[k].type), t)
+        if gate is not None:
+            e = Call("case", (gate, e, Const(None, t)), t)
+        exprs.append(e)
+        added.append(Column(f"_key{j}", t))
+    width = len(cols)
+    return Project(plan, tuple(exprs), (*cols, *added)), tuple(range(width, width + len(keys)))
 
 
 def _uncorrelated_exists(scope: Scope, conds: list[exp.Expression], catalog: Catalog) -> Scope:
@@ -555,7 +608,9 @@ def _exists_by_join(scope: Scope, node: exp.Exists, negated: bool, catalog: Cata
     return Scope(scope.names, plan, scope.extra)
 
 
-def _equi(cond: exp.Expression, left: Scope, right: Scope) -> tuple[int, int] | None:
+def _equi(cond: exp.Expression, left: Scope, right: Scope, widen: bool = False):
+    """The columns ``(left, right)`` an equality compares, one of each side, when they have the same type;
+    with ``widen``, also numbers of different types, given with their common type as ``(left, right, type)``."""
     if not isinstance(cond, exp.EQ):
         return None
     a, b = cond.this, cond.expression
@@ -569,7 +624,13 @@ def _equi(cond: exp.Expression, left: Scope, right: Scope) -> tuple[int, int] | 
     else:
         return None
     ti, tj = left.plan.columns[i].type, right.plan.columns[j].type
-    return (i, j) if ti == tj else None
+    if not widen:
+        return (i, j) if ti == tj else None
+    if ti == tj:
+        return i, j, ti
+    if ti.numeric and tj.numeric:
+        return i, j, common_type(cond, [ti, tj])
+    return None
 
 
 def _source(src: exp.Expression, catalog: Catalog) -> tuple[Plan, str]:

@@ -50,7 +50,7 @@ def match_batches(a: TraceBatch, b: TraceBatch, nulls_match: bool) -> tuple[np.n
         exact = exact and bvalid[0] is None and bcols[0].dtype.kind in "iub"
         keep = None
         if not exact:
-            keep = rows_equal(acols, avalid, bcols, bvalid)
+            keep = rows_equal(acols, avalid, bcols, bvalid, n=len(i))
         if not nulls_match:
             for m in avalid:
                 if m is not None:

@@ -56,6 +56,7 @@ class RunningStates:
                     [None if m is None else m[i] for m in valid],
                     [k[slot] for k in self.keys],
                     [m[slot] for m in self.valid],
+                    n=len(i),
                 )
             out[active[same]] = s[same]
             active = active[taken & ~same]

@@ -132,7 +132,7 @@ class TraceBatch:
         if len(q) and not identity_hash(cols, valid, hashes):
             mine = self.key_columns(r)
             theirs = (tuple(c[q] for c in cols), tuple(None if m is None else m[q] for m in valid))
-            ok = rows_equal(*theirs, *mine)
+            ok = rows_equal(*theirs, *mine, n=len(q))
             if not ok.all():
                 q, r = q[ok], r[ok]
         return q, r

@@ -340,7 +340,7 @@ class Spine:
         if not identity_hash(cols, valid, hashes):
             mine = out.select(range(self.nkey))
             theirs = (tuple(c[q] for c in cols), tuple(None if m is None else m[q] for m in valid))
-            ok = rows_equal(*theirs, *mine)
+            ok = rows_equal(*theirs, *mine, n=len(q))
             if not ok.all():
                 out, q = out.take(ok), q[ok]
         return out, q
@@ -385,6 +385,7 @@ class Spine:
             tuple(None if m is None else m[q] for m in valid),
             tuple(c for c, _ in theirs),
             tuple(m for _, m in theirs),
+            n=len(q),
         )
         diffs = (
             np.concatenate([u.diffs[r] for u, _, r in hits]) if len(hits) > 1 else hits[0][0].diffs[hits[0][2]]

@@ -146,3 +146,65 @@ def test_a_rolled_back_read_leaves_nothing_behind():
     assert sorted(db.execute("SELECT a FROM k WHERE b > 0").fetchall()) == [(1,), (2,)]
     db.execute("ROLLBACK")
     assert db.execute("SELECT a FROM k WHERE b > 0").fetchall() == [(1,)]
+
+
+OUTER = [
+    "SELECT t.a, u.y FROM t LEFT JOIN u ON t.a = u.x AND t.c > 1",  # a condition on the side kept whole
+    "SELECT t.a, u.y FROM t LEFT JOIN u ON t.a = u.z",  # keys of different numeric types
+    "SELECT t.a, u.y FROM t FULL JOIN u ON t.a = u.x AND u.y > 1",
+    "SELECT t.a, u.y FROM t FULL JOIN u ON t.a = u.x AND u.y > 1 AND t.b IS NOT NULL",
+    "SELECT t.a, u.x FROM t RIGHT JOIN u ON t.a = u.x AND t.c > 1 AND u.y < 3",
+    "SELECT t.a, u.y FROM t LEFT JOIN u ON t.c > 1",  # no equality at all
+    "SELECT t.a, u.y FROM t LEFT JOIN u ON u.y > 1",
+    "SELECT t.a, u.y FROM t FULL JOIN u ON t.c > 1 AND u.y = 2",
+    "SELECT t.a, count(u.y) AS n FROM t LEFT JOIN u ON t.a = u.x AND t.b = 1 GROUP BY t.a",
+    "SELECT t.a, u.y, w.a AS wa FROM t LEFT JOIN u ON t.a = u.x AND t.c > 0 "
+    "LEFT JOIN t w ON w.b = u.y AND w.c IS NULL",
+    "SELECT t.a, u.y FROM t FULL JOIN u ON t.b = u.z AND t.a = u.x",
+]
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_outer_joins_with_conditions_on_one_side_equal_duckdb(seed):
+    import random
+
+    rng = random.Random(seed)
+    db, oracle = with_views(
+        [
+            "CREATE TABLE t (a INTEGER, b INTEGER, c INTEGER)",
+            "CREATE TABLE u (x INTEGER, y INTEGER, z DECIMAL(8,2))",
+        ],
+        OUTER,
+    )
+
+    def value() -> str:
+        return rng.choice(["NULL", "0", "1", "2", "3"])
+
+    for step in range(20):
+        stmts = []
+        for _ in range(rng.randint(1, 4)):
+            r = rng.random()
+            if r < 0.4:
+                stmts.append(f"INSERT INTO t VALUES ({value()}, {value()}, {value()})")
+            elif r < 0.8:
+                z = rng.choice(["NULL", "1.00", "2.00", "2.50", "3.00"])
+                stmts.append(f"INSERT INTO u VALUES ({value()}, {value()}, {z})")
+            elif r < 0.9:
+                stmts.append(f"DELETE FROM t WHERE a = {value()}")
+            else:
+                stmts.append(f"DELETE FROM u WHERE y = {value()}")
+        db.execute("BEGIN")
+        for s in stmts:
+            db.execute(s)
+            oracle.execute(s)
+        db.execute("COMMIT")
+        for i, q in enumerate(OUTER):
+            got, expected = db.execute(f"SELECT * FROM v{i}").fetchall(), oracle.execute(q).fetchall()
+            assert same_rows(got, expected), f"{q}\nafter step {step}: got {got}, expected {expected}"
+
+
+def test_outer_join_comparing_both_sides_otherwise_is_refused():
+    db, _ = with_views(DDL, [])
+    with pytest.raises(UnsupportedError, match="comparing both sides other than by =") as info:
+        db.execute("SELECT t.a FROM t LEFT JOIN u ON t.c < u.x")
+    assert (info.value.line, info.value.col) == (1, 34)
