@@ -17,6 +17,7 @@ from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 
 from sql.catalog import Catalog
 from sql.errors import SqlError, error_at
+from sql.hoist import hoist_select_subqueries
 from sql.logical import (
     AggCall,
     Aggregate,
@@ -98,6 +99,7 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
         )
     except OptimizeError as err:
         raise _locate(tree, str(err)) from err
+    tree = hoist_select_subqueries(tree)
     # correlated and uncorrelated EXISTS, IN and scalar subqueries become joins with grouped derived tables
     _stash_inequality_exists(tree)
     tree = unnest_subqueries(tree)

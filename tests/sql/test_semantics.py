@@ -78,8 +78,8 @@ def test_in_subquery_where_its_null_matters_is_refused(sql):
 @pytest.mark.parametrize(
     "sql, words",
     [
-        ("SELECT a, (SELECT max(x) FROM u) AS m FROM t", "a subquery here (in the SELECT list"),
-        ("SELECT a, coalesce((SELECT sum(x) FROM u WHERE u.c = t.c), 0) AS m FROM t", "a subquery here"),
+        ("SELECT a, (SELECT x FROM u LIMIT 1) AS m FROM t", "a subquery here (in the SELECT list"),
+        ("SELECT c, (SELECT max(x) FROM u WHERE u.c = t.c) AS m FROM t GROUP BY c", "a subquery here"),
         ("SELECT a FROM t WHERE b > (SELECT x FROM u WHERE u.c = t.a AND u.x = 1)", "not an aggregate"),
         ("SELECT a FROM t WHERE c IN (SELECT x FROM u WHERE u.c = t.a)", "a correlated IN subquery"),
         (
@@ -208,3 +208,26 @@ def test_outer_join_comparing_both_sides_otherwise_is_refused():
     with pytest.raises(UnsupportedError, match="comparing both sides other than by =") as info:
         db.execute("SELECT t.a FROM t LEFT JOIN u ON t.c < u.x")
     assert (info.value.line, info.value.col) == (1, 34)
+
+
+SCALARS = [
+    "SELECT a, (SELECT max(x) FROM u) AS m FROM t",
+    "SELECT a, (SELECT sum(x) FROM u WHERE u.c = t.a) AS m FROM t",
+    "SELECT a, coalesce((SELECT sum(x) FROM u WHERE u.c = t.a), -1) AS m FROM t",
+    "SELECT a, (SELECT count(*) FROM u WHERE u.c = t.a) + (SELECT count(*) FROM u WHERE u.x = t.a) AS m FROM t",
+    "SELECT a, (SELECT count(x) + 1 FROM u WHERE u.c = t.a AND u.x > 0) AS m FROM t WHERE b IS NOT NULL",
+    "SELECT a, (SELECT avg(x) FROM u WHERE u.c = t.b AND u.x = t.c) AS m FROM t",
+    "SELECT a, (SELECT max(w.c) FROM t w WHERE w.b = t.a) AS m FROM t",
+    "SELECT a, b * (SELECT count(*) FROM u) AS m FROM t ORDER BY a LIMIT 3",
+    "SELECT a, (SELECT min(x) FROM u WHERE u.c + 1 = t.c) AS m FROM t",
+]
+
+
+def test_scalar_subqueries_in_the_select_list_equal_duckdb():
+    db, oracle = with_views(DDL, SCALARS)
+    for step in STEPS:
+        db.execute(step)
+        oracle.execute(step)
+        for i, q in enumerate(SCALARS):
+            got, expected = db.execute(f"SELECT * FROM v{i}").fetchall(), oracle.execute(q).fetchall()
+            assert same_rows(got, expected), f"{q}\nafter {step}: got {got}, expected {expected}"
