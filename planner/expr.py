@@ -252,10 +252,14 @@ def _to_type(e: Call, cols, valid, n):
 
 
 def _to_int(e: Call, cols, valid, n):
+    """A number as an integer, rounded to the nearest: a decimal's halves away from zero, a double's to the
+    even neighbour (as PostgreSQL rounds each)."""
     a, m = evaluate(e.args[0], cols, valid, n)
     src = e.param
-    x = a / 10**src.scale if src.kind == "decimal" else a
-    return (np.sign(x) * np.floor(np.abs(x) + 0.5)).astype(np.int64), m  # half away from zero
+    if src.kind == "decimal":
+        unit = 10**src.scale
+        return (np.sign(a) * ((np.abs(a) + unit // 2) // unit)).astype(np.int64), m
+    return np.rint(a).astype(np.int64), m
 
 
 def _round_decimal(e: Call, cols, valid, n):

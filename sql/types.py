@@ -229,7 +229,8 @@ def format_text(value: object, t: SqlType) -> str:
     if t.kind == "date":
         return (EPOCH + dt.timedelta(days=int(value))).isoformat()
     if t.kind == "timestamp":
-        return (EPOCH_TS + dt.timedelta(microseconds=int(value))).isoformat(sep=" ")
+        text = (EPOCH_TS + dt.timedelta(microseconds=int(value))).isoformat(sep=" ")
+        return text.rstrip("0") if "." in text else text  # fractional seconds without trailing zeros
     if t.kind == "bool":
         return "true" if value else "false"
     if t.kind == "float":

@@ -175,6 +175,15 @@ def test_functions_equal_duckdb(seed):
         ),
         ("SELECT concat(NULL, NULL), concat('a', NULL, 1, 2.50), 'n=' || 3", ("", "a12.50", "n=3")),
         (
+            "SELECT CAST(2.5::DOUBLE AS INTEGER), CAST(-2.5::DOUBLE AS INTEGER), CAST(3.5::DOUBLE AS INTEGER), "
+            "CAST(2.5 AS INTEGER), CAST(-2.5 AS INTEGER)",
+            (2, -2, 4, 3, -3),
+        ),
+        (
+            "SELECT CAST(TIMESTAMP '2024-02-29 13:45:12.5' AS VARCHAR), CAST(TIMESTAMP '2024-01-01' AS TEXT)",
+            ("2024-02-29 13:45:12.5", "2024-01-01 00:00:00"),
+        ),
+        (
             "SELECT NULL IS TRUE, NULL IS NOT FALSE, NULL IS DISTINCT FROM NULL, 1 IS DISTINCT FROM NULL",
             (False, True, False, True),
         ),
