@@ -100,6 +100,7 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     except OptimizeError as err:
         raise _locate(tree, str(err)) from err
     tree = hoist_select_subqueries(tree)
+    _correlated_in_as_exists(tree)
     # correlated and uncorrelated EXISTS, IN and scalar subqueries become joins with grouped derived tables
     _stash_inequality_exists(tree)
     tree = unnest_subqueries(tree)
@@ -417,6 +418,27 @@ def _check_in_subqueries(tree: exp.Expression) -> None:
             raise error_at(
                 node, "IN (subquery) is supported as a condition of WHERE or HAVING only, not as a value", True
             )
+
+
+def _correlated_in_as_exists(tree: exp.Expression) -> None:
+    """``x IN (SELECT y FROM ... WHERE <reads the outer query>)`` (a condition of WHERE or HAVING: see
+    ``_check_in_subqueries``) as ``EXISTS (SELECT ... WHERE ... AND y = x)``, the form decorrelated into a join;
+    the tree is qualified, so a column of a relation the subquery does not name is the outer query's."""
+    for node in list(tree.find_all(exp.In)):
+        query = node.args.get("query")
+        query = query.this if isinstance(query, exp.Subquery) else query
+        if node.args.get("negate") or not isinstance(query, exp.Select) or len(query.selects) != 1:
+            continue
+        from_ = query.args.get("from_") or query.args.get("from")
+        if from_ is None or query.args.get("group") or query.args.get("limit") or query.args.get("distinct"):
+            continue
+        own = {from_.this.alias_or_name, *(j.this.alias_or_name for j in query.args.get("joins") or [])}
+        if all(c.table in own for c in query.find_all(exp.Column)):
+            continue  # uncorrelated: a join with the subquery's distinct values
+        inner = query.copy()
+        match = exp.EQ(this=inner.selects[0].unalias().copy(), expression=node.this.copy())
+        inner.set("expressions", [exp.Literal.number(1)])
+        node.replace(exp.Exists(this=inner.where(match)))
 
 
 def _not_in_subqueries(tree: exp.Expression) -> exp.Expression:

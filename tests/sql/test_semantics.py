@@ -29,6 +29,9 @@ QUERIES = [
     "SELECT a FROM t ORDER BY s DESC NULLS LAST, a LIMIT 4",
     # groups whose values are all NULL
     "SELECT b, min(dt) AS lo, max(ts) AS hi, max(s) AS ms FROM t GROUP BY b",
+    # a correlated IN is an EXISTS with one more equality
+    "SELECT a FROM t WHERE c IN (SELECT x FROM u WHERE u.c = t.a)",
+    "SELECT a FROM t WHERE b IN (SELECT x + 1 FROM u WHERE u.c = t.c AND u.x > 0) OR a = 3",
     # NOT around a parenthesized IN is NOT IN
     "SELECT a FROM t WHERE NOT (c IN (SELECT c FROM u WHERE c IS NOT NULL))",
     # set operations over columns of different numeric types, and NULL columns
@@ -81,7 +84,6 @@ def test_in_subquery_where_its_null_matters_is_refused(sql):
         ("SELECT a, (SELECT x FROM u LIMIT 1) AS m FROM t", "a subquery here (in the SELECT list"),
         ("SELECT c, (SELECT max(x) FROM u WHERE u.c = t.c) AS m FROM t GROUP BY c", "a subquery here"),
         ("SELECT a FROM t WHERE b > (SELECT x FROM u WHERE u.c = t.a AND u.x = 1)", "not an aggregate"),
-        ("SELECT a FROM t WHERE c IN (SELECT x FROM u WHERE u.c = t.a)", "a correlated IN subquery"),
         (
             "SELECT a FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.c = t.a AND (u.x = 3 OR u.x IS NULL))",
             "this correlated subquery is not supported (it reads 't.a'",
