@@ -33,6 +33,7 @@ from sql.catalog import Catalog, Table, View
 from sql.errors import SqlError, UnsupportedError, error_at
 from sql.logical import Canon, Column, Negate, Plan, Scan, UnionAll, Values, substitute
 from sql.recursive import attach_mutually_recursive, rewrite_mutually_recursive
+from sql.scalar import and_parts
 from sql.translate import translate_query
 from sql.types import TEXT, SqlType, column_from_values, from_sqlglot, to_engine_value, to_python
 
@@ -1221,7 +1222,7 @@ def _fixed_keys(table: Table, cond: exp.Expression) -> tuple[np.ndarray, ...] | 
     width = len(table.columns)
     key = list(table.primary_key) or list(range(width))
     allowed: dict[int, list] = {}
-    for c in _and_parts(cond):
+    for c in and_parts(cond):
         if isinstance(c, exp.EQ):
             pairs = [(c.this, [c.expression]), (c.expression, [c.this])]
         elif isinstance(c, exp.In) and c.expressions and not c.args.get("query"):
@@ -1251,14 +1252,6 @@ def _fixed_keys(table: Table, cond: exp.Expression) -> tuple[np.ndarray, ...] | 
         return None
     grids = np.meshgrid(*[np.array(allowed[p], dtype=table.columns[p].type.dtype) for p in key], indexing="ij")
     return tuple(g.ravel() for g in grids)
-
-
-def _and_parts(cond: exp.Expression) -> list[exp.Expression]:
-    if isinstance(cond, exp.Paren):
-        return _and_parts(cond.this)
-    if isinstance(cond, exp.And):
-        return _and_parts(cond.this) + _and_parts(cond.expression)
-    return [cond]
 
 
 def _sorted_by_key(keys: list[np.ndarray], then: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from sql.scalar import and_parts
+
 __all__ = ["hoist_select_subqueries"]
 
 _AGGS = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
@@ -69,7 +71,7 @@ def _as_join(inner: exp.Expression, alias: str) -> tuple[exp.Join, exp.Expressio
     keys: list[tuple[exp.Expression, exp.Expression]] = []
     rest: list[exp.Expression] = []
     where = inner.args.get("where")
-    for cond in _conjuncts(where.this) if where is not None else []:
+    for cond in and_parts(where.this) if where is not None else []:
         if not outer(cond):
             rest.append(cond)
             continue
@@ -113,11 +115,3 @@ def _over_no_rows(node: exp.Expression) -> exp.Expression:
     if isinstance(node, _AGGS):
         return exp.Null()
     return node
-
-
-def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
-    if isinstance(node, exp.Paren):
-        return _conjuncts(node.this)
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]

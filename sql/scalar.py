@@ -33,6 +33,7 @@ from sql.types import (
 )
 
 __all__ = [
+    "and_parts",
     "translate_scalar",
     "Resolver",
     "coerce",
@@ -48,6 +49,15 @@ NULL_TYPE = SqlType("int", 0, -1)  # the type of a bare NULL until context gives
 
 _ARITH = {exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul", exp.Div: "div", exp.Mod: "mod"}
 _CMP = {exp.EQ: "eq", exp.NEQ: "ne", exp.LT: "lt", exp.LTE: "le", exp.GT: "gt", exp.GTE: "ge"}
+
+
+def and_parts(cond: exp.Expression) -> list[exp.Expression]:
+    """The conditions AND-ed together in ``cond`` (through parentheses)."""
+    if isinstance(cond, exp.Paren):
+        return and_parts(cond.this)
+    if isinstance(cond, exp.And):
+        return and_parts(cond.this) + and_parts(cond.expression)
+    return [cond]
 
 
 def is_null_const(e: Expr) -> bool:

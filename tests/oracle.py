@@ -54,3 +54,15 @@ def with_views(ddl: list[str], queries: list[str]):
     for i, q in enumerate(queries):
         db.execute(f"CREATE VIEW v{i} AS {q}")
     return db, oracle
+
+
+def commit_and_compare(db, oracle, stmts: list[str], queries: list[str]) -> None:
+    """Run ``stmts`` as one transaction on both; every view ``v{i}`` must equal DuckDB's ``queries[i]``."""
+    db.execute("BEGIN")
+    for s in stmts:
+        db.execute(s)
+        oracle.execute(s)
+    db.execute("COMMIT")
+    for i, q in enumerate(queries):
+        got, want = db.execute(f"SELECT * FROM v{i}").fetchall(), oracle.execute(q).fetchall()
+        assert same_rows(got, want), f"{q}\nafter {stmts}: got {got}, expected {want}"

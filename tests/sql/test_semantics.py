@@ -8,7 +8,7 @@ import pytest
 
 import ivm
 from sql.errors import SqlError, UnsupportedError
-from tests.oracle import same_rows, with_views
+from tests.oracle import commit_and_compare, same_rows, with_views
 
 DDL = [
     "CREATE TABLE t (a INTEGER PRIMARY KEY, b INTEGER, c INTEGER, s VARCHAR, dt DATE, ts TIMESTAMP)",
@@ -41,6 +41,18 @@ QUERIES = [
     "SELECT a, NULL AS s FROM t INTERSECT ALL SELECT c, s FROM t",
 ]
 
+SCALARS = [
+    "SELECT a, (SELECT max(x) FROM u) AS m FROM t",
+    "SELECT a, (SELECT sum(x) FROM u WHERE u.c = t.a) AS m FROM t",
+    "SELECT a, coalesce((SELECT sum(x) FROM u WHERE u.c = t.a), -1) AS m FROM t",
+    "SELECT a, (SELECT count(*) FROM u WHERE u.c = t.a) + (SELECT count(*) FROM u WHERE u.x = t.a) AS m FROM t",
+    "SELECT a, (SELECT count(x) + 1 FROM u WHERE u.c = t.a AND u.x > 0) AS m FROM t WHERE b IS NOT NULL",
+    "SELECT a, (SELECT avg(x) FROM u WHERE u.c = t.b AND u.x = t.c) AS m FROM t",
+    "SELECT a, (SELECT max(w.c) FROM t w WHERE w.b = t.a) AS m FROM t",
+    "SELECT a, b * (SELECT count(*) FROM u) AS m FROM t ORDER BY a LIMIT 3",
+    "SELECT a, (SELECT min(x) FROM u WHERE u.c + 1 = t.c) AS m FROM t",
+]
+
 STEPS = [
     "INSERT INTO t VALUES (1, 5, NULL, 'x', NULL, NULL), (2, 5, 3, 'y', DATE '1995-01-02', NULL),"
     " (3, NULL, 1, 'x', NULL, TIMESTAMP '1995-01-02 03:04:05'), (4, 2, 2, NULL, NULL, NULL)",
@@ -53,15 +65,11 @@ STEPS = [
 ]
 
 
-def test_views_equal_duckdb_through_changes():
-    db, oracle = with_views(DDL, QUERIES)
+@pytest.mark.parametrize("queries", [QUERIES, SCALARS], ids=["corners", "select-list subqueries"])
+def test_views_equal_duckdb_through_changes(queries):
+    db, oracle = with_views(DDL, queries)
     for step in STEPS:
-        db.execute(step)
-        oracle.execute(step)
-        for i, q in enumerate(QUERIES):
-            got = db.execute(f"SELECT * FROM v{i}").fetchall()
-            expected = oracle.execute(q).fetchall()
-            assert same_rows(got, expected), f"{q}\nafter {step}: got {got}, expected {expected}"
+        commit_and_compare(db, oracle, [step], queries)
 
 
 @pytest.mark.parametrize(
@@ -182,7 +190,7 @@ def test_outer_joins_with_conditions_on_one_side_equal_duckdb(seed):
     def value() -> str:
         return rng.choice(["NULL", "0", "1", "2", "3"])
 
-    for step in range(20):
+    for _ in range(20):
         stmts = []
         for _ in range(rng.randint(1, 4)):
             r = rng.random()
@@ -195,14 +203,7 @@ def test_outer_joins_with_conditions_on_one_side_equal_duckdb(seed):
                 stmts.append(f"DELETE FROM t WHERE a = {value()}")
             else:
                 stmts.append(f"DELETE FROM u WHERE y = {value()}")
-        db.execute("BEGIN")
-        for s in stmts:
-            db.execute(s)
-            oracle.execute(s)
-        db.execute("COMMIT")
-        for i, q in enumerate(OUTER):
-            got, expected = db.execute(f"SELECT * FROM v{i}").fetchall(), oracle.execute(q).fetchall()
-            assert same_rows(got, expected), f"{q}\nafter step {step}: got {got}, expected {expected}"
+        commit_and_compare(db, oracle, stmts, OUTER)
 
 
 def test_outer_join_comparing_both_sides_otherwise_is_refused():
@@ -210,26 +211,3 @@ def test_outer_join_comparing_both_sides_otherwise_is_refused():
     with pytest.raises(UnsupportedError, match="comparing both sides other than by =") as info:
         db.execute("SELECT t.a FROM t LEFT JOIN u ON t.c < u.x")
     assert (info.value.line, info.value.col) == (1, 34)
-
-
-SCALARS = [
-    "SELECT a, (SELECT max(x) FROM u) AS m FROM t",
-    "SELECT a, (SELECT sum(x) FROM u WHERE u.c = t.a) AS m FROM t",
-    "SELECT a, coalesce((SELECT sum(x) FROM u WHERE u.c = t.a), -1) AS m FROM t",
-    "SELECT a, (SELECT count(*) FROM u WHERE u.c = t.a) + (SELECT count(*) FROM u WHERE u.x = t.a) AS m FROM t",
-    "SELECT a, (SELECT count(x) + 1 FROM u WHERE u.c = t.a AND u.x > 0) AS m FROM t WHERE b IS NOT NULL",
-    "SELECT a, (SELECT avg(x) FROM u WHERE u.c = t.b AND u.x = t.c) AS m FROM t",
-    "SELECT a, (SELECT max(w.c) FROM t w WHERE w.b = t.a) AS m FROM t",
-    "SELECT a, b * (SELECT count(*) FROM u) AS m FROM t ORDER BY a LIMIT 3",
-    "SELECT a, (SELECT min(x) FROM u WHERE u.c + 1 = t.c) AS m FROM t",
-]
-
-
-def test_scalar_subqueries_in_the_select_list_equal_duckdb():
-    db, oracle = with_views(DDL, SCALARS)
-    for step in STEPS:
-        db.execute(step)
-        oracle.execute(step)
-        for i, q in enumerate(SCALARS):
-            got, expected = db.execute(f"SELECT * FROM v{i}").fetchall(), oracle.execute(q).fetchall()
-            assert same_rows(got, expected), f"{q}\nafter {step}: got {got}, expected {expected}"

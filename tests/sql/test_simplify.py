@@ -10,7 +10,7 @@ import ivm
 from planner.simplify import simplify
 from sql.logical import Aggregate, Filter, Join, Project, SemiJoin, children
 from sql.translate import translate_query
-from tests.oracle import same_rows, with_views
+from tests.oracle import commit_and_compare, with_views
 
 DDL = [
     "CREATE TABLE t (a INTEGER, b INTEGER, c TEXT)",
@@ -129,19 +129,7 @@ def test_simplified_views_match_recompute_through_changes():
                     ]
                 )
             )
-        _commit_and_compare(db, oracle, stmts, queries)
-
-
-def _commit_and_compare(db, oracle, stmts: list[str], queries: list[str]) -> None:
-    """Run ``stmts`` as one transaction on both; every view ``v{i}`` must equal DuckDB's ``queries[i]``."""
-    db.execute("BEGIN")
-    for s in stmts:
-        db.execute(s)
-        oracle.execute(s)
-    db.execute("COMMIT")
-    for i, q in enumerate(queries):
-        got, want = db.execute(f"SELECT * FROM v{i}").fetchall(), oracle.execute(q).fetchall()
-        assert same_rows(got, want), (q, got, want)
+        commit_and_compare(db, oracle, stmts, queries)
 
 
 def _v(x) -> str:
@@ -220,7 +208,7 @@ def test_keyed_semijoins_match_recompute_through_changes():
                 stmts.append(f"UPDATE {table} SET {col} = {v} WHERE id = {rng.randint(1, next_id[table] + 1)}")
             else:
                 stmts.append(f"DELETE FROM {table} WHERE id = {rng.randint(1, next_id[table] + 1)}")
-        _commit_and_compare(db, oracle, stmts, queries)
+        commit_and_compare(db, oracle, stmts, queries)
 
 
 GROUPED = [
@@ -288,4 +276,4 @@ def test_joins_over_aggregates_match_recompute_through_changes():
                     ]
                 )
             )
-        _commit_and_compare(db, oracle, stmts, queries)
+        commit_and_compare(db, oracle, stmts, queries)
