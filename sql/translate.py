@@ -432,7 +432,8 @@ def _correlated_in_as_exists(tree: exp.Expression) -> None:
         from_ = query.args.get("from_") or query.args.get("from")
         if from_ is None or query.args.get("group") or query.args.get("limit") or query.args.get("distinct"):
             continue
-        own = {from_.this.alias_or_name, *(j.this.alias_or_name for j in query.args.get("joins") or [])}
+        # every relation named inside, nested subqueries' included: a column of any other is the outer query's
+        own = {t.alias_or_name for t in query.find_all(exp.Table, exp.Subquery) if t.alias_or_name}
         if all(c.table in own for c in query.find_all(exp.Column)):
             continue  # uncorrelated: a join with the subquery's distinct values
         inner = query.copy()
