@@ -32,6 +32,8 @@ QUERIES = [
     # a correlated IN is an EXISTS with one more equality
     "SELECT a FROM t WHERE c IN (SELECT x FROM u WHERE u.c = t.a)",
     "SELECT a FROM t WHERE b IN (SELECT x + 1 FROM u WHERE u.c = t.c AND u.x > 0) OR a = 3",
+    # an IN whose subquery nests a subquery correlated with it (as TPC-H q20's): the IN itself is not correlated
+    "SELECT a FROM t WHERE c IN (SELECT x FROM u WHERE u.x >= (SELECT count(*) FROM t w WHERE w.b = u.c))",
     # NOT around a parenthesized IN is NOT IN
     "SELECT a FROM t WHERE NOT (c IN (SELECT c FROM u WHERE c IS NOT NULL))",
     # set operations over columns of different numeric types, and NULL columns
