@@ -342,10 +342,18 @@ def _outer_join(kind: str, left: Scope, right: Scope, conds: list[exp.Expression
         lplan, only["left"] = Filter(lplan, _all(only["left"])), []
     if not lk and (only["left"] or only["right"]):  # one constant key, so that a gate has a key to make NULL
         lk, rk, types = [-1], [-1], [INT]
-    lplan, lkeys = _join_keys(lplan, lk, types, only["left"])
-    rplan, rkeys = _join_keys(rplan, rk, types, only["right"])
+    return _keyed_join(kind, lplan, rplan, lk, rk, types, only["left"], only["right"])
+
+
+def _keyed_join(
+    kind: str, left: Plan, right: Plan, lk: list[int], rk: list[int], types: list[SqlType], lgates=(), rgates=()
+) -> Plan:
+    """A join of ``left`` and ``right`` on key columns ``lk`` = ``rk`` compared in ``types`` (see
+    ``_join_keys`` for the gates), with the columns of both sides and no others."""
+    lplan, lkeys = _join_keys(left, lk, types, list(lgates))
+    rplan, rkeys = _join_keys(right, rk, types, list(rgates))
     joined = Join(kind, lplan, rplan, lkeys, rkeys)
-    nl, nr = len(left.plan.columns), len(right.plan.columns)
+    nl, nr = len(left.columns), len(right.columns)
     if (len(lplan.columns), len(rplan.columns)) == (nl, nr):
         return joined
     wl = len(lplan.columns)
@@ -528,17 +536,18 @@ def _inner_joins(sources, conds: list[exp.Expression], catalog: Catalog) -> tupl
         alias, plan = rel
         names = {(alias, c.name): i for i, c in enumerate(plan.columns)}
         right = Scope(names, plan)
-        lk, rk, keep = [], [], []
+        lk, rk, types, keep = [], [], [], []
         for c in rest:
-            pair = _equi(c, scope, right) if _tables_of(c) <= joined | {alias} else None
+            pair = _equi(c, scope, right, widen=True) if _tables_of(c) <= joined | {alias} else None
             if pair is None:
                 keep.append(c)
             else:
                 lk.append(pair[0])
                 rk.append(pair[1])
+                types.append(pair[2])
         rest = keep
         offset = len(scope.plan.columns)
-        join = Join("inner", scope.plan, plan, tuple(lk), tuple(rk))
+        join = _keyed_join("inner", scope.plan, plan, lk, rk, types)
         scope = Scope({**scope.names, **{k: v + offset for k, v in names.items()}}, join)
         joined.add(alias)
     return scope, rest

@@ -173,6 +173,7 @@ OUTER = [
     "SELECT t.a, u.y, w.a AS wa FROM t LEFT JOIN u ON t.a = u.x AND t.c > 0 "
     "LEFT JOIN t w ON w.b = u.y AND w.c IS NULL",
     "SELECT t.a, u.y FROM t FULL JOIN u ON t.b = u.z AND t.a = u.x",
+    "SELECT t.a, u.y FROM t JOIN u ON t.a = u.z",  # an inner join too compares keys in their common type
 ]
 
 
@@ -206,6 +207,13 @@ def test_outer_joins_with_conditions_on_one_side_equal_duckdb(seed):
             else:
                 stmts.append(f"DELETE FROM u WHERE y = {value()}")
         commit_and_compare(db, oracle, stmts, OUTER)
+
+
+def test_keys_of_different_numeric_types_are_join_keys():
+    db, _ = with_views(["CREATE TABLE t (a INTEGER)", "CREATE TABLE u (z DECIMAL(8,2))"], [])
+    db.execute("EXPLAIN SELECT t.a FROM t JOIN u ON t.a = u.z")
+    plan = "\n".join(r[0] for r in db.fetchall())
+    assert "Join inner on _key0 = _key0" in plan and "to_type(a) AS _key0" in plan, plan
 
 
 def test_outer_join_comparing_both_sides_otherwise_is_refused():
