@@ -369,17 +369,20 @@ def _all(preds: list[Expr]) -> Expr:
     return out
 
 
-def _join_keys(plan: Plan, keys: list[int], types: list[SqlType], gates: list[Expr]) -> tuple[Plan, tuple]:
-    """``plan`` with its join keys as columns of the keys' types, NULL where ``gates`` do not all hold (key
-    -1: the constant 1); unchanged when the keys are its own columns as they are."""
+def _join_keys(plan: Plan, keys: list, types: list[SqlType], gates: list[Expr]) -> tuple[Plan, tuple]:
+    """``plan`` with its join keys as columns of the keys' types, NULL where ``gates`` do not all hold (a key
+    is a column's position, an expression over the columns, or -1: the constant 1); unchanged when the keys
+    are its own columns as they are."""
     cols = plan.columns
-    if not gates and all(k >= 0 and cols[k].type == t for k, t in zip(keys, types, strict=True)):
+    pairs = zip(keys, types, strict=True)
+    if not gates and all(isinstance(k, int) and k >= 0 and cols[k].type == t for k, t in pairs):
         return plan, tuple(keys)
     gate = _all(gates) if gates else None
     exprs: list[Expr] = [ColRef(i, c.type) for i, c in enumerate(cols)]
     added = []
     for j, (k, t) in enumerate(zip(keys, types, strict=True)):
-        e: Expr = Const(1, INT) if k < 0 else coerce(None, ColRef(k, cols[k].type), t)
+        e: Expr = k if not isinstance(k, int) else Const(1, INT) if k < 0 else ColRef(k, cols[k].type)
+        e = coerce(None, e, t)
         if gate is not None:
             e = Call("case", (gate, e, Const(None, t)), t)
         exprs.append(e)
@@ -623,23 +626,51 @@ def _exists_by_join(scope: Scope, node: exp.Exists, negated: bool, catalog: Cata
     inner_plan = inner_scope.plan
     outer_plan = scope.plan
     width = len(outer_plan.columns)
-    lk, rk, residual = [], [], []
+    lk, rk, types, residual = [], [], [], []
     for d in correlated:
-        pair = _equi(d, scope, inner_scope) if _is_column_equality(d) else None
+        pair = _equi(d, scope, inner_scope, widen=True) if _is_column_equality(d) else None
+        pair = pair or _expression_equality(d, scope, inner_scope)
         if pair is None:
             residual.append(d)
         else:
             lk.append(pair[0])
             rk.append(pair[1])
+            types.append(pair[2])
     if not lk:
         raise error_at(node, "a correlated EXISTS needs an equality with the outer query", unsupported=True)
-    joined = Join("inner", outer_plan, inner_plan, tuple(lk), tuple(rk))
+    joined = _keyed_join("inner", outer_plan, inner_plan, lk, rk, types)
     both = Scope({**scope.names, **{k: v + width for k, v in inner_scope.names.items()}}, joined)
     matched = _filtered(both, residual).plan
     outer_cols = tuple(ColRef(i, c.type) for i, c in enumerate(outer_plan.columns))
     found = Distinct(Project(matched, outer_cols, outer_plan.columns))
     plan = SemiJoin(outer_plan, found, negated)
     return Scope(scope.names, plan, scope.extra)
+
+
+def _expression_equality(cond: exp.Expression, left: Scope, right: Scope) -> tuple[Expr, Expr, SqlType] | None:
+    """An equality of an expression over ``left``'s columns alone with one over ``right``'s alone, as the two
+    expressions and the type they are compared in (a join on computed keys)."""
+    if not isinstance(cond, exp.EQ) or list(cond.find_all(exp.Subquery, exp.Exists)):
+        return None
+
+    def side(e: exp.Expression) -> Scope | None:
+        cols = list(e.find_all(exp.Column))
+        for s in (left, right):
+            if cols and all((c.table, c.name) in s.names for c in cols):
+                return s
+        return None
+
+    a, b = cond.this, cond.expression
+    if side(a) is right and side(b) is left:
+        a, b = b, a
+    if side(a) is not left or side(b) is not right:
+        return None
+    ea, eb = translate_scalar(a, left.resolve), translate_scalar(b, right.resolve)
+    if ea.type == eb.type:
+        return ea, eb, ea.type
+    if ea.type.numeric and eb.type.numeric:
+        return ea, eb, common_type(cond, [ea.type, eb.type])
+    return None
 
 
 def _equi(cond: exp.Expression, left: Scope, right: Scope, widen: bool = False):

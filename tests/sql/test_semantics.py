@@ -34,6 +34,10 @@ QUERIES = [
     "SELECT a FROM t WHERE b IN (SELECT x + 1 FROM u WHERE u.c = t.c AND u.x > 0) OR a = 3",
     # an IN whose subquery nests a subquery correlated with it (as TPC-H q20's): the IN itself is not correlated
     "SELECT a FROM t WHERE c IN (SELECT x FROM u WHERE u.x >= (SELECT count(*) FROM t w WHERE w.b = u.c))",
+    # correlation through expressions, and NOT IN of an expression
+    "SELECT a FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.x = t.a + 1)",
+    "SELECT a FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.x * 2 = t.b AND u.c > t.c)",
+    "SELECT a FROM t WHERE c + 1 NOT IN (SELECT x FROM u)",
     # NOT around a parenthesized IN is NOT IN
     "SELECT a FROM t WHERE NOT (c IN (SELECT c FROM u WHERE c IS NOT NULL))",
     # set operations over columns of different numeric types, and NULL columns
