@@ -86,7 +86,6 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     if with_ is not None and with_.args.get("recursive"):
         return translate_recursive(tree, catalog, translate_query)
     _check_in_subqueries(tree)
-    tree = _not_in_subqueries(tree)
     _check_merged_columns(tree)
     _check_using_star(tree, catalog.sqlglot_schema())
     try:
@@ -100,6 +99,7 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     except OptimizeError as err:
         raise _locate(tree, str(err)) from err
     tree = hoist_select_subqueries(tree)
+    tree = _not_in_subqueries(tree)
     _correlated_in_as_exists(tree)
     # correlated and uncorrelated EXISTS, IN and scalar subqueries become joins with grouped derived tables
     _stash_inequality_exists(tree)
@@ -455,7 +455,9 @@ def _correlated_in_as_exists(tree: exp.Expression) -> None:
 
 def _not_in_subqueries(tree: exp.Expression) -> exp.Expression:
     """``x NOT IN (SELECT y ...)`` as the EXISTS conditions that give SQL's answer with NULLs: no y equals x,
-    and x is not NULL unless the subquery is empty, and no y is NULL."""
+    and x is not NULL unless the subquery is empty, and no y is NULL. The tree is qualified: a subquery reading
+    the outer query (correlated) gets the conditions added to its own WHERE, which needs a plain one (no
+    grouping, DISTINCT or LIMIT); another is read as a derived table of one column."""
 
     def rewrite(node: exp.Expression) -> exp.Expression:
         inside = node.this if isinstance(node, exp.Not) else None
@@ -472,16 +474,36 @@ def _not_in_subqueries(tree: exp.Expression) -> exp.Expression:
         query = query.this if isinstance(query, exp.Subquery) else query
         if not isinstance(query, exp.Select) or len(query.selects) != 1:
             raise error_at(node, "NOT IN needs a subquery of one column", unsupported=True)
-        alias, col = "_not_in", "_not_in_value"  # a column name no outer column can be taken for
+        own = {t.alias_or_name for t in query.find_all(exp.Table, exp.Subquery) if t.alias_or_name}
+        if any(c.table not in own for c in query.find_all(exp.Column)):
+            if any(query.args.get(k) for k in ("group", "having", "distinct", "limit", "offset")) or any(
+                a.parent_select is query for a in query.selects[0].find_all(*_AGGS)
+            ):
+                raise error_at(
+                    node, "a correlated NOT IN over a grouped or limited subquery is not supported", True
+                )
+            y = query.selects[0].unalias()
 
-        def inner(where: str | None) -> exp.Expression:
-            named = exp.TableAlias(this=exp.to_identifier(alias), columns=[exp.to_identifier(col)])
-            sub = exp.select("*").from_(exp.Subquery(this=query.copy(), alias=named))
-            return exp.Exists(this=sub.where(where) if where else sub)
+            def inner(cond: exp.Expression | None) -> exp.Expression:
+                sub = query.copy()
+                sub.set("expressions", [exp.Literal.number(1)])
+                return exp.Exists(this=sub.where(cond) if cond is not None else sub)
 
-        ref = exp.column(col, table=alias)
-        match = inner(exp.EQ(this=ref.copy(), expression=x.copy()))
-        has_null = inner(exp.Is(this=ref.copy(), expression=exp.Null()))
+            match = inner(exp.EQ(this=y.copy(), expression=x.copy()))
+            has_null = inner(exp.Is(this=y.copy(), expression=exp.Null()))
+        else:
+            alias, col = "_not_in", "_not_in_value"
+            named = query.copy()
+            named.set("expressions", [exp.alias_(query.selects[0].unalias().copy(), col)])
+            table = exp.Subquery(this=named, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+
+            def inner(cond: exp.Expression | None) -> exp.Expression:
+                sub = exp.select(exp.Literal.number(1)).from_(table.copy())
+                return exp.Exists(this=sub.where(cond) if cond is not None else sub)
+
+            ref = exp.column(col, table=alias)
+            match = inner(exp.EQ(this=ref.copy(), expression=x.copy()))
+            has_null = inner(exp.Is(this=ref.copy(), expression=exp.Null()))
         empty = exp.Not(this=inner(None))
         return exp.and_(
             exp.Not(this=match),

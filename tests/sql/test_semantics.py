@@ -38,6 +38,9 @@ QUERIES = [
     "SELECT a FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.x = t.a + 1)",
     "SELECT a FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.x * 2 = t.b AND u.c > t.c)",
     "SELECT a FROM t WHERE c + 1 NOT IN (SELECT x FROM u)",
+    # a correlated NOT IN: its NULL rules over the rows the outer row selects
+    "SELECT a FROM t WHERE c NOT IN (SELECT x FROM u WHERE u.c = t.b)",
+    "SELECT a FROM t WHERE b NOT IN (SELECT x + 1 FROM u WHERE u.c = t.c AND u.x IS NOT NULL)",
     # NOT around a parenthesized IN is NOT IN
     "SELECT a FROM t WHERE NOT (c IN (SELECT c FROM u WHERE c IS NOT NULL))",
     # set operations over columns of different numeric types, and NULL columns
