@@ -85,7 +85,6 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     with_ = tree.args.get("with_") or tree.args.get("with")
     if with_ is not None and with_.args.get("recursive"):
         return translate_recursive(tree, catalog, translate_query)
-    _check_in_subqueries(tree)
     _check_merged_columns(tree)
     _check_using_star(tree, catalog.sqlglot_schema())
     try:
@@ -99,6 +98,7 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     except OptimizeError as err:
         raise _locate(tree, str(err)) from err
     tree = hoist_select_subqueries(tree)
+    _check_in_subqueries(tree)
     tree = _not_in_subqueries(tree)
     _correlated_in_as_exists(tree)
     # correlated and uncorrelated EXISTS, IN and scalar subqueries become joins with grouped derived tables
@@ -317,7 +317,7 @@ def _outer_join(kind: str, left: Scope, right: Scope, conds: list[exp.Expression
     types: list[SqlType] = []
     only: dict[str, list[Expr]] = {"left": [], "right": []}
     for c in conds:
-        pair = _equi(c, left, right, widen=True)
+        pair = _equi(c, left, right, widen=True) or _expression_equality(c, left, right)
         if pair is not None:
             lk.append(pair[0])
             rk.append(pair[1])

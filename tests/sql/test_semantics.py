@@ -51,6 +51,16 @@ QUERIES = [
 ]
 
 SCALARS = [
+    # IN, NOT IN and EXISTS as values, with SQL's NULLs
+    "SELECT a, c IN (SELECT c FROM u) AS f FROM t",
+    "SELECT a, c NOT IN (SELECT x FROM u WHERE x IS NOT NULL) AS f, "
+    "b + 1 IN (SELECT c FROM u WHERE x > 1) AS g FROM t",
+    "SELECT a, c IN (SELECT x FROM u WHERE x > 100) AS f FROM t",
+    "SELECT a, EXISTS (SELECT 1 FROM u WHERE u.c = t.a) AS e FROM t",
+    "SELECT a, CASE WHEN NOT EXISTS (SELECT 1 FROM u WHERE u.x = t.c AND u.c > 1) THEN 'none' ELSE 'some' END "
+    "AS e FROM t",
+    "SELECT a, EXISTS (SELECT 1 FROM u WHERE x > 2) AS e FROM t",
+    # aggregates
     "SELECT a, (SELECT max(x) FROM u) AS m FROM t",
     "SELECT a, (SELECT sum(x) FROM u WHERE u.c = t.a) AS m FROM t",
     "SELECT a, coalesce((SELECT sum(x) FROM u WHERE u.c = t.a), -1) AS m FROM t",
@@ -84,8 +94,8 @@ def test_views_equal_duckdb_through_changes(queries):
 @pytest.mark.parametrize(
     "sql",
     [
-        "SELECT a, c IN (SELECT c FROM u) AS f FROM t",  # a value: NULL when c is NULL, or unmatched with NULLs
         "SELECT a FROM t WHERE NOT (c NOT IN (SELECT c FROM u))",  # NOT of a NULL is NULL, not TRUE
+        "SELECT a, c IN (SELECT x FROM u WHERE u.c = t.b) AS f FROM t",  # a correlated IN as a value
         "SELECT a FROM t WHERE (c IN (SELECT c FROM u)) IS NULL",
     ],
 )
