@@ -7,6 +7,7 @@ operation works on whole arrays; text functions run once per distinct string cod
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -18,7 +19,7 @@ from planner.functions import FUNCTIONS, text_ranks
 from sql.logical import Call, ColRef, Const, Expr
 from sql.types import format_text, parse_text
 
-__all__ = ["compile_exprs", "compile_predicate", "evaluate", "fold"]
+__all__ = ["compile_exprs", "compile_predicate", "evaluate", "fold", "fallible"]
 
 Value = tuple[np.ndarray, np.ndarray | None]
 
@@ -200,32 +201,61 @@ def _like(e: Call, cols, valid, n):
 
 
 def _case(e: Call, cols, valid, n):
+    """CASE: each row the value of the first branch whose condition is TRUE (else the default); a value that
+    can fail (text read as a number) is computed on the rows taking its branch only, as SQL's CASE guards it."""
     k = (len(e.args) - 1) // 2
-    conds = [evaluate(c, cols, valid, n) for c in e.args[:k]]
-    values = [evaluate(v, cols, valid, n) for v in e.args[k:]]
-    data, mask = values[-1]
-    data = data.copy()
-    mask = np.ones(n, dtype=bool) if mask is None else mask.copy()
+    takes = []
     done = np.zeros(n, dtype=bool)
-    for (c, cm), (v, vm) in zip(conds, values[:-1], strict=True):
+    for cond in e.args[:k]:
+        c, cm = evaluate(cond, cols, valid, n)
         take = c & ~done if cm is None else c & cm & ~done
-        data[take] = v[take]
-        mask[take] = True if vm is None else vm[take]
+        takes.append(take)
         done |= take
+    takes.append(~done)
+    data = np.zeros(n, dtype=e.type.dtype)
+    mask = np.zeros(n, dtype=bool)
+    for value, take in zip(e.args[k:], takes, strict=True):
+        _fill(value, take, data, mask, cols, valid, n)
     return data, (None if mask.all() else mask)
 
 
 def _coalesce(e: Call, cols, valid, n):
-    vals = _args(e, cols, valid, n)
-    data, mask = vals[0]
+    """COALESCE: each row its first argument that is not NULL; an argument that can fail is computed on the
+    rows still NULL only."""
+    data, mask = evaluate(e.args[0], cols, valid, n)
     if mask is None:
         return data, None
-    data, mask = data.copy(), mask.copy()
-    for v, vm in vals[1:]:
-        fill = ~mask if vm is None else ~mask & vm
-        data[fill] = v[fill]
-        mask |= fill
+    data, mask = data.astype(e.type.dtype), mask.copy()
+    for arg in e.args[1:]:
+        _fill(arg, ~mask, data, mask, cols, valid, n)
     return data, (None if mask.all() else mask)
+
+
+def _fill(e: Expr, rows: np.ndarray, data: np.ndarray, mask: np.ndarray, cols, valid, n: int) -> None:
+    """``data`` and ``mask`` at ``rows`` (a boolean selection) set to the value of ``e`` there."""
+    if not rows.any():
+        return
+    if fallible(e):
+        at = np.flatnonzero(rows)
+        v, vm = evaluate(
+            e, tuple(c[at] for c in cols), tuple(None if m is None else m[at] for m in valid), len(at)
+        )
+        data[at] = v
+        mask[at] = True if vm is None else vm
+    else:
+        v, vm = evaluate(e, cols, valid, n)
+        data[rows] = v[rows]
+        mask[rows] = True if vm is None else vm[rows]
+
+
+_FALLIBLE = frozenset({"from_text", "fit_decimal"})  # calls that stop the dataflow on values they cannot take
+
+
+@functools.lru_cache(maxsize=4096)
+def fallible(e: Expr) -> bool:
+    """Whether evaluating ``e`` may stop with an error on some rows (text read as a number, a number too wide
+    for its DECIMAL): it must meet only the rows that the conditions guarding it let through."""
+    return isinstance(e, Call) and (e.op in _FALLIBLE or any(fallible(a) for a in e.args))
 
 
 def _nullif(e: Call, cols, valid, n):

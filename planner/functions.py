@@ -45,6 +45,8 @@ def _round(e: Call, args: list[Value], n: int) -> Value:
         unit = 10.0**places
         return np.sign(a) * np.floor(np.abs(a) * unit + 0.5) / unit, m
     scale = t.scale if t.kind == "decimal" else 0
+    if scale - places > 18:  # to a unit beyond any 64-bit value: every value rounds to 0
+        return np.zeros(len(a), dtype=np.int64), m
     unit = 10 ** (scale - places)
     q = _half_away(a, unit)
     if places < 0:  # rounded to tens, hundreds...: an integer at scale 0 (or the integer type)

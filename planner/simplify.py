@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from planner.expr import fallible
 from sql.logical import (
     Aggregate,
     Call,
@@ -54,8 +55,6 @@ _STRICT = frozenset(
     | {"abs", "sign", "round", "floor", "ceil", "length", "upper", "lower", "reverse", "trim", "substring"}
     | {"left", "right", "replace", "pad", "split_part", "position", "starts_with"}
 )
-# calls that may fail on some rows (text read as a number, say): kept below the filter that guards them
-_FALLIBLE = frozenset({"from_text"})
 
 
 def simplify(plan: Plan, keys: Keys = lambda name: ()) -> Plan:
@@ -123,7 +122,7 @@ class _Simplifier:
     def _filter(self, inner: Plan, pred: Expr) -> Plan:
         if _is_true(pred):
             return inner
-        if isinstance(inner, Filter) and not _fallible(pred):
+        if isinstance(inner, Filter) and not fallible(pred):
             return self._filter(inner.input, _and(inner.predicate, pred))
         if isinstance(inner, Project) and column_picks(inner) is not None:  # the same values below it
             below = self._filter(inner.input, _substitute(pred, inner.exprs))
@@ -325,12 +324,6 @@ def _fold(e: Expr) -> Expr:
 
 def _and(a: Expr, b: Expr) -> Expr:
     return Call("and", (a, b), a.type)
-
-
-def _fallible(e: Expr) -> bool:
-    if isinstance(e, Call):
-        return e.op in _FALLIBLE or any(_fallible(a) for a in e.args)
-    return False
 
 
 def _null_when(e: Expr, cols: frozenset[int]) -> bool:

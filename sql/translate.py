@@ -280,7 +280,8 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
         scope, leftover = _inner_joins(sources[:k], [], catalog)
         # the inner joins' own ON conditions apply before any later outer join
         scope = _filtered(scope, leftover)
-    for src, kind, on in sources[k:]:
+    outer = sources[k:]
+    for n, (src, kind, on) in enumerate(outer):
         plan, alias = _source(src, catalog)
         names = {(alias, c.name): i for i, c in enumerate(plan.columns)}
         offset = len(scope.plan.columns)
@@ -288,22 +289,27 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
         both = Scope({**scope.names, **{k: v + offset for k, v in names.items()}}, None)  # type: ignore[arg-type]
         conds = _conjuncts(on) if on is not None else []
         if kind == "inner":
-            conds += pending
-            pending = []
-            lk, rk, rest = [], [], []
-            for c in conds:
-                pair = _equi(c, scope, right)
+            own = len(conds)
+            # WHERE conditions may serve as this join's keys only when no later join pads its rows with NULLs
+            movable = all(later in ("inner", "left") for _, later, _ in outer[n + 1 :])
+            if movable:
+                conds += pending
+                pending = []
+            lk, rk, types, on_rest, where_rest = [], [], [], [], []
+            for i, c in enumerate(conds):
+                pair = _equi(c, scope, right, widen=True)
                 if pair is None:
-                    rest.append(c)
+                    (on_rest if i < own else where_rest).append(c)
                 else:
                     lk.append(pair[0])
                     rk.append(pair[1])
-            joined = Join(kind, scope.plan, plan, tuple(lk), tuple(rk))
+                    types.append(pair[2])
+            both.plan = _keyed_join(kind, scope.plan, plan, lk, rk, types)
+            scope = _filtered(both, on_rest)  # the join's own conditions hold before any later join
+            pending = where_rest + pending
         else:
-            joined, rest = _outer_join(kind, scope, right, conds), []
-        both.plan = joined
-        scope = both
-        pending = rest if kind == "inner" else pending
+            both.plan = _outer_join(kind, scope, right, conds)
+            scope = both
     return scope, pending
 
 

@@ -225,7 +225,7 @@ def parse_text(text: str, t: SqlType) -> object:
 def format_text(value: object, t: SqlType) -> str:
     """An engine value written as PostgreSQL writes it as text."""
     if t.kind == "decimal":
-        return str(decimal.Decimal(int(value)).scaleb(-t.scale))
+        return format(decimal.Decimal(int(value)).scaleb(-t.scale), "f")  # never in exponent notation
     if t.kind == "date":
         return (EPOCH + dt.timedelta(days=int(value))).isoformat()
     if t.kind == "timestamp":

@@ -137,7 +137,11 @@ def test_functions_equal_duckdb(seed):
             "SELECT round(2.5::DECIMAL(4,1)), round(-2.5::DECIMAL(4,1)), round(2.45::DECIMAL(4,2), 1)",
             (3, -3, 2.5),
         ),
-        ("SELECT round(15, -1), round(-15, -1), round(14, -1)", (20, -20, 10)),
+        ("SELECT round(15, -1), round(-15, -1), round(14, -1), round(1.5, -20)", (20, -20, 10, 0)),
+        (
+            "SELECT CAST(CAST(0.00000001 AS DECIMAL(10,8)) AS TEXT), 'x' || CAST(4e-6 AS DECIMAL(10,8))",
+            ("0.00000001", "x0.00000400"),
+        ),
         ("SELECT floor(-2.5), ceil(-2.5), floor(7), ceil(2.001)", (-3, -2, 7, 3)),
         ("SELECT sign(-2.5), sign(0), abs(-7.25)", (-1, 0, 7.25)),
         ("SELECT 7.5 % 2, -7.5 % 2, 7.5 % -2, 7.5 % 0", (1.5, -1.5, 1.5, None)),

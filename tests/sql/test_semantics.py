@@ -27,6 +27,9 @@ QUERIES = [
     "SELECT s, count(*) AS n FROM t GROUP BY s ORDER BY max(a) DESC LIMIT 2",
     "SELECT b FROM t ORDER BY b + c, a LIMIT 3",
     "SELECT a FROM t ORDER BY s DESC NULLS LAST, a LIMIT 4",
+    # CASE and COALESCE compute a value that can fail only for the rows that need it
+    "SELECT a, CASE WHEN s IN ('1', '2') THEN CAST(s AS INTEGER) ELSE -1 END AS v FROM t",
+    "SELECT a, coalesce(CAST(a AS DECIMAL(3,1)), CAST(b * 1000 AS DECIMAL(3,1))) AS v FROM t",
     # groups whose values are all NULL
     "SELECT b, min(dt) AS lo, max(ts) AS hi, max(s) AS ms FROM t GROUP BY b",
     # a correlated IN is an EXISTS with one more equality
@@ -77,7 +80,7 @@ STEPS = [
     " (3, NULL, 1, 'x', NULL, TIMESTAMP '1995-01-02 03:04:05'), (4, 2, 2, NULL, NULL, NULL)",
     "INSERT INTO u VALUES (1, 2), (NULL, 3), (3, 0)",
     "DELETE FROM u WHERE c IS NULL",
-    "INSERT INTO t VALUES (6, 1, NULL, 'y', NULL, NULL), (7, 5, 9, 'w', DATE '1999-12-31', NULL)",
+    "INSERT INTO t VALUES (6, 1, NULL, '2', NULL, NULL), (7, 5, 9, 'w', DATE '1999-12-31', NULL)",
     "UPDATE t SET c = 4 WHERE a = 3",
     "DELETE FROM t WHERE a = 2",
     "UPDATE u SET x = 5 WHERE c = 3",
@@ -191,6 +194,13 @@ OUTER = [
     "LEFT JOIN t w ON w.b = u.y AND w.c IS NULL",
     "SELECT t.a, u.y FROM t FULL JOIN u ON t.b = u.z AND t.a = u.x",
     "SELECT t.a, u.y FROM t JOIN u ON t.a = u.z",  # an inner join too compares keys in their common type
+    # an inner join between outer joins: its conditions hold before the FULL join; WHERE only after it
+    "SELECT r0.c, r3.y FROM t r0 LEFT JOIN t r1 ON r1.b > 1 JOIN u r2 ON r0.b = r2.y AND r2.x > 1 "
+    "FULL JOIN u r3 ON r0.c = r3.y",
+    "SELECT r0.c, r3.y FROM t r0 LEFT JOIN t r1 ON r1.b > 1 JOIN u r2 ON r0.b = r2.z "
+    "FULL JOIN u r3 ON r0.c = r3.y",
+    "SELECT r0.c, r3.y FROM t r0 LEFT JOIN t r1 ON r1.b > 1 JOIN u r2 ON r0.b = r2.y "
+    "FULL JOIN u r3 ON r0.c = r3.y WHERE r0.a = r2.x",
 ]
 
 
