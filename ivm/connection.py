@@ -767,19 +767,16 @@ class Connection:
         n = len(rep)
         out_cols = [np.zeros(n, dtype=c.type.dtype) for c in table.columns]
         out_valid: list = [np.zeros(n, dtype=bool) for _ in table.columns]
-        from planner.expr import evaluate
         from sql.logical import ColRef
-        from sql.scalar import coerce
+        from sql.scalar import assigned
 
+        rows = tuple(c[rep] for c in cols)
+        rows_valid = tuple(None if m is None else m[rep] for m in valid)
         for j, p in enumerate(positions):
-            src_t, dst_t = plan.columns[j].type, table.columns[p].type
-            e = ColRef(j, src_t)
-            if src_t != dst_t:
-                e = coerce(query, e, dst_t)
-            data, mask = evaluate(
-                e, tuple(c[rep] for c in cols), tuple(None if m is None else m[rep] for m in valid), n
-            )
-            out_cols[p] = data.astype(dst_t.dtype)
+            column = table.columns[p]
+            e = assigned(query, ColRef(j, plan.columns[j].type), column.type, column.name)
+            data, mask = _assigned_values(e, rows, rows_valid, n, column.name)
+            out_cols[p] = data.astype(column.type.dtype)
             out_valid[p] = mask
         return Batch.build(out_cols, out_valid, np.full(n, self.time), np.ones(n, np.int64))
 
@@ -803,8 +800,7 @@ class Connection:
         table = st.table
         current = self._current(st, stmt.args.get("where"))
         sel = current.take(self._where(st, stmt.args.get("where"), current))
-        from planner.expr import evaluate
-        from sql.scalar import coerce, translate_scalar
+        from sql.scalar import assigned, translate_scalar
 
         scope = {(table.name, c.name): i for i, c in enumerate(table.columns)}
         cols, valid = list(sel.columns), list(sel.valid)
@@ -814,9 +810,10 @@ class Connection:
                 raise error_at(
                     assign.this, f"column {assign.this.name!r} of table {table.name!r} does not exist"
                 )
+            column = table.columns[p]
             e = translate_scalar(assign.expression, _column_resolver(scope, table))
-            e = coerce(assign, e, table.columns[p].type) if e.type != table.columns[p].type else e
-            data, mask = evaluate(e, sel.columns, sel.valid, len(sel))
+            e = assigned(assign, e, column.type, column.name)
+            data, mask = _assigned_values(e, sel.columns, sel.valid, len(sel), column.name)
             if e.type.kind == "text" and p not in self.registry.uninterned(table.name):
                 data = POOL.canonical(data)  # keys and tables without one hold canonical text only
             cols[p] = data.astype(table.columns[p].type.dtype)
@@ -1148,6 +1145,16 @@ def _count_distinct(trace, cols: tuple, valid: tuple, nkey: int | None = None) -
         if (h[order[1:]] == h[order[:-1]]).any():
             return None
     return trace.count(h, cols, valid)
+
+
+def _assigned_values(e, cols, valid, n: int, column: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """The values of ``e`` written to ``column``; one it cannot take rejects the statement."""
+    from planner.expr import evaluate
+
+    try:
+        return evaluate(e, cols, valid, n)
+    except EvaluationError as err:
+        raise SqlError(f"column {column!r}: {err}") from None
 
 
 def _unique(h, cols, valid):

@@ -93,18 +93,18 @@ def _args(e: Call, cols, valid, n):
 
 def _arith(e: Call, cols, valid, n):
     op = e.op
-    if op in ("add", "sub", "mul") and not all(isinstance(a, Const) for a in e.args):
-        (a, ma), (b, mb) = (_operand(x, cols, valid, n) for x in e.args)
+    if op in ("add", "sub", "mul"):
+        if all(isinstance(a, Const) for a in e.args):
+            (a, ma), (b, mb) = _args(e, cols, valid, n)
+        else:
+            (a, ma), (b, mb) = (_operand(x, cols, valid, n) for x in e.args)
         mask = _and_masks(ma, mb)
-        return (a + b if op == "add" else a - b if op == "sub" else a * b), mask
+        out = a + b if op == "add" else a - b if op == "sub" else a * b
+        if e.type.kind != "float":
+            _check_range(e, op, a, b, out, mask)
+        return out, mask
     (a, ma), (b, mb) = _args(e, cols, valid, n)
     mask = _and_masks(ma, mb)
-    if op == "add":
-        return a + b, mask
-    if op == "sub":
-        return a - b, mask
-    if op == "mul":
-        return a * b, mask
     zero = b == 0
     if zero.any():
         mask = ~zero if mask is None else mask & ~zero  # division by zero gives NULL
@@ -113,6 +113,25 @@ def _arith(e: Call, cols, valid, n):
         return (a / b if op == "div" else np.fmod(a, b)), mask
     q = np.abs(a) // np.abs(b) * np.sign(a) * np.sign(b)  # truncation toward zero, as PostgreSQL
     return (q if op == "div" else a - q * b), mask
+
+
+_INT64_BOUND = 2.0**63
+
+
+def _check_range(e: Call, op: str, a, b, out: np.ndarray, mask) -> None:
+    """Stop the dataflow when 64-bit integer arithmetic wrapped around (on rows whose value is not NULL): an
+    addition whose operands share a sign the result lacks, a product beyond 2**63 in floating point."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if op == "mul":
+            wrapped = np.abs(np.multiply(a, b, dtype=np.float64)) >= _INT64_BOUND
+        else:
+            b = b if op == "add" else -np.asarray(b)
+            wrapped = ((a ^ out) & (b ^ out)) < 0
+    if mask is not None:
+        wrapped = wrapped & mask
+    if np.any(wrapped):
+        what = "integer out of range" if e.type.kind == "int" else f"numeric field overflow ({e.type})"
+        raise EvaluationError(f"{what} in {op}")
 
 
 def _neg(e: Call, cols, valid, n):
@@ -277,6 +296,9 @@ def _to_type(e: Call, cols, valid, n):
         shift = dst.scale - (src.scale if src.kind == "decimal" else 0)
         if shift == 0 and a.dtype == np.int64:  # a wider precision: the same scaled integers
             return a, m
+        if shift < 0:  # fewer decimals: rounded half away from zero
+            unit = 10**-shift
+            return np.sign(a) * ((np.abs(a) + unit // 2) // unit), m
         return a.astype(np.int64) * np.int64(10**shift), m
     raise AssertionError(dst)
 
@@ -289,7 +311,13 @@ def _to_int(e: Call, cols, valid, n):
     if src.kind == "decimal":
         unit = 10**src.scale
         return (np.sign(a) * ((np.abs(a) + unit // 2) // unit)).astype(np.int64), m
-    return np.rint(a).astype(np.int64), m
+    out = np.rint(a)
+    bad = ~(np.abs(out) < _INT64_BOUND)  # NaN or beyond 64 bits
+    if m is not None:
+        bad &= m
+    if bad.any():
+        raise EvaluationError(f"integer out of range: {a[np.flatnonzero(bad)[0]]!r}")
+    return out.astype(np.int64), m
 
 
 def _round_decimal(e: Call, cols, valid, n):

@@ -37,6 +37,8 @@ __all__ = [
     "translate_scalar",
     "Resolver",
     "coerce",
+    "cast_to",
+    "assigned",
     "common_type",
     "compare",
     "arithmetic",
@@ -124,7 +126,8 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
         return Call("and", (lo, hi), BOOL)
     if isinstance(node, exp.In):
         if node.args.get("query") is not None:
-            raise error_at(node, "IN (subquery) is not supported yet", unsupported=True)
+            what = "this IN (subquery) (correlated over an aggregate, or not in WHERE or HAVING)"
+            raise error_at(node, f"{what} is not supported", unsupported=True)
         x = translate_scalar(node.this, resolve)
         out: Expr | None = None
         for item in node.expressions:
@@ -424,6 +427,23 @@ def cast(node: exp.Cast, e: Expr) -> Expr:
     t = from_sqlglot(node.to)
     if t is None:
         raise error_at(node, f"type {node.to.sql()} is not supported", unsupported=True)
+    return cast_to(node, e, t)
+
+
+def assigned(node: exp.Expression, e: Expr, t: SqlType, column: str) -> Expr:
+    """``e`` as the value of a column of type ``t`` (UPDATE's SET, INSERT ... SELECT): numbers converted as
+    CAST converts them (rounded to the column's scale, an error when too wide for it), a date as a timestamp
+    and back; other types must match."""
+    if e.type == t or is_null_const(e):
+        return coerce(node, e, t)
+    kinds = {e.type.kind, t.kind}
+    if (e.type.numeric and t.numeric) or kinds == {"date", "timestamp"}:
+        return cast_to(node, e, t)
+    raise error_at(node, f"column {column!r} is of type {t} but the value is of type {e.type}")
+
+
+def cast_to(node: exp.Expression, e: Expr, t: SqlType) -> Expr:
+    """``CAST(e AS t)``."""
     if isinstance(e, Const) and e.type.kind == "text" and e.value is not None and t.kind != "text":
         from ivm.strings import POOL
 

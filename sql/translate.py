@@ -97,6 +97,7 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
         )
     except OptimizeError as err:
         raise _locate(tree, str(err)) from err
+    _always_exists(tree)
     tree = hoist_select_subqueries(tree)
     _check_in_subqueries(tree)
     tree = _not_in_subqueries(tree)
@@ -437,6 +438,17 @@ def _check_in_subqueries(tree: exp.Expression) -> None:
             )
 
 
+def _always_exists(tree: exp.Expression) -> None:
+    """``EXISTS (SELECT count(*) ... )`` over an aggregate without GROUP BY or HAVING is TRUE: such a query
+    gives one row whatever its WHERE lets through."""
+    for node in list(tree.find_all(exp.Exists)):
+        q = node.this
+        if not isinstance(q, exp.Select) or any(q.args.get(k) for k in ("group", "having", "limit", "offset")):
+            continue
+        if any(a.parent_select is q for s in q.selects for a in s.find_all(*_AGGS)):
+            node.replace(exp.true())
+
+
 def _correlated_in_as_exists(tree: exp.Expression) -> None:
     """``x IN (SELECT y FROM ... WHERE <reads the outer query>)`` (a condition of WHERE or HAVING: see
     ``_check_in_subqueries``) as ``EXISTS (SELECT ... WHERE ... AND y = x)``, the form decorrelated into a join;
@@ -447,8 +459,10 @@ def _correlated_in_as_exists(tree: exp.Expression) -> None:
         if node.args.get("negate") or not isinstance(query, exp.Select) or len(query.selects) != 1:
             continue
         from_ = query.args.get("from_") or query.args.get("from")
-        if from_ is None or query.args.get("group") or query.args.get("limit") or query.args.get("distinct"):
+        if from_ is None or any(query.args.get(k) for k in ("group", "having", "limit", "offset", "distinct")):
             continue
+        if any(a.parent_select is query for a in query.selects[0].find_all(*_AGGS)):
+            continue  # an aggregate's one value: not a condition to move into WHERE
         # every relation named inside, nested subqueries' included: a column of any other is the outer query's
         own = {t.alias_or_name for t in query.find_all(exp.Table, exp.Subquery) if t.alias_or_name}
         if all(c.table in own for c in query.find_all(exp.Column)):
@@ -791,7 +805,7 @@ def _select(select: exp.Select, catalog: Catalog) -> Plan:
     aggs = [a for s in select.selects for a in _own_aggregates(s, select)]
     if having is not None:
         aggs += _own_aggregates(having, select)
-    hidden = _hidden_order(select)
+    hidden = _hidden_order(select, scope)
     aggs += [a for _, o in hidden for a in _own_aggregates(o, select)]
     if group is not None or aggs:
         plan, resolve = _aggregate(select, scope, group, aggs)
@@ -825,7 +839,7 @@ def _own_aggregates(node: exp.Expression, select: exp.Select) -> list[exp.Expres
     return [a for a in node.find_all(*_AGGS) if a.parent_select is select or a.parent_select is None]
 
 
-def _hidden_order(select: exp.Select) -> list[tuple[str, exp.Expression]]:
+def _hidden_order(select: exp.Select, scope: Scope) -> list[tuple[str, exp.Expression]]:
     """The ORDER BY items of a SELECT with LIMIT or OFFSET that are not among its output columns (a SELECT
     DISTINCT must select them, as in SQL): each as written, and as computed from the FROM clause."""
     order = select.args.get("order")
@@ -841,13 +855,17 @@ def _hidden_order(select: exp.Select) -> list[tuple[str, exp.Expression]]:
         if isinstance(t, exp.Literal) and not t.is_string and not 1 <= int(t.this) <= len(names):
             raise error_at(t, f"ORDER BY position {t.this} is not in the select list")
         if _output_position(t, names, computes) is None and t.sql() not in [w for w, _ in out]:
-            out.append((t.sql(), t.transform(lambda n: _output_expression(n, select))))
+            out.append((t.sql(), t.transform(lambda n: _output_expression(n, select, scope))))
     return out
 
 
-def _output_expression(node: exp.Expression, select: exp.Select) -> exp.Expression:
-    """An unqualified column naming an output column of ``select`` (in ORDER BY) as what it computes."""
+def _output_expression(node: exp.Expression, select: exp.Select, scope: Scope) -> exp.Expression:
+    """An unqualified column in an ORDER BY expression: the input column of that name (as in SQL, where only a
+    whole ORDER BY item names an output column), or else the output column's expression."""
     if isinstance(node, exp.Column) and not node.table:
+        inputs = [t for t, name in scope.names if name == node.name]
+        if len(inputs) == 1:
+            return exp.column(node.name, inputs[0])
         for s in select.selects:
             if s.alias_or_name == node.name:
                 return s.unalias().copy()

@@ -27,6 +27,12 @@ QUERIES = [
     "SELECT s, count(*) AS n FROM t GROUP BY s ORDER BY max(a) DESC LIMIT 2",
     "SELECT b FROM t ORDER BY b + c, a LIMIT 3",
     "SELECT a FROM t ORDER BY s DESC NULLS LAST, a LIMIT 4",
+    # inside an ORDER BY expression a name is the input column, even when an output column has that name
+    "SELECT c AS a FROM t ORDER BY a + 0 LIMIT 2",
+    "SELECT c AS a FROM t ORDER BY -a LIMIT 2",
+    # EXISTS over an aggregate without GROUP BY always finds its one row
+    "SELECT a FROM t WHERE NOT EXISTS (SELECT count(*) FROM u WHERE u.c = t.b + 10)",
+    "SELECT a FROM t WHERE EXISTS (SELECT max(x) FROM u WHERE u.c = t.b)",
     # CASE and COALESCE compute a value that can fail only for the rows that need it
     "SELECT a, CASE WHEN s IN ('1', '2') THEN CAST(s AS INTEGER) ELSE -1 END AS v FROM t",
     "SELECT a, coalesce(CAST(a AS DECIMAL(3,1)), CAST(b * 1000 AS DECIMAL(3,1))) AS v FROM t",
@@ -248,3 +254,46 @@ def test_outer_join_comparing_both_sides_otherwise_is_refused():
     with pytest.raises(UnsupportedError, match="comparing both sides other than by =") as info:
         db.execute("SELECT t.a FROM t LEFT JOIN u ON t.c < u.x")
     assert (info.value.line, info.value.col) == (1, 34)
+
+
+def test_assignments_round_to_the_column_and_refuse_what_does_not_fit():
+    ddl = ["CREATE TABLE cp (k INTEGER PRIMARY KEY, d DECIMAL(8,2), e DECIMAL(18,4), i INTEGER, f DOUBLE)"]
+    db, oracle = with_views(ddl, ["SELECT * FROM cp"])
+    changes = [
+        "INSERT INTO cp VALUES (1, 1.00, 2.0005, 1, 2.5), (2, 1.50, -2.0050, 2, -3.5)",
+        "UPDATE cp SET d = e",
+        "UPDATE cp SET d = d * d WHERE k = 2",
+        "INSERT INTO cp (k, d, i) SELECT k + 10, e * 10, f FROM cp",
+        "UPDATE cp SET i = d WHERE k = 12",
+    ]
+    for change in changes:
+        commit_and_compare(db, oracle, [change], ["SELECT * FROM cp"])
+    before = db.execute("SELECT * FROM cp").fetchall()
+    for bad in [
+        "UPDATE cp SET d = 123456789 WHERE k = 1",
+        "INSERT INTO cp (k, d) SELECT 20, e * 1000000 FROM cp",
+    ]:
+        with pytest.raises(SqlError, match="column 'd': numeric field overflow"):
+            db.execute(bad)
+    db.execute("CREATE TABLE w (dt DATE)")
+    with pytest.raises(SqlError, match="column 'dt' is of type DATE but the value is of type TEXT"):
+        db.execute("INSERT INTO w SELECT CAST(k AS TEXT) FROM cp")
+    assert db.execute("SELECT * FROM cp").fetchall() == before
+
+
+def test_arithmetic_beyond_64_bits_stops_the_view():
+    db, _ = with_views(
+        ["CREATE TABLE n (k INTEGER PRIMARY KEY, i BIGINT, d DECIMAL(18,2), f DOUBLE)"],
+        [
+            "SELECT k, i * i AS m FROM n",
+            "SELECT k, d * d AS m FROM n",
+            "SELECT k, CAST(f AS BIGINT) AS m FROM n",
+            "SELECT k, i + i AS m FROM n",
+            "SELECT k FROM n",
+        ],
+    )
+    db.execute("INSERT INTO n VALUES (1, 3, 1.50, 2.5)")
+    assert db.execute("SELECT * FROM v0").fetchall() == [(1, 9)]
+    with pytest.raises(SqlError, match="view 'v0', 'v1', 'v2', 'v3' failed and stopped"):
+        db.execute("INSERT INTO n VALUES (2, 5000000000000000000, 123456789.00, 1e20)")
+    assert sorted(db.execute("SELECT * FROM v4").fetchall()) == [(1,), (2,)]
