@@ -19,11 +19,9 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sql.scalar import and_parts
+from sql.scalar import AGGREGATES, and_parts
 
 __all__ = ["hoist_select_subqueries"]
-
-_AGGS = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 
 
 def hoist_select_subqueries(tree: exp.Expression) -> exp.Expression:
@@ -60,7 +58,7 @@ def _grouped(select: exp.Select) -> bool:
     """Whether ``select`` aggregates (a subquery's value would then have to be grouped by as well)."""
     if select.args.get("group") or select.args.get("having"):
         return True
-    return any(a.parent_select is select for s in select.selects for a in s.find_all(*_AGGS))
+    return any(a.parent_select is select for s in select.selects for a in s.find_all(*AGGREGATES))
 
 
 def _correlation(inner: exp.Select):
@@ -126,7 +124,7 @@ def _scalar_as_join(inner: exp.Expression, alias: str):
     if any(inner.args.get(k) for k in ("group", "having", "order", "limit", "offset", "distinct", "with_")):
         return None
     value = inner.selects[0].unalias()
-    if not any(a.parent_select is inner for a in value.find_all(*_AGGS)):
+    if not any(a.parent_select is inner for a in value.find_all(*AGGREGATES)):
         return None  # not an aggregate: zero or several rows
     from_, joins, keys, rest = found
     columns = [exp.alias_(value.copy(), "_v"), exp.alias_(exp.Literal.number(1), "_p")]
@@ -208,6 +206,6 @@ def _over_no_rows(node: exp.Expression) -> exp.Expression:
     """An aggregate call as its value over no rows."""
     if isinstance(node, exp.Count):
         return exp.Literal.number(0)
-    if isinstance(node, _AGGS):
+    if isinstance(node, AGGREGATES):
         return exp.Null()
     return node

@@ -33,6 +33,7 @@ from sql.types import (
 )
 
 __all__ = [
+    "AGGREGATES",
     "and_parts",
     "translate_scalar",
     "Resolver",
@@ -51,6 +52,9 @@ NULL_TYPE = SqlType("int", 0, -1)  # the type of a bare NULL until context gives
 
 _ARITH = {exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul", exp.Div: "div", exp.Mod: "mod"}
 _CMP = {exp.EQ: "eq", exp.NEQ: "ne", exp.LT: "lt", exp.LTE: "le", exp.GT: "gt", exp.GTE: "ge"}
+
+
+AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)  # the aggregate calls of SQL supported
 
 
 def and_parts(cond: exp.Expression) -> list[exp.Expression]:

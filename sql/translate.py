@@ -15,6 +15,7 @@ from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 
+from sql import rewrite
 from sql.catalog import Catalog
 from sql.errors import SqlError, error_at
 from sql.hoist import hoist_select_subqueries
@@ -39,7 +40,7 @@ from sql.logical import (
     Values,
 )
 from sql.recursive import translate_recursive
-from sql.scalar import NULL_TYPE, boolean, coerce, common_type, translate_scalar
+from sql.scalar import AGGREGATES, NULL_TYPE, boolean, coerce, common_type, translate_scalar
 from sql.types import BOOL, FLOAT, INT, SqlType, decimal_type
 
 __all__ = ["translate_query"]
@@ -85,8 +86,8 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     with_ = tree.args.get("with_") or tree.args.get("with")
     if with_ is not None and with_.args.get("recursive"):
         return translate_recursive(tree, catalog, translate_query)
-    _check_merged_columns(tree)
-    _check_using_star(tree, catalog.sqlglot_schema())
+    rewrite.check_merged_columns(tree)
+    rewrite.check_using_star(tree, catalog.sqlglot_schema())
     try:
         tree = qualify(
             tree.copy(),
@@ -97,74 +98,15 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
         )
     except OptimizeError as err:
         raise _locate(tree, str(err)) from err
-    _always_exists(tree)
+    rewrite.always_exists(tree)
     tree = hoist_select_subqueries(tree)
-    _check_in_subqueries(tree)
-    tree = _not_in_subqueries(tree)
-    _correlated_in_as_exists(tree)
+    rewrite.check_in_subqueries(tree)
+    tree = rewrite.not_in_subqueries(tree)
+    rewrite.correlated_in_as_exists(tree)
     # correlated and uncorrelated EXISTS, IN and scalar subqueries become joins with grouped derived tables
     _stash_inequality_exists(tree)
     tree = unnest_subqueries(tree)
     return _query(tree, catalog)
-
-
-def _check_merged_columns(tree: exp.Expression) -> None:
-    """Reject a join USING a column that an earlier FULL or RIGHT join merged (USING or NATURAL): SQL joins on
-    the merged value, COALESCE of both sides, where the rewrite of USING into ON would take the left side's."""
-    for select in tree.find_all(exp.Select):
-        merged: set[str] = set()
-        natural = False
-        for j in select.args.get("joins") or []:
-            using = {c.name for c in j.args.get("using") or []}
-            is_natural = (j.method or "").upper() == "NATURAL"
-            if using & merged or ((using or is_natural) and natural) or (is_natural and merged):
-                raise error_at(
-                    j, "a join USING a column merged by an earlier FULL or RIGHT join is not supported", True
-                )
-            if (j.side or "").upper() in ("FULL", "RIGHT"):
-                merged |= using
-                natural = natural or is_natural
-
-
-def _check_using_star(tree: exp.Expression, schema: dict) -> None:
-    """Reject ``SELECT *`` over a join USING (or NATURAL) a column that another relation of the FROM clause
-    also has without being joined on it: SQL keeps that relation's column, the expansion of ``*`` would drop it.
-    Relations whose columns cannot be told here (a derived table selecting ``*``) are rejected alike."""
-    ctes = {c.alias_or_name: c.this for c in tree.find_all(exp.CTE)}
-
-    def columns(src: exp.Expression) -> set[str] | None:
-        query = src.this if isinstance(src, exp.Subquery) else ctes.get(src.name)
-        if isinstance(src, exp.Table) and query is None:
-            return set(schema.get(src.name, {}))
-        if isinstance(query, exp.Select) and not query.is_star:
-            return set(query.named_selects)
-        return None
-
-    for select in tree.find_all(exp.Select):
-        joins = select.args.get("joins") or []
-        from_ = select.args.get("from_") or select.args.get("from")
-        merging = [j for j in joins if j.args.get("using") or (j.method or "").upper() == "NATURAL"]
-        if from_ is None or not merging or not any(isinstance(e, exp.Star) for e in select.expressions):
-            continue
-        names = [columns(src) for src in [from_.this, *(j.this for j in joins)]]
-        if any(n is None for n in names):
-            raise error_at(merging[0], "SELECT * over this join USING needs the columns listed", True)
-        joined: dict[str, int] = {}  # column -> sources joined on it
-        seen: set[str] = set(names[0])
-        for k, j in enumerate(joins, start=1):
-            using = {c.name for c in j.args.get("using") or []}
-            if (j.method or "").upper() == "NATURAL":
-                using = names[k] & seen
-            for a in using:
-                joined[a] = joined.get(a, 1) + 1
-            seen |= names[k]
-        for a, count in joined.items():
-            if sum(a in n for n in names) != count:
-                raise error_at(
-                    merging[0],
-                    f"SELECT * over a join USING ({a}) with another column {a} needs the columns listed",
-                    True,
-                )
 
 
 def _locate(tree: exp.Expression, message: str) -> SqlError:
@@ -415,123 +357,6 @@ def _uncorrelated_exists(scope: Scope, conds: list[exp.Expression], catalog: Cat
             extra[id(node)] = len(scope.plan.columns)
             scope = Scope(scope.names, joined, extra)
     return scope
-
-
-def _check_in_subqueries(tree: exp.Expression) -> None:
-    """Reject ``IN (subquery)`` and ``NOT IN (subquery)`` where their NULL result matters: they become joins
-    and EXISTS conditions that answer FALSE where SQL answers NULL, which is the same only for a condition of
-    WHERE or HAVING (through AND and OR), where NULL and FALSE both drop the row."""
-    for node in tree.find_all(exp.In):
-        if node.args.get("query") is None:
-            continue
-        at = node
-        while isinstance(at.parent, exp.Paren):
-            at = at.parent
-        if isinstance(at.parent, exp.Not):
-            at = at.parent
-        up = at.parent
-        while isinstance(up, (exp.And, exp.Or, exp.Paren)):
-            up = up.parent
-        if not isinstance(up, (exp.Where, exp.Having)):
-            raise error_at(
-                node, "IN (subquery) is supported as a condition of WHERE or HAVING only, not as a value", True
-            )
-
-
-def _always_exists(tree: exp.Expression) -> None:
-    """``EXISTS (SELECT count(*) ... )`` over an aggregate without GROUP BY or HAVING is TRUE: such a query
-    gives one row whatever its WHERE lets through."""
-    for node in list(tree.find_all(exp.Exists)):
-        q = node.this
-        if not isinstance(q, exp.Select) or any(q.args.get(k) for k in ("group", "having", "limit", "offset")):
-            continue
-        if any(a.parent_select is q for s in q.selects for a in s.find_all(*_AGGS)):
-            node.replace(exp.true())
-
-
-def _correlated_in_as_exists(tree: exp.Expression) -> None:
-    """``x IN (SELECT y FROM ... WHERE <reads the outer query>)`` (a condition of WHERE or HAVING: see
-    ``_check_in_subqueries``) as ``EXISTS (SELECT ... WHERE ... AND y = x)``, the form decorrelated into a join;
-    the tree is qualified, so a column of a relation the subquery does not name is the outer query's."""
-    for node in list(tree.find_all(exp.In)):
-        query = node.args.get("query")
-        query = query.this if isinstance(query, exp.Subquery) else query
-        if node.args.get("negate") or not isinstance(query, exp.Select) or len(query.selects) != 1:
-            continue
-        from_ = query.args.get("from_") or query.args.get("from")
-        if from_ is None or any(query.args.get(k) for k in ("group", "having", "limit", "offset", "distinct")):
-            continue
-        if any(a.parent_select is query for a in query.selects[0].find_all(*_AGGS)):
-            continue  # an aggregate's one value: not a condition to move into WHERE
-        # every relation named inside, nested subqueries' included: a column of any other is the outer query's
-        own = {t.alias_or_name for t in query.find_all(exp.Table, exp.Subquery) if t.alias_or_name}
-        if all(c.table in own for c in query.find_all(exp.Column)):
-            continue  # uncorrelated: a join with the subquery's distinct values
-        inner = query.copy()
-        match = exp.EQ(this=inner.selects[0].unalias().copy(), expression=node.this.copy())
-        inner.set("expressions", [exp.Literal.number(1)])
-        node.replace(exp.Exists(this=inner.where(match)))
-
-
-def _not_in_subqueries(tree: exp.Expression) -> exp.Expression:
-    """``x NOT IN (SELECT y ...)`` as the EXISTS conditions that give SQL's answer with NULLs: no y equals x,
-    and x is not NULL unless the subquery is empty, and no y is NULL. The tree is qualified: a subquery reading
-    the outer query (correlated) gets the conditions added to its own WHERE, which needs a plain one (no
-    grouping, DISTINCT or LIMIT); another is read as a derived table of one column."""
-
-    def rewrite(node: exp.Expression) -> exp.Expression:
-        inside = node.this if isinstance(node, exp.Not) else None
-        while isinstance(inside, exp.Paren):
-            inside = inside.this
-        if isinstance(node, exp.In) and node.args.get("negate") and node.args.get("query"):
-            target = node
-        elif isinstance(inside, exp.In) and not inside.args.get("negate") and inside.args.get("query"):
-            target = inside
-        else:
-            return node
-        x = target.this
-        query = target.args["query"]
-        query = query.this if isinstance(query, exp.Subquery) else query
-        if not isinstance(query, exp.Select) or len(query.selects) != 1:
-            raise error_at(node, "NOT IN needs a subquery of one column", unsupported=True)
-        own = {t.alias_or_name for t in query.find_all(exp.Table, exp.Subquery) if t.alias_or_name}
-        if any(c.table not in own for c in query.find_all(exp.Column)):
-            if any(query.args.get(k) for k in ("group", "having", "distinct", "limit", "offset")) or any(
-                a.parent_select is query for a in query.selects[0].find_all(*_AGGS)
-            ):
-                raise error_at(
-                    node, "a correlated NOT IN over a grouped or limited subquery is not supported", True
-                )
-            y = query.selects[0].unalias()
-
-            def inner(cond: exp.Expression | None) -> exp.Expression:
-                sub = query.copy()
-                sub.set("expressions", [exp.Literal.number(1)])
-                return exp.Exists(this=sub.where(cond) if cond is not None else sub)
-
-            match = inner(exp.EQ(this=y.copy(), expression=x.copy()))
-            has_null = inner(exp.Is(this=y.copy(), expression=exp.Null()))
-        else:
-            alias, col = "_not_in", "_not_in_value"
-            named = query.copy()
-            named.set("expressions", [exp.alias_(query.selects[0].unalias().copy(), col)])
-            table = exp.Subquery(this=named, alias=exp.TableAlias(this=exp.to_identifier(alias)))
-
-            def inner(cond: exp.Expression | None) -> exp.Expression:
-                sub = exp.select(exp.Literal.number(1)).from_(table.copy())
-                return exp.Exists(this=sub.where(cond) if cond is not None else sub)
-
-            ref = exp.column(col, table=alias)
-            match = inner(exp.EQ(this=ref.copy(), expression=x.copy()))
-            has_null = inner(exp.Is(this=ref.copy(), expression=exp.Null()))
-        empty = exp.Not(this=inner(None))
-        return exp.and_(
-            exp.Not(this=match),
-            exp.or_(exp.Not(this=exp.Is(this=x.copy(), expression=exp.Null())), empty),
-            exp.Not(this=has_null),
-        )
-
-    return tree.transform(rewrite)
 
 
 def _filtered(scope: Scope, conds: list[exp.Expression]) -> Scope:
@@ -787,9 +612,6 @@ def _disjuncts(node: exp.Expression) -> list[exp.Expression]:
     return [node]
 
 
-_AGGS = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
-
-
 def _select(select: exp.Select, catalog: Catalog) -> Plan:
     for key in ("windows", "qualify"):
         if select.args.get(key):
@@ -836,7 +658,7 @@ def _select(select: exp.Select, catalog: Catalog) -> Plan:
 
 def _own_aggregates(node: exp.Expression, select: exp.Select) -> list[exp.Expression]:
     """The aggregate calls in ``node`` that belong to ``select`` (not to a subquery inside it)."""
-    return [a for a in node.find_all(*_AGGS) if a.parent_select is select or a.parent_select is None]
+    return [a for a in node.find_all(*AGGREGATES) if a.parent_select is select or a.parent_select is None]
 
 
 def _hidden_order(select: exp.Select, scope: Scope) -> list[tuple[str, exp.Expression]]:
@@ -906,7 +728,7 @@ def _aggregate(select: exp.Select, scope: Scope, group: exp.Group | None, aggs: 
             agg_index[sql] = len(calls)
             calls.append(AggCall("count_star", None, False, INT))
             continue
-        if list(arg.find_all(*_AGGS)):
+        if list(arg.find_all(*AGGREGATES)):
             raise error_at(a, "aggregate calls cannot be nested")
         e = translate_scalar(arg, scope.resolve)
         pos = len(key_exprs) + len(args)
@@ -926,7 +748,7 @@ def _aggregate(select: exp.Select, scope: Scope, group: exp.Group | None, aggs: 
     scope_tables = {t for t, _ in scope.names}
 
     def resolve(node: exp.Expression) -> Expr | None:
-        if isinstance(node, _AGGS):
+        if isinstance(node, AGGREGATES):
             j = agg_index[node.sql()]
             return ColRef(len(key_exprs) + j, calls[j].type)
         i = key_sql.get(node.sql())
