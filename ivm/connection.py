@@ -18,10 +18,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.errors import ParseError, TokenError
 
 from ivm.batch import Batch, consolidate, key_hash, rows_equal
 from ivm.dataflow import Arranged, Dataflow, Engine, Input
+from ivm.errors import ProgrammingError
 from ivm.operators.basic import EvaluationError
 from ivm.operators.iterate import IterationLimitError
 from ivm.strings import FEW, POOL, StringPool
@@ -29,6 +30,7 @@ from planner.canon import arranged_form, canonicalize
 from planner.compile import Registry, compile_view
 from planner.prune import prune
 from planner.simplify import simplify
+from sql import allow
 from sql.catalog import Catalog, Table, View
 from sql.errors import SqlError, UnsupportedError, error_at
 from sql.logical import Canon, Column, Negate, Plan, Scan, UnionAll, Values, substitute
@@ -1106,10 +1108,16 @@ def _parse(sql: str) -> list[exp.Expression]:
     try:
         statements = [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
         attach_mutually_recursive(statements, mutual)
-        return statements
     except ParseError as err:
         e = err.errors[0] if err.errors else {}
-        raise SqlError(f"syntax error: {e.get('description', str(err))}", e.get("line"), e.get("col")) from err
+        raise ProgrammingError(
+            f"syntax error: {e.get('description', str(err))}", e.get("line"), e.get("col")
+        ) from err
+    except TokenError:
+        raise _token_error(sql) from None
+    for s in statements:
+        allow.check(s)
+    return statements
 
 
 def _cast_to_table(data, table: Table):
@@ -1413,3 +1421,37 @@ def _sql_literal(v: object) -> str:
         return f"'{v.isoformat()}'"
     s = str(v).replace("'", "''")
     return f"'{s}'"
+
+
+def _token_error(sql: str) -> ProgrammingError:
+    """The syntax error for text sqlglot cannot split into tokens: an unterminated string, quoted identifier,
+    dollar quote or comment, pointed at where it opens."""
+    i, n = 0, len(sql)
+    while i < n:
+        ch = sql[i]
+        if sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+            continue
+        opener, what = None, None
+        if sql.startswith("/*", i):
+            opener, what, close = "/*", "comment", "*/"
+        elif ch in "'\"":
+            opener, close = ch, ch
+            what = "quoted string" if ch == "'" else "quoted identifier"
+        elif ch == "$":
+            tag = sql[i : sql.find("$", i + 1) + 1] if sql.find("$", i + 1) > 0 else ""
+            if tag and (tag == "$$" or tag[1:-1].isidentifier()):
+                opener, what, close = tag, "dollar-quoted string", tag
+        if opener is None:
+            i += 1
+            continue
+        j = sql.find(close, i + len(opener))
+        while close in "'\"" and j >= 0 and sql.startswith(close * 2, j):
+            j = sql.find(close, j + 2)  # a doubled quote stands for itself
+        if j < 0:
+            line = sql.count("\n", 0, i) + 1
+            col = i - (sql.rfind("\n", 0, i) + 1) + 1
+            return ProgrammingError(f"syntax error: unterminated {what}", line, col)
+        i = j + len(close)
+    return ProgrammingError("syntax error: the statement text cannot be read")

@@ -115,7 +115,7 @@ class _Rewriter:
         if isinstance(plan, Positive):
             return Positive(self.whole(plan.input)), none
         if isinstance(plan, TopK):
-            return TopK(self.whole(plan.input), plan.order, plan.limit, plan.offset), none
+            return TopK(self.whole(plan.input), plan.order, plan.limit, plan.offset, plan.group), none
         if isinstance(plan, SemiJoin):
             return SemiJoin(self.whole(plan.left), self.whole(plan.right), plan.anti), none
         if isinstance(plan, FixpointResult):

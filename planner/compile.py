@@ -220,12 +220,22 @@ class _Compiler:
             return self.collection(plan.input).threshold(_positive)
         if isinstance(plan, TopK):
             types = [c.type.kind for c in plan.input.columns]
+            group = plan.group
+            n = len(plan.columns)
+            values = [i for i in range(n) if i not in group]  # the reducer sees the columns outside the key
             order = tuple(
-                (p, desc, "nulls_first" if first else "nulls_last", *(("text",) if types[p] == "text" else ()))
+                (values.index(p), desc, "nulls_first" if first else "nulls_last")
+                + (("text",) if types[p] == "text" else ())
                 for p, desc, first in plan.order
+                if p not in group  # equal within a group
             )
-            ranked = self.arranged(one_group(plan.input), (0,)).reduce(ivm.TopK(order, plan.limit, plan.offset))
-            return ranked.as_collection().project(range(1, len(plan.columns) + 1))
+            rank = ivm.TopK(order, plan.limit, plan.offset)
+            if not group:
+                ranked = self.arranged(one_group(plan.input), (0,)).reduce(rank)
+                return ranked.as_collection().project(range(1, n + 1))
+            ranked = self.arranged(plan.input, group).reduce(rank)
+            back = [group.index(i) if i in group else len(group) + values.index(i) for i in range(n)]
+            return ranked.as_collection().project(back)
         raise NotImplementedError(type(plan).__name__)
 
     def registry_key_of(self, scan: Scan) -> tuple[int, ...]:

@@ -140,7 +140,9 @@ def _node(plan: Plan, depth: int, how: dict, out: list[str]) -> None:
         order = ", ".join(
             plan.columns[i].name + (" DESC" if d else "") + nulls.get((d, f), "") for i, d, f in plan.order
         )
-        out.append(f"{pad}TopK order=[{order}] limit={plan.limit} offset={plan.offset}")
+        group = ", ".join(plan.columns[i].name for i in plan.group)
+        per = f" per=[{group}]" if plan.group else ""
+        out.append(f"{pad}TopK{per} order=[{order}] limit={plan.limit} offset={plan.offset}")
         _node(plan.input, depth + 1, how, out)
         return
     if isinstance(plan, RecRef):

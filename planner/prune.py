@@ -129,7 +129,7 @@ class _Pruner:
         if isinstance(plan, SemiJoin):
             return SemiJoin(self.exact(plan.left), self.exact(plan.right), plan.anti), identity
         if isinstance(plan, TopK):
-            return TopK(self.exact(plan.input), plan.order, plan.limit, plan.offset), identity
+            return TopK(self.exact(plan.input), plan.order, plan.limit, plan.offset, plan.group), identity
         return plan, identity  # scans, constants, recursive definitions and their results
 
 

@@ -95,7 +95,7 @@ class _Simplifier:
         if isinstance(plan, Positive):
             return Positive(self.plan(plan.input))
         if isinstance(plan, TopK):
-            return TopK(self.plan(plan.input), plan.order, plan.limit, plan.offset)
+            return TopK(self.plan(plan.input), plan.order, plan.limit, plan.offset, plan.group)
         if isinstance(plan, Canon):
             return Canon(self.plan(plan.input), plan.positions)
         if isinstance(plan, FixpointResult):

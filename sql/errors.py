@@ -1,25 +1,35 @@
-"""Errors of the SQL layer: each names what went wrong and, where the text shows it, the line and column."""
+"""Errors of the SQL layer: each names what went wrong and, where the text shows it, the line and column.
+
+The classes are those of ``ivm.errors`` (PEP 249); ``SqlError`` is any database error and
+``UnsupportedError`` valid SQL that ivm does not implement.
+"""
 
 from __future__ import annotations
 
 from sqlglot import exp
 
-__all__ = ["SqlError", "UnsupportedError", "position"]
+from ivm.errors import (
+    DatabaseError,
+    DataError,
+    IntegrityError,
+    InternalError,
+    NotSupportedError,
+    ProgrammingError,
+)
 
+__all__ = [
+    "SqlError",
+    "UnsupportedError",
+    "DataError",
+    "IntegrityError",
+    "InternalError",
+    "ProgrammingError",
+    "position",
+    "error_at",
+]
 
-class SqlError(Exception):
-    """A statement that cannot be executed: bad syntax, unknown names, type errors, constraint violations."""
-
-    def __init__(self, message: str, line: int | None = None, col: int | None = None) -> None:
-        self.message = message
-        self.line = line
-        self.col = col
-        where = f" (line {line}, column {col})" if line is not None else ""
-        super().__init__(message + where)
-
-
-class UnsupportedError(SqlError):
-    """Valid SQL that ivm does not maintain (yet); raised instead of ever giving a wrong answer."""
+SqlError = DatabaseError
+UnsupportedError = NotSupportedError
 
 
 def position(node: exp.Expression | None) -> tuple[int | None, int | None]:
@@ -36,7 +46,12 @@ def position(node: exp.Expression | None) -> tuple[int | None, int | None]:
     return best["line"], best["col"] - (best["end"] - best["start"])  # sqlglot's col is the token's last
 
 
-def error_at(node: exp.Expression | None, message: str, unsupported: bool = False) -> SqlError:
+def error_at(
+    node: exp.Expression | None, message: str, unsupported: bool = False, cls: type | None = None
+) -> DatabaseError:
+    """An error at ``node``'s position: ``cls`` when given, else NotSupportedError for ``unsupported`` SQL
+    and ProgrammingError (a statement that is wrong as written) otherwise."""
     line, col = position(node)
-    cls = UnsupportedError if unsupported else SqlError
+    if cls is None:
+        cls = UnsupportedError if unsupported else ProgrammingError
     return cls(message, line, col)

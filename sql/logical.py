@@ -201,12 +201,14 @@ class Positive:
 
 @dataclass(frozen=True)
 class TopK:
-    """The rows ranked ``[offset, offset + limit)`` by ``order``: (position, descending, NULLs first)."""
+    """The rows ranked ``[offset, offset + limit)`` by ``order``: (position, descending, NULLs first); with
+    ``group``, those of each group of rows equal in the columns at those positions (DISTINCT ON)."""
 
     input: Plan
     order: tuple[tuple[int, bool, bool], ...]
     limit: int | None
     offset: int
+    group: tuple[int, ...] = ()
     columns: tuple[Column, ...] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:

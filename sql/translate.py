@@ -199,8 +199,9 @@ def _unify(node: exp.Expression, left: Plan, right: Plan) -> tuple[Plan, Plan]:
 def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Expression]]:
     """The FROM clause joined as far as possible by equality conditions; returns the conditions left over."""
     from_ = select.args.get("from_") or select.args.get("from")
-    if from_ is None:  # one row without columns (held as one unnamed column)
-        return Scope({}, Values(((0,),), (Column("?", INT, False),))), []
+    where = select.args.get("where")
+    if from_ is None:  # one row without columns (held as one unnamed column), kept where WHERE holds
+        return Scope({}, Values(((0,),), (Column("?", INT, False),))), _conjuncts(where.this) if where else []
     sources = [(from_.this, "inner", None)]
     for j in select.args.get("joins") or []:
         if j.args.get("using"):
@@ -210,7 +211,6 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
         if kind in ("semi", "anti", "lateral") or j.method:
             raise error_at(j, f"{kind or j.method} joins are not supported", unsupported=True)
         sources.append((j.this, side or "inner", j.args.get("on")))
-    where = select.args.get("where")
     pending = _conjuncts(where.this) if where is not None else []
     k = next((i for i, (_, kind, _) in enumerate(sources) if kind != "inner"), len(sources))
     if k == len(sources):
@@ -647,13 +647,40 @@ def _select(select: exp.Select, catalog: Catalog) -> Plan:
         e = translate_scalar(o, resolve)
         exprs.append(e)
         cols.append(Column(f"_order{i}", e.type))
+    computes = [s.unalias().sql() for s in select.selects] + [t for t, _ in hidden]
+    on = _distinct_on(select)
+    group = []
+    for i, o in enumerate(on):
+        e = translate_scalar(o.transform(lambda n: _output_expression(n, select, scope)), resolve)
+        if e not in exprs:
+            exprs.append(e)
+            cols.append(Column(f"_on{i}", e.type))
+            computes.append(o.sql())
+        group.append(exprs.index(e))
     plan = Project(plan, tuple(exprs), tuple(cols))
-    if select.args.get("distinct"):
+    if on:
+        keys = _order_keys(select, plan, computes)
+        leading = {exprs[k[0]] for k in keys[: len(set(group))]}
+        if keys and leading != {exprs[g] for g in group}:
+            raise error_at(
+                select.args["order"], "SELECT DISTINCT ON expressions must match initial ORDER BY expressions"
+            )
+        plan = TopK(plan, tuple(keys), 1, 0, tuple(dict.fromkeys(group)))
+    elif select.args.get("distinct"):
         plan = Distinct(plan)
-    plan = _order_limit(select, plan, [s.unalias().sql() for s in select.selects] + [t for t, _ in hidden])
-    if hidden:
+    plan = _order_limit(select, plan, computes)
+    if len(cols) > shown:
         plan = Project(plan, tuple(ColRef(i, c.type) for i, c in enumerate(cols[:shown])), tuple(cols[:shown]))
     return plan
+
+
+def _distinct_on(select: exp.Select) -> list[exp.Expression]:
+    """The expressions of SELECT DISTINCT ON (...), or none."""
+    distinct = select.args.get("distinct")
+    on = distinct.args.get("on") if distinct is not None else None
+    if on is None:
+        return []
+    return list(on.expressions) if isinstance(on, exp.Tuple) else [on]
 
 
 def _own_aggregates(node: exp.Expression, select: exp.Select) -> list[exp.Expression]:
@@ -665,9 +692,10 @@ def _hidden_order(select: exp.Select, scope: Scope) -> list[tuple[str, exp.Expre
     """The ORDER BY items of a SELECT with LIMIT or OFFSET that are not among its output columns (a SELECT
     DISTINCT must select them, as in SQL): each as written, and as computed from the FROM clause."""
     order = select.args.get("order")
-    if order is None or (select.args.get("limit") is None and select.args.get("offset") is None):
+    on = _distinct_on(select)
+    if order is None or (select.args.get("limit") is None and select.args.get("offset") is None and not on):
         return []
-    if select.args.get("distinct"):
+    if select.args.get("distinct") and not on:
         return []
     names = [s.alias_or_name for s in select.selects]
     computes = [s.unalias().sql() for s in select.selects]
@@ -782,11 +810,22 @@ def _agg_type(node: exp.Expression, func: str, e: Expr):
 def _order_limit(node: exp.Expression, plan: Plan, computes: list[str] | None) -> Plan:
     """``plan`` ranked by the ORDER BY of ``node`` when it has LIMIT or OFFSET (``computes``: the SQL each
     output column computes, for ORDER BY items that repeat it)."""
-    order = node.args.get("order")
     limit = node.args.get("limit")
     offset = node.args.get("offset")
     if limit is None and offset is None:
         return plan  # ORDER BY alone does not change a view's contents
+    keys = _order_keys(node, plan, computes)
+    if isinstance(limit, exp.Fetch):  # FETCH FIRST n ROWS ONLY: n is 1 when not given
+        n = _count(limit.args.get("count")) if limit.args.get("count") is not None else 1
+    else:
+        n = _count(limit.expression if limit is not None else None)
+    off = _count(offset.expression if offset is not None else None) or 0
+    return TopK(plan, tuple(keys), n, off)
+
+
+def _order_keys(node: exp.Expression, plan: Plan, computes: list[str] | None) -> list[tuple[int, bool, bool]]:
+    """The ORDER BY of ``node`` as (output position, descending, NULLs first) keys."""
+    order = node.args.get("order")
     keys: list[tuple[int, bool, bool]] = []
     if order is not None:
         names = [c.name for c in plan.columns]
@@ -797,9 +836,7 @@ def _order_limit(node: exp.Expression, plan: Plan, computes: list[str] | None) -
             desc = bool(o.args.get("desc"))
             first = o.args.get("nulls_first")
             keys.append((idx, desc, desc if first is None else bool(first)))
-    n = _count(limit.expression if limit is not None else None)
-    off = _count(offset.expression if offset is not None else None) or 0
-    return TopK(plan, tuple(keys), n, off)
+    return keys
 
 
 def _count(node: exp.Expression | None) -> int | None:

@@ -1,0 +1,305 @@
+"""The allow-list: what of sqlglot's syntax tree ivm implements, and the refusal of everything else.
+
+A clause that is parsed and then dropped is a wrong answer waiting to happen. So every statement is checked
+before anything runs: each node's type must be listed in ``ALLOWED``, and each of its arguments that is set
+must be one the translator honours. Anything else is refused by name and position, in SQL's words.
+
+    >>> import sqlglot
+    >>> check(sqlglot.parse_one("SELECT a FROM t ORDER BY a FETCH FIRST 2 ROWS WITH TIES", dialect="postgres"))
+    Traceback (most recent call last):
+    ...
+    ivm.errors.NotSupportedError: FETCH FIRST ... WITH TIES is not supported (line 1, column 26)
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from sql.errors import error_at
+
+__all__ = ["ALLOWED", "check", "sql_name"]
+
+_BINARY = frozenset({"this", "expression"})
+_UNARY = frozenset({"this"})
+
+# node type -> the arguments the translator honours when set; flags the parser always sets and that change
+# nothing in PostgreSQL's dialect are listed too
+ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
+    # statements
+    exp.Select: frozenset(
+        {"with_", "expressions", "distinct", "from_", "joins", "where", "group", "having", "order", "limit"}
+        | {"offset"}
+    ),
+    exp.Union: frozenset({"with_", "this", "expression", "distinct", "order", "limit", "offset"}),
+    exp.Except: frozenset({"with_", "this", "expression", "distinct", "order", "limit", "offset"}),
+    exp.Intersect: frozenset({"with_", "this", "expression", "distinct", "order", "limit", "offset"}),
+    exp.Insert: frozenset({"this", "expression", "default"}),
+    exp.Delete: frozenset({"this", "where"}),
+    exp.Update: frozenset({"this", "expressions", "where"}),
+    exp.Create: frozenset({"this", "kind", "expression", "exists", "properties", "replace"}),
+    exp.Drop: frozenset({"this", "kind", "tables", "exists"}),
+    exp.Copy: frozenset({"this", "kind", "files", "params", "credentials"}),
+    exp.Command: frozenset({"this", "expression"}),
+    exp.Transaction: frozenset(),
+    exp.Commit: frozenset(),
+    exp.Rollback: frozenset(),
+    # query clauses
+    exp.With: frozenset({"expressions", "recursive"}),
+    exp.CTE: frozenset({"this", "alias", "materialized"}),
+    exp.From: _UNARY,
+    exp.Join: frozenset({"this", "on", "side", "kind", "using", "method"}),
+    exp.Table: frozenset({"this", "alias"}),
+    exp.TableAlias: frozenset({"this", "columns"}),
+    exp.Subquery: frozenset({"this", "alias"}),
+    exp.Where: _UNARY,
+    exp.Group: frozenset({"expressions"}),
+    exp.Having: _UNARY,
+    exp.Order: frozenset({"expressions"}),
+    exp.Ordered: frozenset({"this", "desc", "nulls_first"}),
+    exp.Limit: frozenset({"expression"}),
+    exp.Offset: frozenset({"expression"}),
+    exp.Fetch: frozenset({"direction", "count", "limit_options"}),
+    exp.LimitOptions: frozenset({"rows"}),
+    exp.Distinct: frozenset({"expressions", "on"}),
+    exp.Alias: frozenset({"this", "alias"}),
+    exp.Star: frozenset(),
+    exp.Tuple: frozenset({"expressions"}),
+    exp.Values: frozenset({"expressions"}),
+    exp.Exists: _UNARY,
+    # names and constants
+    exp.Column: frozenset({"this", "table"}),
+    exp.Identifier: frozenset({"this", "quoted"}),
+    exp.Literal: frozenset({"this", "is_string"}),
+    exp.Null: frozenset(),
+    exp.Boolean: _UNARY,
+    exp.Var: _UNARY,
+    exp.Interval: frozenset({"this", "unit"}),
+    exp.DataType: frozenset({"this", "expressions"}),
+    exp.DataTypeParam: _UNARY,
+    # operators
+    exp.Paren: _UNARY,
+    exp.Neg: _UNARY,
+    exp.Not: _UNARY,
+    exp.And: _BINARY,
+    exp.Or: _BINARY,
+    exp.Add: _BINARY,
+    exp.Sub: _BINARY,
+    exp.Mul: _BINARY,
+    exp.Div: frozenset({"this", "expression", "typed", "safe"}),
+    exp.Mod: _BINARY,
+    exp.EQ: _BINARY,
+    exp.NEQ: _BINARY,
+    exp.LT: _BINARY,
+    exp.LTE: _BINARY,
+    exp.GT: _BINARY,
+    exp.GTE: _BINARY,
+    exp.NullSafeEQ: _BINARY,
+    exp.NullSafeNEQ: _BINARY,
+    exp.Is: frozenset({"this", "expression", "negate"}),
+    exp.Between: frozenset({"this", "low", "high", "negate"}),
+    exp.In: frozenset({"this", "expressions", "query", "negate"}),
+    exp.Like: frozenset({"this", "expression", "negate"}),
+    exp.ILike: frozenset({"this", "expression", "negate"}),
+    exp.DPipe: frozenset({"this", "expression", "safe"}),
+    exp.Case: frozenset({"this", "ifs", "default"}),
+    exp.If: frozenset({"this", "true", "false"}),
+    exp.Cast: frozenset({"this", "to"}),
+    exp.Coalesce: frozenset({"this", "expressions"}),
+    exp.Nullif: _BINARY,
+    # aggregates
+    exp.Count: frozenset({"this", "big_int"}),
+    exp.Sum: _UNARY,
+    exp.Avg: _UNARY,
+    exp.Min: _UNARY,
+    exp.Max: _UNARY,
+    # functions
+    exp.Abs: _UNARY,
+    exp.Sign: _UNARY,
+    exp.Round: frozenset({"this", "decimals"}),
+    exp.Floor: _UNARY,
+    exp.Ceil: _UNARY,
+    exp.Greatest: frozenset({"this", "expressions", "ignore_nulls"}),
+    exp.Least: frozenset({"this", "expressions", "ignore_nulls"}),
+    exp.Length: _UNARY,
+    exp.Upper: _UNARY,
+    exp.Lower: _UNARY,
+    exp.Trim: frozenset({"this", "expression", "position"}),
+    exp.Substring: frozenset({"this", "start", "length"}),
+    exp.Left: _BINARY,
+    exp.Right: _BINARY,
+    exp.Replace: frozenset({"this", "expression", "replacement"}),
+    exp.StrPosition: frozenset({"this", "substr"}),
+    exp.StartsWith: _BINARY,
+    exp.Reverse: _UNARY,
+    exp.Pad: frozenset({"this", "expression", "fill_pattern", "is_left"}),
+    exp.SplitPart: frozenset({"this", "delimiter", "part_index"}),
+    exp.Concat: frozenset({"expressions", "safe", "coalesce"}),
+    exp.Extract: _BINARY,
+    exp.TimestampTrunc: frozenset({"this", "unit"}),
+    # data definition
+    exp.Schema: frozenset({"this", "expressions"}),
+    exp.ColumnDef: frozenset({"this", "kind", "constraints"}),
+    exp.ColumnConstraint: frozenset({"this", "kind"}),
+    exp.NotNullColumnConstraint: frozenset({"allow_null"}),
+    exp.PrimaryKeyColumnConstraint: frozenset({"include"}),
+    exp.PrimaryKey: frozenset({"expressions", "include"}),
+    exp.UniqueColumnConstraint: frozenset({"this", "include"}),
+    exp.CheckColumnConstraint: frozenset({"this"}),
+    exp.DefaultColumnConstraint: _UNARY,
+    exp.Constraint: frozenset({"this", "expressions"}),
+    exp.IndexParameters: frozenset({"columns"}),
+    exp.Index: frozenset({"this", "table", "params"}),
+    exp.Properties: frozenset({"expressions"}),
+    exp.MaterializedProperty: frozenset(),
+    exp.CopyParameter: frozenset({"this", "expression", "expressions"}),
+    exp.Credentials: frozenset(),
+}
+
+# SQL's words for node types and arguments that have no plain SQL rendering of their own
+_NODE_NAMES: dict[type[exp.Expression], str] = {
+    exp.Window: "window functions (OVER)",
+    exp.Reference: "REFERENCES",
+    exp.ForeignKey: "FOREIGN KEY",
+    exp.Escape: "LIKE ... ESCAPE",
+    exp.Lateral: "LATERAL",
+    exp.Unnest: "UNNEST",
+    exp.Any: "ANY",
+    exp.All: "ALL",
+    exp.Filter: "FILTER (WHERE ...)",
+    exp.GroupConcat: "STRING_AGG",
+    exp.ArrayAgg: "ARRAY_AGG",
+    exp.Returning: "RETURNING",
+    exp.OnConflict: "ON CONFLICT",
+    exp.TemporaryProperty: "TEMPORARY",
+    exp.UnloggedProperty: "UNLOGGED",
+    exp.Placeholder: "a parameter placeholder",
+    exp.Parameter: "a parameter",
+    exp.Dot: "a qualified name",
+    exp.Bracket: "subscripts ([...])",
+    exp.Array: "ARRAY",
+    exp.Collate: "COLLATE",
+    exp.AtTimeZone: "AT TIME ZONE",
+    exp.Cube: "CUBE",
+    exp.Rollup: "ROLLUP",
+    exp.GroupingSets: "GROUPING SETS",
+    exp.Describe: "DESCRIBE",
+    exp.Set: "SET",
+    exp.Merge: "MERGE",
+    exp.Alter: "ALTER",
+    exp.TruncateTable: "TRUNCATE",
+}
+_ARG_NAMES: dict[tuple[type[exp.Expression], str], str] = {
+    (exp.Distinct, "on"): "DISTINCT ON",
+    (exp.LimitOptions, "with_ties"): "FETCH FIRST ... WITH TIES",
+    (exp.LimitOptions, "percent"): "FETCH FIRST ... PERCENT",
+    (exp.Insert, "conflict"): "INSERT ... ON CONFLICT",
+    (exp.Insert, "returning"): "INSERT ... RETURNING",
+    (exp.Update, "returning"): "UPDATE ... RETURNING",
+    (exp.Delete, "returning"): "DELETE ... RETURNING",
+    (exp.Update, "from_"): "UPDATE ... FROM",
+    (exp.Delete, "using"): "DELETE ... USING",
+    (exp.Insert, "with_"): "WITH ... INSERT",
+    (exp.Update, "with_"): "WITH ... UPDATE",
+    (exp.Delete, "with_"): "WITH ... DELETE",
+    (exp.Select, "into"): "SELECT ... INTO",
+    (exp.Select, "locks"): "SELECT ... FOR UPDATE/SHARE",
+    (exp.Select, "windows"): "WINDOW",
+    (exp.Select, "qualify"): "QUALIFY",
+    (exp.Select, "laterals"): "LATERAL",
+    (exp.Drop, "cascade"): "DROP ... CASCADE",
+    (exp.Drop, "restrict"): "DROP ... RESTRICT",
+    (exp.Drop, "concurrently"): "DROP ... CONCURRENTLY",
+    (exp.Create, "unique"): "CREATE UNIQUE INDEX",
+    (exp.Create, "concurrently"): "CREATE ... CONCURRENTLY",
+    (exp.Create, "refresh"): "CREATE ... REFRESH",
+    (exp.Column, "db"): "a schema-qualified column name",
+    (exp.Column, "catalog"): "a database-qualified column name",
+    (exp.Table, "db"): "a schema-qualified table name",
+    (exp.Table, "catalog"): "a database-qualified table name",
+    (exp.Table, "only"): "ONLY",
+    (exp.Table, "sample"): "TABLESAMPLE",
+    (exp.Group, "cube"): "GROUP BY CUBE",
+    (exp.Group, "rollup"): "GROUP BY ROLLUP",
+    (exp.Group, "grouping_sets"): "GROUPING SETS",
+    (exp.Group, "all"): "GROUP BY ALL",
+    (exp.With, "search"): "WITH RECURSIVE ... SEARCH",
+    (exp.With, "cycle"): "WITH RECURSIVE ... CYCLE",
+    (exp.Cast, "format"): "CAST ... FORMAT",
+    (exp.Cast, "safe"): "TRY_CAST",
+    (exp.Trim, "collation"): "TRIM ... COLLATE",
+    (exp.Ordered, "with_fill"): "ORDER BY ... WITH FILL",
+    (exp.UniqueColumnConstraint, "nulls"): "UNIQUE NULLS NOT DISTINCT",
+    (exp.CheckColumnConstraint, "enforced"): "CHECK ... NOT ENFORCED",
+    (exp.Transaction, "modes"): "transaction modes (ISOLATION LEVEL, READ ONLY, ...)",
+    (exp.Commit, "chain"): "COMMIT AND CHAIN",
+    (exp.Rollback, "savepoint"): "ROLLBACK TO SAVEPOINT",
+    (exp.Round, "truncate"): "ROUND with a truncation mode",
+    (exp.ColumnDef, "default"): "a column default",
+    (exp.DataType, "values"): "this type",
+    (exp.DataType, "kind"): "this type",
+    (exp.DataType, "collate"): "COLLATE",
+    (exp.Copy, "format"): "COPY ... FORMAT",
+    (exp.Insert, "overwrite"): "INSERT OVERWRITE",
+    (exp.Insert, "alternative"): "INSERT OR ...",
+    (exp.Insert, "by_name"): "INSERT ... BY NAME",
+}
+
+
+def check(node: exp.Expression) -> None:
+    """Refuse, by name and position, the first node or set argument of ``node``'s tree that is not in
+    ``ALLOWED``."""
+    for n in node.walk():
+        allowed = ALLOWED.get(type(n))
+        if allowed is None:
+            raise error_at(n, f"{sql_name(n)} is not supported", unsupported=True)
+        for arg, value in n.args.items():
+            if arg not in allowed and _is_set(value):
+                shown = value[0] if isinstance(value, list) else value
+                what = _ARG_NAMES.get((type(n), arg)) or _arg_sql(n, arg, value)
+                where = shown if isinstance(shown, exp.Expression) else n
+                raise error_at(where, f"{what} is not supported", unsupported=True)
+
+
+def sql_name(node: exp.Expression) -> str:
+    """What a node is called in SQL: a keyword, a function's name, or the node written out as SQL."""
+    for cls in type(node).__mro__:
+        if cls in _NODE_NAMES:
+            return _NODE_NAMES[cls]
+    if isinstance(node, exp.Anonymous):
+        return f"function {node.name.lower()}()"
+    text = _sql(node)
+    if isinstance(node, exp.Func):
+        head = text.split("(", 1)[0].strip()
+        if head and " " not in head:
+            return f"function {head.lower()}()"
+    if isinstance(node, exp.Expression) and len(text) <= 60:
+        return text
+    return text[:57] + "..."
+
+
+def _arg_sql(node: exp.Expression, arg: str, value) -> str:
+    if isinstance(value, exp.Expression):
+        text = _sql(value)
+    elif isinstance(value, list) and value and isinstance(value[0], exp.Expression):
+        text = ", ".join(_sql(v) for v in value)
+    else:
+        text = ""
+    text = text.strip()
+    if not text:
+        return f"{_sql(node)[:40]} ({arg.rstrip('_').replace('_', ' ')})"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _sql(node: exp.Expression) -> str:
+    try:
+        return node.sql(dialect="postgres")
+    except Exception:  # a node PostgreSQL's generator cannot write: its key is all there is to show
+        return node.key.upper()
+
+
+def _is_set(value) -> bool:
+    if value is None or value is False or value == "":
+        return False
+    if isinstance(value, list):
+        return bool(value)
+    return True
