@@ -22,7 +22,7 @@ from sqlglot.errors import ParseError, TokenError
 
 from ivm.batch import Batch, consolidate, key_hash, rows_equal
 from ivm.dataflow import Arranged, Dataflow, Engine, Input
-from ivm.errors import ProgrammingError
+from ivm.errors import DataError, IntegrityError, ProgrammingError
 from ivm.operators.basic import EvaluationError
 from ivm.operators.iterate import IterationLimitError
 from ivm.strings import FEW, POOL, StringPool
@@ -32,12 +32,13 @@ from planner.prune import prune
 from planner.simplify import simplify
 from sql import allow
 from sql.catalog import Catalog, Table, View
+from sql.ddl import table_from_create
 from sql.errors import SqlError, UnsupportedError, error_at
-from sql.logical import Canon, Column, Negate, Plan, Scan, UnionAll, Values, substitute
+from sql.logical import Call, Canon, Column, Negate, Plan, Scan, UnionAll, Values, substitute
 from sql.recursive import attach_mutually_recursive, rewrite_mutually_recursive
 from sql.scalar import and_parts
 from sql.translate import translate_query
-from sql.types import TEXT, SqlType, column_from_values, from_sqlglot, to_engine_value, to_python
+from sql.types import TEXT, SqlType, column_from_values, to_engine_value, to_python
 
 if TYPE_CHECKING:
     from ivm.introspect import ArrangementInfo, RelationInfo
@@ -60,6 +61,9 @@ class _TableState:
         # how the columns of Arrow data with the last schema seen are read: (schema, stored text columns,
         # per column its position in the data and its converter); small transactions repeat one schema
         self.arrow_reading: tuple | None = None
+        self.checks: list[tuple] = []  # (CHECK constraint, predicate true where it is violated)
+        self.uniques: list[tuple] = []  # (UNIQUE constraint, the arrangement by its columns)
+        self.dataflows: list[Dataflow] = []  # what the table's constraints built, dropped with it
 
 
 class _ViewState:
@@ -291,8 +295,9 @@ class Connection:
         n = data.num_rows
         for p, c, i, convert in reading[2]:
             if i < 0:
-                cols.append(np.zeros(n, dtype=c.type.dtype))
-                masks.append(np.zeros(n, dtype=bool))
+                d = self._default(st.table, p)
+                cols.append(np.full(n, 0 if d is None else d, dtype=c.type.dtype))
+                masks.append(np.full(n, d is not None))
                 continue
             if sign < 0 and n > FEW and p in loose and _is_text(schema.field(i).type):
                 # text the table may store uninterned is compared as it comes and takes the stored codes
@@ -406,51 +411,115 @@ class Connection:
         raise error_at(stmt, f"{stmt.key.upper()} statements are not supported", unsupported=True)
 
     def _create_table(self, stmt: exp.Create) -> None:
-        schema = stmt.this
-        name = schema.this.name
+        target = stmt.this
+        name = target.this.name if isinstance(target, exp.Schema) else target.name
         if self.catalog.exists(name):
             if stmt.args.get("exists"):
                 return
             raise error_at(stmt, f"relation {name!r} already exists")
-        cols: list[Column] = []
-        pk: list[str] = []
-        for item in schema.expressions:
-            if isinstance(item, exp.ColumnDef):
-                t = from_sqlglot(item.args["kind"]) if item.args.get("kind") else None
-                if t is None:
-                    raise error_at(
-                        item, f"type {item.args.get('kind')} of column {item.name!r} is not supported", True
-                    )
-                not_null = False
-                for c in item.constraints:
-                    if isinstance(c.kind, exp.NotNullColumnConstraint) and not c.kind.args.get("allow_null"):
-                        not_null = True
-                    elif isinstance(c.kind, exp.PrimaryKeyColumnConstraint):
-                        pk.append(item.name)
-                        not_null = True
-                if any(c.name == item.name for c in cols):
-                    raise error_at(item, f"column {item.name!r} specified more than once")
-                cols.append(Column(item.name, t, not not_null))
-            elif isinstance(item, exp.PrimaryKey):
-                pk.extend(e.name for e in item.expressions)
-            else:
-                raise error_at(
-                    item, f"{item.key.upper()} in CREATE TABLE is not supported yet", unsupported=True
-                )
-        names = [c.name for c in cols]
-        for k in pk:
-            if k not in names:
-                raise error_at(stmt, f"primary key column {k!r} does not exist")
-        cols = [Column(c.name, c.type, c.nullable and c.name not in pk) for c in cols]
-        key = tuple(names.index(k) for k in pk) or tuple(range(len(cols)))
-        table = Table(name, tuple(cols), tuple(names.index(k) for k in pk))
+        if stmt.expression is not None:
+            return self._create_table_as(stmt, name)
+        table = table_from_create(stmt)
+        for p, d in enumerate(table.defaults):
+            if d is not None:
+                try:
+                    self._default(table, p)
+                except SqlError as err:
+                    raise error_at(d, f"DEFAULT of column {table.columns[p].name!r}: {err.message}") from None
+        self._add_table(table)
+
+    def _create_table_as(self, stmt: exp.Create, name: str) -> None:
+        """CREATE TABLE name [(columns)] AS query: a table of the query's columns holding its rows now."""
+        plan = self._plan(stmt.expression)
+        self._check_readable(plan)
+        names = [c.name for c in plan.columns]
+        if isinstance(stmt.this, exp.Schema):
+            given = [e.name for e in stmt.this.expressions]
+            if len(given) > len(names):
+                raise error_at(stmt.this, "CREATE TABLE AS specifies too many column names")
+            names = given + names[len(given) :]
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice is not None:
+            raise error_at(stmt, f"column {twice!r} specified more than once")
+        types = [TEXT if c.type.precision == -1 else c.type for c in plan.columns]  # a bare NULL is text
+        table = Table(name, tuple(Column(n, t) for n, t in zip(names, types, strict=True)))
+        cols, valid, mult = self._evaluate(plan)
+        self._add_table(table)
+        try:
+            rep = np.repeat(np.arange(len(mult)), mult)
+            cols = [
+                c[rep] if t == c2.type else np.zeros(len(rep), t.dtype)
+                for c, t, c2 in zip(cols, types, plan.columns, strict=True)
+            ]
+            valid = [
+                (None if m is None else m[rep]) if t == c2.type else np.zeros(len(rep), bool)
+                for m, t, c2 in zip(valid, types, plan.columns, strict=True)
+            ]
+            n = len(rep)
+            self._write(
+                (self.tables[name], Batch.build(cols, valid, np.full(n, self.time), np.ones(n, np.int64)))
+            )
+        except BaseException:
+            self._forget_table(name)
+            raise
+
+    def _add_table(self, table: Table) -> None:
+        """Make ``table`` an engine input arranged by its primary key (or all its columns), with the
+        arrangements its UNIQUE constraints check against and its CHECK constraints compiled."""
+        from planner.compile import compile_index
+        from planner.expr import compile_predicate
+        from sql.scalar import boolean, translate_scalar
+
+        name = table.name
+        cols = table.columns
+        key = table.primary_key or tuple(range(len(cols)))
         inp = self.base.input([c.type.dtype for c in cols], name)
         inp.advance_to(self.time)
         arranged = inp.arrange(key)
+        st = _TableState(table, inp, arranged)
+        scope = {(name, c.name): i for i, c in enumerate(cols)}
+        for check in table.checks:
+            cond = boolean(check.condition, translate_scalar(check.condition, _column_resolver(scope, table)))
+            st.checks.append((check, compile_predicate(Call("not", (cond,), cond.type))))
         self.catalog.tables[name] = table
-        self.tables[name] = _TableState(table, inp, arranged)
+        self.tables[name] = st
         self.registry.add(Scan(name, table.columns), key, arranged, "tables")
         self.registry.stored[name] = _uninterned(table)
+        for u in table.uniques:
+            plan = arranged_form(Scan(name, cols), u.columns, self.registry.uninterned)
+            if self.registry.lookup(plan, u.columns) is None:
+                st.dataflows.append(
+                    compile_index(self.engine, self.registry, f"{name}.{u.name}", plan, u.columns)
+                )
+            st.uniques.append((u, self.registry.lookup(plan, u.columns).arranged))
+
+    def _forget_table(self, name: str) -> None:
+        """Remove a table and what it owns (its input, its constraints' arrangements) from the database."""
+        st = self.tables.pop(name)
+        for df in st.dataflows:
+            df.drop()
+            self.registry.forget(df.name)
+        st.arranged.op.release()
+        self.base.inputs.remove(st.input)
+        self.registry.entries = {
+            k: e
+            for k, e in self.registry.entries.items()
+            if not (isinstance(k[0], Scan) and k[0].table == name)
+        }
+        self.registry.stored.pop(name, None)
+        for idx, (rel, _) in list(self.catalog.indexes.items()):
+            if rel == name:
+                del self.catalog.indexes[idx]
+        del self.catalog.tables[name]
+        self.pending.pop(name, None)
+
+    def _default(self, table: Table, p: int) -> object:
+        """Column ``p``'s DEFAULT as the engine holds it (NULL without one)."""
+        node = table.defaults[p]
+        if node is None:
+            return None
+        c = table.columns[p]
+        return _literal_value(node, c.type, c.name, 1)
 
     def _create_view(self, stmt: exp.Create) -> None:
         name = stmt.this.name if isinstance(stmt.this, exp.Table) else stmt.this.this.name
@@ -709,19 +778,7 @@ class Connection:
         else:
             if self.pending.get(name):
                 raise error_at(stmt, f"table {name!r} has uncommitted changes")
-            st = self.tables.pop(name)
-            st.arranged.op.release()
-            self.base.inputs.remove(st.input)
-            self.registry.entries = {
-                k: e
-                for k, e in self.registry.entries.items()
-                if not (isinstance(k[0], Scan) and k[0].table == name)
-            }
-            self.registry.stored.pop(name, None)
-            for idx, (rel, _) in list(self.catalog.indexes.items()):
-                if rel == name:
-                    del self.catalog.indexes[idx]
-            del self.catalog.tables[name]
+            self._forget_table(name)
 
     # -- writes -----------------------------------------------------------------------------------------
     def _table(self, node: exp.Expression) -> _TableState:
@@ -735,7 +792,8 @@ class Connection:
         st = self._table(stmt.this)
         table = st.table
         target = stmt.this
-        if isinstance(target, exp.Schema) and target.expressions:
+        listed = isinstance(target, exp.Schema) and bool(target.expressions)
+        if listed:
             positions = []
             for ident in target.expressions:
                 p = table.position(ident.name)
@@ -745,30 +803,46 @@ class Connection:
         else:
             positions = list(range(len(table.columns)))
         source = stmt.expression
+        defaults = [self._default(table, p) for p in range(len(table.columns))]
+        if stmt.args.get("default"):  # INSERT ... DEFAULT VALUES
+            return st, self._rows_to_batch(table, [defaults])
         if not isinstance(source, exp.Values):
-            return st, self._insert_select(st, positions, source)
+            return st, self._insert_select(st, positions, source, defaults, listed)
         rows = []
         for r, tup in enumerate(source.expressions, start=1):
             vals = tup.expressions if isinstance(tup, exp.Tuple) else [tup]
-            if len(vals) != len(positions):
-                raise error_at(tup, f"row {r} has {len(vals)} values, expected {len(positions)}")
-            row: list[object] = [None] * len(table.columns)
-            for p, v in zip(positions, vals, strict=True):
+            if len(vals) > len(positions):
+                raise error_at(tup, f"INSERT has more expressions than target columns (row {r})")
+            if len(vals) < len(positions) and listed:
+                raise error_at(tup, f"INSERT has more target columns than expressions (row {r})")
+            row = list(defaults)
+            for p, v in zip(positions, vals, strict=False):  # without a column list, the first columns
+                if isinstance(v, exp.Var) and v.name.upper() == "DEFAULT":
+                    continue
                 row[p] = _literal_value(v, table.columns[p].type, table.columns[p].name, r)
             rows.append(row)
         batch = self._rows_to_batch(table, rows)
         return st, batch
 
-    def _insert_select(self, st: _TableState, positions: list[int], query: exp.Expression) -> Batch:
+    def _insert_select(
+        self, st: _TableState, positions: list[int], query: exp.Expression, defaults: list[object], listed: bool
+    ) -> Batch:
         table = st.table
         plan = self._plan(query)
-        if len(plan.columns) != len(positions):
-            raise error_at(query, f"the query has {len(plan.columns)} columns, INSERT expects {len(positions)}")
+        if len(plan.columns) > len(positions):
+            raise error_at(query, "INSERT has more expressions than target columns")
+        if len(plan.columns) < len(positions):
+            if listed:
+                raise error_at(query, "INSERT has more target columns than expressions")
+            positions = positions[: len(plan.columns)]
         cols, valid, mult = self._evaluate(plan)
         rep = np.repeat(np.arange(len(mult)), mult)
         n = len(rep)
-        out_cols = [np.zeros(n, dtype=c.type.dtype) for c in table.columns]
-        out_valid: list = [np.zeros(n, dtype=bool) for _ in table.columns]
+        out_cols = [
+            np.full(n, 0 if d is None else d, dtype=c.type.dtype)
+            for c, d in zip(table.columns, defaults, strict=True)
+        ]
+        out_valid: list = [np.full(n, d is not None) for d in defaults]
         from sql.logical import ColRef
         from sql.scalar import assigned
 
@@ -848,43 +922,118 @@ class Connection:
         return b.take(np.repeat(np.arange(n), mult))
 
     def _write(self, change: tuple[_TableState, Batch]) -> None:
+        """Check a change to a table against its types and constraints, then add it to the transaction (or
+        commit it, outside one)."""
         st, batch = change
         table = st.table
+        batch = self._admit(table, batch)
         for i, c in enumerate(table.columns):
             m = batch.valid[i]
             if not c.nullable and m is not None:
                 bad = np.flatnonzero(~m & (batch.diffs > 0))
                 if len(bad):
-                    raise SqlError(
+                    raise IntegrityError(
                         f"null value in column {c.name!r} of table {table.name!r} violates the not-null "
                         f"constraint (row {int(bad[0]) + 1})"
                     )
+        for check, violated in st.checks:
+            self._check(table, check, violated, batch)
         if table.primary_key:
-            self._check_key(st, batch)
+            self._check_key(st, batch, table.primary_key, st.arranged)
+        for u, arranged in st.uniques:
+            self._check_key(st, batch, u.columns, arranged, u.name)
         self.pending.setdefault(table.name, []).append(batch)
         if not self.in_transaction:
             self._commit()
 
-    def _check_key(self, st: _TableState, batch: Batch) -> None:
+    def _admit(self, table: Table, batch: Batch) -> Batch:
+        """The rows a change inserts checked against their columns' declared types: SMALLINT and INTEGER
+        ranges, VARCHAR(n) and CHAR(n) lengths (spaces beyond the length are cut, as PostgreSQL does; CHAR's
+        trailing spaces are dropped, see ``sql.types.Domain``)."""
+        cols = None
+        inserted = batch.diffs > 0
+        for p, (c, d) in enumerate(zip(table.columns, table.domains, strict=True)):
+            if d is None:
+                continue
+            data, m = batch.columns[p], batch.valid[p]
+            rows = inserted if m is None else inserted & m
+            if d.low is not None:
+                bad = np.flatnonzero(rows & ((data < d.low) | (data > d.high)))
+                if len(bad):
+                    raise DataError(
+                        f"{d.name} out of range: {int(data[bad[0]])} (column {c.name!r} of table "
+                        f"{table.name!r}, row {int(bad[0]) + 1})"
+                    )
+                continue
+            at = np.flatnonzero(rows)
+            if not len(at):
+                continue
+            text = POOL.strings(data[at])
+            cut = pc.utf8_rtrim(text, characters=" ") if d.padded else text
+            length = np.asarray(pc.utf8_length(cut).to_numpy(zero_copy_only=False))
+            long = length > d.length
+            if long.any():
+                trimmed = np.asarray(pc.utf8_length(pc.utf8_rtrim(text, characters=" ")).to_numpy(False))
+                bad = np.flatnonzero(long & (trimmed > d.length))
+                if len(bad):
+                    raise DataError(
+                        f"value too long for type {d.name} (column {c.name!r} of table {table.name!r}, row "
+                        f"{int(at[bad[0]]) + 1})"
+                    )
+                cut = pc.utf8_slice_codeunits(cut, 0, d.length)
+            changed = np.flatnonzero(np.asarray(pc.not_equal(cut, text).to_numpy(zero_copy_only=False)))
+            if len(changed):
+                cols = list(batch.columns) if cols is None else cols
+                cols[p] = cols[p].copy()
+                loose = p in self.registry.uninterned(table.name)
+                cols[p][at[changed]] = POOL.encode_arrow(cut.take(pa.array(changed)), stored=loose)
+        return batch if cols is None else Batch(tuple(cols), batch.valid, batch.times, batch.diffs)
+
+    def _check(self, table: Table, check, violated, batch: Batch) -> None:
+        """No row the change inserts may make ``check`` FALSE."""
+        rows = np.flatnonzero(batch.diffs > 0)
+        if not len(rows):
+            return
+        part = batch.take(rows) if len(rows) < len(batch) else batch
+        try:
+            bad = np.flatnonzero(violated(part.columns, part.valid))
+        except EvaluationError as err:
+            raise DataError(f"check constraint {check.name!r} of table {table.name!r}: {err}") from None
+        if len(bad):
+            raise IntegrityError(
+                f"new row for relation {table.name!r} violates check constraint {check.name!r} (row "
+                f"{int(rows[bad[0]]) + 1})"
+            )
+
+    def _check_key(
+        self, st: _TableState, batch: Batch, pk: tuple[int, ...], arranged: Arranged, unique: str | None = None
+    ) -> None:
+        """No two rows of the table (committed, pending and changed) may share a key of ``arranged``: the
+        primary key, or with ``unique`` the columns of that UNIQUE constraint (rows with a NULL in them are
+        exempt: NULLs are distinct)."""
         table = st.table
-        pk = table.primary_key
         before = self.pending.get(table.name)
+        if unique is not None:
+            batch = _without_nulls(batch, pk)
+            before = [_without_nulls(b, pk) for b in before or ()]
+            if not len(batch):
+                return
         cols, valid = batch.select(pk)
         if not before:
             # the first change of the table in its transaction: deletions cannot duplicate a key, and
             # insertions of distinct keys only need the keys' committed multiplicities
             if (batch.diffs < 0).all():
                 return
-            held = _count_distinct(st.arranged.trace, cols, valid) if (batch.diffs == 1).all() else None
+            held = _count_distinct(arranged.trace, cols, valid) if (batch.diffs == 1).all() else None
             if held is not None:
                 present = np.flatnonzero(held > 0)
                 if len(present):
-                    self._duplicate_key(table, cols, present[:1])
+                    self._duplicate_key(table, cols, present[:1], pk, unique)
                 return
         h = key_hash(cols, valid, len(batch))
         keys = Batch(cols, valid, batch.times, batch.diffs)
         # the resulting multiplicity of every key touched: committed rows plus all pending changes
-        found, q = st.arranged.trace.gather(*_unique(h, cols, valid), keys_only=True)
+        found, q = arranged.trace.gather(*_unique(h, cols, valid), keys_only=True)
         parts = [keys.with_times(np.zeros((len(keys), 1), np.int64))]
         if found is not None:
             kc, kv = found.select(range(len(pk)))
@@ -895,15 +1044,16 @@ class Connection:
         total, _ = consolidate(Batch.concat(parts))
         dup = np.flatnonzero(total.diffs > 1)
         if len(dup):
-            self._duplicate_key(table, total.columns, dup[:1])
+            self._duplicate_key(table, total.columns, dup[:1], pk, unique)
 
     @staticmethod
-    def _duplicate_key(table: Table, key_cols: tuple, first: np.ndarray) -> None:
+    def _duplicate_key(table: Table, key_cols: tuple, first: np.ndarray, pk: tuple, unique: str | None) -> None:
         shown = ", ".join(
             f"{table.columns[p].name}={to_python(c[first], None, table.columns[p].type)[0]!r}"
-            for p, c in zip(table.primary_key, key_cols, strict=True)
+            for p, c in zip(pk, key_cols, strict=True)
         )
-        raise SqlError(f"duplicate key value violates the primary key of {table.name!r} ({shown})")
+        what = f"unique constraint {unique!r}" if unique else f"the primary key of {table.name!r}"
+        raise IntegrityError(f"duplicate key value violates {what} ({shown})")
 
     def _settle_stored(self, st: _TableState, batch: Batch, tx: np.ndarray, texts: dict) -> Batch:
         """The changes of several transactions to a table storing text uninterned, made consistent: a row
@@ -1165,6 +1315,16 @@ def _assigned_values(e, cols, valid, n: int, column: str) -> tuple[np.ndarray, n
         raise SqlError(f"column {column!r}: {err}") from None
 
 
+def _without_nulls(batch: Batch, positions: tuple[int, ...]) -> Batch:
+    """The rows of ``batch`` with no NULL in the columns at ``positions``."""
+    keep = None
+    for p in positions:
+        m = batch.valid[p]
+        if m is not None:
+            keep = m if keep is None else keep & m
+    return batch if keep is None or keep.all() else batch.take(np.flatnonzero(keep))
+
+
 def _unique(h, cols, valid):
     b, _ = consolidate(
         Batch(tuple(cols), tuple(valid), np.zeros((len(h), 1), np.int64), np.ones(len(h), np.int64))
@@ -1329,8 +1489,10 @@ def _arrow_reading(table: Table, schema: pa.Schema, loose: frozenset[int]) -> li
         if i < 0:
             if c.name in schema.names:
                 raise SqlError(f"column {c.name!r} appears more than once in the data for table {table.name!r}")
-            if not c.nullable:
-                raise SqlError(f"column {c.name!r} of table {table.name!r} is missing and may not be NULL")
+            if not c.nullable and table.defaults[p] is None:
+                raise IntegrityError(
+                    f"column {c.name!r} of table {table.name!r} is missing and may not be NULL"
+                )
             out.append((p, c, -1, None))
         else:
             out.append((p, c, i, converter(schema.field(i).type, c.type, c.name, p in loose)))
@@ -1346,9 +1508,8 @@ def _uninterned(table: Table) -> frozenset[int]:
     the primary key (a deleted row is found by its key, and so are the codes it was stored with)."""
     if not table.primary_key:
         return frozenset()
-    return frozenset(
-        i for i, c in enumerate(table.columns) if c.type.kind == "text" and i not in table.primary_key
-    )
+    keyed = {*table.primary_key, *(p for u in table.uniques for p in u.columns)}
+    return frozenset(i for i, c in enumerate(table.columns) if c.type.kind == "text" and i not in keyed)
 
 
 def _layout(table: Table, width: int, nkey: int) -> list[int]:

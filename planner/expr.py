@@ -267,7 +267,9 @@ def _fill(e: Expr, rows: np.ndarray, data: np.ndarray, mask: np.ndarray, cols, v
         mask[rows] = True if vm is None else vm[rows]
 
 
-_FALLIBLE = frozenset({"from_text", "fit_decimal"})  # calls that stop the dataflow on values they cannot take
+_FALLIBLE = frozenset(
+    {"from_text", "fit_decimal", "fit_int"}
+)  # calls that stop the dataflow on values they cannot take
 
 
 @functools.lru_cache(maxsize=4096)
@@ -341,6 +343,19 @@ def _fit_decimal(e: Call, cols, valid, n):
         bad &= m
     if bad.any():
         raise EvaluationError(f"numeric field overflow: a value does not fit in {e.type}")
+    return a, m
+
+
+def _fit_int(e: Call, cols, valid, n):
+    """An integer checked against the range of the SMALLINT or INTEGER it is cast to (``param``: name, low,
+    high): a value outside stops the dataflow."""
+    a, m = evaluate(e.args[0], cols, valid, n)
+    name, low, high = e.param
+    bad = (a < low) | (a > high)
+    if m is not None:
+        bad &= m
+    if bad.any():
+        raise EvaluationError(f"{name} out of range: {int(a[np.flatnonzero(bad)[0]])}")
     return a, m
 
 
@@ -486,6 +501,7 @@ _CALLS = {
     "date_add": _date_add,
     "ts_add": _ts_add,
     "from_text": _from_text,
+    "fit_int": _fit_int,
     "to_text": _to_text,
     "date_to_ts": _date_to_ts,
     "ts_to_date": _ts_to_date,

@@ -177,7 +177,17 @@ def _concat_all(e: Call, args: list[Value], n: int) -> Value:
     return codes[inv.reshape(-1)], None
 
 
+def _clipper(e: Call) -> Callable[[str], str]:
+    """CAST to VARCHAR(n) keeps the first n characters; to CHAR(n) also drops trailing spaces (see
+    ``sql.types.Domain``)."""
+    n, padded = e.param
+    if padded:
+        return lambda s: s[:n].rstrip(" ")
+    return lambda s: s[:n]
+
+
 FUNCTIONS: dict[str, Callable[[Call, list[Value], int], Value]] = {
+    "clip_text": _mapped(_clipper),
     "abs": _abs,
     "sign": _sign,
     "round": _round,

@@ -8,15 +8,44 @@ from sqlglot import exp
 
 from sql.errors import error_at
 from sql.logical import Column, Plan, Scan
+from sql.types import Domain
 
-__all__ = ["Catalog", "Table", "View"]
+__all__ = ["Catalog", "Table", "View", "Unique", "Check"]
+
+
+@dataclass(frozen=True)
+class Unique:
+    """A UNIQUE constraint: no two rows equal in ``columns`` unless one of them is NULL (NULLs are distinct)."""
+
+    name: str
+    columns: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Check:
+    """A CHECK constraint: ``condition`` (over the table's columns) is not FALSE for any row."""
+
+    name: str
+    condition: exp.Expression
 
 
 @dataclass
 class Table:
+    """A table: its columns, primary key, and what its declared types and constraints add (per column its
+    domain and DEFAULT; UNIQUE and CHECK constraints)."""
+
     name: str
     columns: tuple[Column, ...]
     primary_key: tuple[int, ...] = ()
+    domains: tuple[Domain | None, ...] = ()
+    defaults: tuple[exp.Expression | None, ...] = ()
+    uniques: tuple[Unique, ...] = ()
+    checks: tuple[Check, ...] = ()
+
+    def __post_init__(self) -> None:
+        n = len(self.columns)
+        self.domains = self.domains or (None,) * n
+        self.defaults = self.defaults or (None,) * n
 
     def position(self, name: str) -> int | None:
         for i, c in enumerate(self.columns):

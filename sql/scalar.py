@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 from sqlglot import exp
 
-from sql.errors import error_at
+from sql.errors import DataError, error_at
 from sql.functions import as_text, translate_function
 from sql.logical import Call, Const, Expr
 from sql.types import (
@@ -25,11 +25,14 @@ from sql.types import (
     INT,
     TEXT,
     TIMESTAMP,
+    Domain,
     SqlType,
     decimal_type,
+    domain_of,
     from_sqlglot,
     parse_text,
     to_engine_value,
+    unsupported_type,
 )
 
 __all__ = [
@@ -430,8 +433,22 @@ def _case(node: exp.Case, resolve: Resolver) -> Expr:
 def cast(node: exp.Cast, e: Expr) -> Expr:
     t = from_sqlglot(node.to)
     if t is None:
-        raise error_at(node, f"type {node.to.sql()} is not supported", unsupported=True)
-    return cast_to(node, e, t)
+        raise error_at(node, unsupported_type(node.to), unsupported=True)
+    return in_domain(cast_to(node, e, t), domain_of(node.to))
+
+
+def in_domain(e: Expr, domain: Domain | None) -> Expr:
+    """A value cast to a declared type narrower than its engine type: an integer checked against the range of
+    SMALLINT or INTEGER, text cut to the length of VARCHAR(n) or CHAR(n) (CHAR's trailing spaces dropped)."""
+    if domain is None:
+        return e
+    if domain.low is not None:
+        if isinstance(e, Const) and e.value is not None and not domain.low <= e.value <= domain.high:
+            raise DataError(f"{domain.name} out of range: {e.value}")
+        return Call("fit_int", (e,), e.type, (domain.name, domain.low, domain.high))
+    if domain.length is not None:
+        return Call("clip_text", (e,), e.type, (domain.length, domain.padded))
+    return e
 
 
 def assigned(node: exp.Expression, e: Expr, t: SqlType, column: str) -> Expr:

@@ -24,9 +24,22 @@ import numpy as np
 from sqlglot import exp
 
 from ivm.strings import POOL
-from sql.errors import SqlError
+from sql.errors import UnsupportedError
 
-__all__ = ["SqlType", "INT", "FLOAT", "TEXT", "DATE", "TIMESTAMP", "BOOL", "decimal_type", "from_sqlglot"]
+__all__ = [
+    "SqlType",
+    "INT",
+    "FLOAT",
+    "TEXT",
+    "DATE",
+    "TIMESTAMP",
+    "BOOL",
+    "Domain",
+    "decimal_type",
+    "domain_of",
+    "from_sqlglot",
+    "unsupported_type",
+]
 
 EPOCH = dt.date(1970, 1, 1)
 EPOCH_TS = dt.datetime(1970, 1, 1)
@@ -82,12 +95,12 @@ BOOL = SqlType("bool")
 
 def decimal_type(precision: int, scale: int) -> SqlType:
     if precision > 18:
-        raise SqlError(f"DECIMAL({precision},{scale}) exceeds the supported precision of 18 digits")
+        raise UnsupportedError(f"DECIMAL({precision},{scale}) exceeds the supported precision of 18 digits")
     return SqlType("decimal", precision, scale)
 
 
-_INTS = {exp.DataType.Type.SMALLINT, exp.DataType.Type.INT, exp.DataType.Type.BIGINT, exp.DataType.Type.TINYINT}
-_FLOATS = {exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE}
+_INTS = {exp.DataType.Type.SMALLINT, exp.DataType.Type.INT, exp.DataType.Type.BIGINT}
+_FLOATS = {exp.DataType.Type.DOUBLE}
 _TEXTS = {
     exp.DataType.Type.TEXT,
     exp.DataType.Type.VARCHAR,
@@ -98,8 +111,11 @@ _TEXTS = {
 
 
 def from_sqlglot(dtype: exp.DataType) -> SqlType | None:
-    """The SqlType of a sqlglot data type, or None when ivm cannot represent it."""
+    """The SqlType of a sqlglot data type, or None when ivm cannot represent it exactly: REAL (4-byte floats),
+    NUMERIC without a precision (unbounded), TIMESTAMP with fewer than 6 fractional digits, and types it has
+    no engine representation for."""
     t = dtype.this
+    params = dtype.expressions
     if t in _INTS:
         return INT
     if t in _FLOATS:
@@ -109,15 +125,73 @@ def from_sqlglot(dtype: exp.DataType) -> SqlType | None:
     if t == exp.DataType.Type.DATE:
         return DATE
     if t == exp.DataType.Type.TIMESTAMP:
-        return TIMESTAMP
+        return TIMESTAMP if not params or _param(params[0]) == 6 else None
     if t == exp.DataType.Type.BOOLEAN:
         return BOOL
-    if t == exp.DataType.Type.DECIMAL:
-        params = [int(p.this.this) for p in dtype.expressions]
-        precision = params[0] if params else 18
-        scale = params[1] if len(params) > 1 else 0
+    if t == exp.DataType.Type.DECIMAL and params:
+        precision = _param(params[0])
+        scale = _param(params[1]) if len(params) > 1 else 0
+        if precision is None or scale is None or not precision >= 1 or not 0 <= scale <= precision:
+            return None
         return decimal_type(precision, scale)
     return None
+
+
+def _param(p: exp.Expression) -> int | None:
+    v = p.this if isinstance(p, exp.DataTypeParam) else p
+    if isinstance(v, exp.Literal) and not v.is_string and v.this.isdigit():
+        return int(v.this)
+    return None
+
+
+@dataclass(frozen=True)
+class Domain:
+    """What a declared type allows beyond the engine type holding it, named as PostgreSQL names the type:
+    the range of SMALLINT and INTEGER, the length of VARCHAR(n) and CHAR(n), and CHAR's trailing spaces,
+    which are insignificant (dropped on the way in, as PostgreSQL drops them whenever a CHAR value is
+    compared, measured or converted to text)."""
+
+    name: str
+    low: int | None = None
+    high: int | None = None
+    length: int | None = None
+    padded: bool = False
+
+
+_RANGES = {
+    exp.DataType.Type.SMALLINT: ("smallint", -(2**15), 2**15 - 1),
+    exp.DataType.Type.INT: ("integer", -(2**31), 2**31 - 1),
+}
+
+
+def domain_of(dtype: exp.DataType) -> Domain | None:
+    """The domain of a declared type, or None when its engine type allows exactly what it does."""
+    t = dtype.this
+    if t in _RANGES:
+        name, low, high = _RANGES[t]
+        return Domain(name, low=low, high=high)
+    if t in (exp.DataType.Type.CHAR, exp.DataType.Type.NCHAR):
+        n = _param(dtype.expressions[0]) if dtype.expressions else 1  # CHAR alone is CHAR(1)
+        return Domain(f"character({n})", length=n, padded=True)
+    if t in (exp.DataType.Type.VARCHAR, exp.DataType.Type.NVARCHAR) and dtype.expressions:
+        n = _param(dtype.expressions[0])
+        return Domain(f"character varying({n})", length=n)
+    return None
+
+
+def unsupported_type(dtype: exp.DataType) -> str:
+    """Why a declared type that ``from_sqlglot`` does not take is refused, in SQL's words."""
+    t = dtype.this
+    text = dtype.sql(dialect="postgres")
+    if t == exp.DataType.Type.FLOAT:
+        return f"type {text} (a 4-byte float) is not supported; use DOUBLE PRECISION"
+    if t == exp.DataType.Type.DECIMAL and not dtype.expressions:
+        return f"type {text} without a precision is not supported; declare NUMERIC(p, s) with p <= 18"
+    if t == exp.DataType.Type.DECIMAL:
+        return f"type {text} is not supported; NUMERIC(p, s) needs 1 <= p <= 18 and 0 <= s <= p"
+    if t == exp.DataType.Type.TIMESTAMP:
+        return f"type {text} is not supported; TIMESTAMP keeps 6 fractional digits"
+    return f"type {text} is not supported"
 
 
 def to_engine_value(value: object, t: SqlType) -> object:
