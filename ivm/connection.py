@@ -22,7 +22,7 @@ from sqlglot.errors import ParseError, TokenError
 
 from ivm.batch import Batch, consolidate, key_hash, rows_equal
 from ivm.dataflow import Arranged, Dataflow, Engine, Input
-from ivm.errors import DataError, IntegrityError, ProgrammingError
+from ivm.errors import DataError, Error, IntegrityError, InterfaceError, InternalError, ProgrammingError
 from ivm.operators.basic import EvaluationError
 from ivm.operators.iterate import IterationLimitError
 from ivm.strings import FEW, POOL, StringPool
@@ -102,6 +102,10 @@ class Connection:
         self.retained: dict[str, _ViewState] = {}
         self.time = 1  # time 0 holds what exists before any transaction (a global aggregate's row)
         self.in_transaction = False
+        self.implicit = False  # the transaction is that of a string of statements, not a BEGIN ... block
+        self.aborted = False  # a statement of the transaction block failed: it can only end
+        self.undo: list = []  # what removes the relations the transaction created, should it roll back
+        self.statusmessage: str | None = None
         self.pending: dict[str, list[Batch]] = {}
         self._result: tuple | None = None
         self.description: list[tuple] | None = None
@@ -110,30 +114,37 @@ class Connection:
     # -- DB-API surface ---------------------------------------------------------------------------------
     @_pooled
     def execute(self, sql: str, params: Sequence | None = None) -> Connection:
-        """Run one or more statements; a query's rows are then available from ``fetchall``."""
-        if self.closed:
-            raise SqlError("the connection is closed")
+        """Run one or more statements; a query's rows are then available from ``fetchall``.
+
+        Transactions behave as PostgreSQL's: several statements in one string are one transaction (all or
+        nothing) unless they hold transaction control of their own; an error inside BEGIN ... COMMIT aborts the
+        transaction, so that every later statement fails until ROLLBACK (or COMMIT, which then rolls back)."""
+        self._usable()
         if params:
             sql = _bind(sql, params)
         word = sql.strip().rstrip(";").strip().upper()
-        if word in ("BEGIN", "COMMIT", "ROLLBACK", "START TRANSACTION", "END"):
+        if word in _CONTROL:
             # transaction control is the most frequent statement of all: no need to parse it
-            self._statement(
-                exp.Transaction()
-                if word in ("BEGIN", "START TRANSACTION")
-                else exp.Rollback()
-                if word == "ROLLBACK"
-                else exp.Commit()
-            )
+            self._statement(_CONTROL[word]())
             return self
-        statements = _parse(sql)
-        for stmt in statements:
-            try:
+        try:
+            statements = _parse(sql)
+        except Error:
+            self._failure()
+            raise
+        implicit = not self.in_transaction and len(statements) > 1
+        if implicit:
+            self._begin(implicit=True)
+        try:
+            for i, stmt in enumerate(statements):
                 self._statement(stmt)
-            except SqlError:
-                if self.in_transaction:
-                    self._rollback()
-                raise
+                if implicit and not self.in_transaction and i + 1 < len(statements):
+                    self._begin(implicit=True)  # after COMMIT or ROLLBACK, the rest is a transaction of its own
+        except BaseException:
+            self._failure()
+            raise
+        if self.in_transaction and self.implicit:
+            self._commit()
         return self
 
     @_pooled
@@ -280,8 +291,11 @@ class Connection:
         return pa.Table.from_arrays(arrays, names=[c.name for c in t.columns])
 
     def _arrow_write(self, table: str, data, sign: int) -> None:
-        if self.closed:
-            raise SqlError("the connection is closed")
+        self._usable()
+        if self.aborted:
+            raise InternalError(
+                "current transaction is aborted, commands ignored until end of transaction block"
+            )
         if table not in self.tables:
             raise SqlError(f"table {table!r} does not exist")
         st = self.tables[table]
@@ -314,9 +328,8 @@ class Connection:
             if sign < 0:
                 batch = self._check_present(st, batch, texts)
             self._write((st, batch))
-        except SqlError:
-            if self.in_transaction:
-                self._rollback()
+        except BaseException:
+            self._failure()
             raise
 
     def _plan(self, query: exp.Expression):
@@ -376,6 +389,11 @@ class Connection:
     # -- statements -------------------------------------------------------------------------------------
     def _statement(self, stmt: exp.Expression) -> None:
         self.description = None
+        self.statusmessage = None
+        if self.aborted and not isinstance(stmt, (exp.Commit, exp.Rollback)):
+            raise InternalError(
+                "current transaction is aborted, commands ignored until end of transaction block"
+            )
         if isinstance(stmt, exp.Create):
             kind = (stmt.args.get("kind") or "").upper()
             if kind == "TABLE":
@@ -399,15 +417,22 @@ class Connection:
             return self._explain(stmt)
         if isinstance(stmt, exp.Copy):
             return self._copy(stmt)
+        if isinstance(stmt, (exp.Commit, exp.Rollback)):
+            if self.aborted or isinstance(stmt, exp.Rollback):
+                self.statusmessage = "ROLLBACK"
+                return self._rollback()
+            self.statusmessage = "COMMIT"
+            return self._commit() if self.in_transaction else None  # PostgreSQL only warns without one
+        if self.aborted:
+            raise InternalError(
+                "current transaction is aborted, commands ignored until end of transaction block"
+            )
         if isinstance(stmt, exp.Transaction):
-            if self.in_transaction:
-                raise error_at(stmt, "a transaction is already in progress")
-            self.in_transaction = True
+            self.statusmessage = "BEGIN"
+            if not self.in_transaction:
+                self._begin(implicit=False)
+            self.implicit = False  # BEGIN in a string of statements makes its transaction a block of its own
             return None
-        if isinstance(stmt, exp.Commit):
-            return self._commit()
-        if isinstance(stmt, exp.Rollback):
-            return self._rollback()
         raise error_at(stmt, f"{stmt.key.upper()} statements are not supported", unsupported=True)
 
     def _create_table(self, stmt: exp.Create) -> None:
@@ -427,6 +452,8 @@ class Connection:
                 except SqlError as err:
                     raise error_at(d, f"DEFAULT of column {table.columns[p].name!r}: {err.message}") from None
         self._add_table(table)
+        if self.in_transaction:
+            self.undo.append(lambda: self._forget_table(table.name))
 
     def _create_table_as(self, stmt: exp.Create, name: str) -> None:
         """CREATE TABLE name [(columns)] AS query: a table of the query's columns holding its rows now."""
@@ -445,6 +472,8 @@ class Connection:
         table = Table(name, tuple(Column(n, t) for n, t in zip(names, types, strict=True)))
         cols, valid, mult = self._evaluate(plan)
         self._add_table(table)
+        if self.in_transaction:
+            self.undo.append(lambda: self._forget_table(name))
         try:
             rep = np.repeat(np.arange(len(mult)), mult)
             cols = [
@@ -460,7 +489,8 @@ class Connection:
                 (self.tables[name], Batch.build(cols, valid, np.full(n, self.time), np.ones(n, np.int64)))
             )
         except BaseException:
-            self._forget_table(name)
+            if name in self.tables and not self.in_transaction:
+                self._forget_table(name)
             raise
 
     def _add_table(self, table: Table) -> None:
@@ -522,21 +552,72 @@ class Connection:
         return _literal_value(node, c.type, c.name, 1)
 
     def _create_view(self, stmt: exp.Create) -> None:
-        name = stmt.this.name if isinstance(stmt.this, exp.Table) else stmt.this.this.name
-        if self.catalog.exists(name):
+        if isinstance(stmt.this, exp.Schema):
+            raise error_at(stmt.this, "CREATE VIEW with a column list is not supported", unsupported=True)
+        name = stmt.this.name
+        replace = bool(stmt.args.get("replace"))
+        if self.catalog.exists(name) and not replace:
+            if stmt.args.get("exists"):
+                return
             raise error_at(stmt, f"relation {name!r} already exists")
+        if replace and name in self.catalog.tables:
+            raise error_at(stmt, f"{name!r} is not a view")
+        replacing = replace and name in self.views
+        if replacing and self.in_transaction:
+            raise error_at(
+                stmt, "CREATE OR REPLACE VIEW inside a transaction is not supported", unsupported=True
+            )
         query = stmt.expression
         plan = self._plan(query)
         self._check_readable(plan)
+        if replacing:
+            self._replaceable(stmt, name, plan)
+            old = self.views[name].view
+            self._drop_view(name)
+            try:
+                self._new_view(stmt, name, query, plan)
+            except BaseException:
+                if name not in self.views:
+                    self._new_view(stmt, name, None, old.plan, old.sql)
+                raise
+            return
+        self._new_view(stmt, name, query, plan)
+        if self.in_transaction:
+            self.undo.append(lambda: self._drop_view(name) if name in self.views else None)
+
+    def _replaceable(self, stmt: exp.Create, name: str, plan: Plan) -> None:
+        """CREATE OR REPLACE VIEW keeps the view's columns (names and types, in order; new ones may follow),
+        as in PostgreSQL, and here also needs no other view to read it."""
+        for v in [*self.views.values(), *self.retained.values()]:
+            if v.view.name != name and any(isinstance(p, Scan) and p.table == name for p, _, _ in v.used):
+                raise error_at(
+                    stmt, f"cannot replace view {name!r}: other views depend on it (drop them first)", True
+                )
+        old = self.views[name].view.columns
+        new = plan.columns
+        if len(new) < len(old):
+            raise error_at(stmt, "cannot drop columns from view")
+        for a, b in zip(old, new, strict=False):
+            if a.name != b.name:
+                raise error_at(stmt, f"cannot change name of view column {a.name!r} to {b.name!r}")
+            if a.type != b.type:
+                raise error_at(
+                    stmt, f"cannot change data type of view column {a.name!r} from {a.type} to {b.type}"
+                )
+
+    def _new_view(
+        self, stmt: exp.Create, name: str, query: exp.Expression | None, plan: Plan, sql=None
+    ) -> None:
         names = [c.name for c in plan.columns]
         twice = next((n for n in names if names.count(n) > 1), None)
         if twice is not None:
             repeated = [e for e in getattr(query, "selects", []) if e.alias_or_name == twice][1:]
+            query = query or stmt
             raise error_at(
                 repeated[0] if repeated else query,
                 f"column {twice!r} specified more than once in view {name!r} (rename one with AS)",
             )
-        view = View(name, plan, query.sql(dialect="postgres"))
+        view = View(name, plan, sql if query is None else query.sql(dialect="postgres"))
         df, arranged, used = compile_view(self.engine, self.registry, name, plan)
         self.catalog.views[name] = view
         self.views[name] = _ViewState(view, df, arranged, used)
@@ -618,6 +699,8 @@ class Connection:
     def _create_index(self, stmt: exp.Create) -> None:
         """CREATE INDEX name ON relation (columns): an arrangement of the relation by those columns, which
         views created later reuse."""
+        if self.in_transaction:
+            raise error_at(stmt, "CREATE INDEX inside a transaction is not supported: run it alone", True)
         index = stmt.this
         name = index.name
         rel = index.args["table"].name
@@ -758,27 +841,33 @@ class Connection:
                 while reader not in self.views.values():  # a dropped view kept for those reading it
                     reader = next(r for r in self._readers(reader.df.name))
                 raise error_at(stmt, f"cannot drop {name!r}: view {reader.view.name!r} depends on it")
+        if self.in_transaction:
+            raise error_at(stmt, f"DROP {kind} inside a transaction is not supported: run it alone", True)
         if is_view:
-            st = self.views.pop(name)
-            del self.catalog.views[name]
-            # the relation goes; what it computed stays as long as other views read arrangements it built
-            self.registry.entries = {
-                k: e
-                for k, e in self.registry.entries.items()
-                if not (isinstance(k[0], Scan) and k[0].table == name)
-            }
-            owner = f"{name}#{id(st)}"  # a new view may take the name
-            for e in self.registry.entries.values():
-                if e.built_by == name:
-                    e.built_by = owner
-            self.engine.step_seconds[owner] = self.engine.step_seconds.pop(st.df.name, 0.0)
-            st.df.name = owner
-            self.retained[owner] = st
-            self._release_unshared()
+            self._drop_view(name)
         else:
             if self.pending.get(name):
                 raise error_at(stmt, f"table {name!r} has uncommitted changes")
             self._forget_table(name)
+
+    def _drop_view(self, name: str) -> None:
+        """Remove view ``name``; its dataflow goes once no other view reads an arrangement it built."""
+        st = self.views.pop(name)
+        del self.catalog.views[name]
+        # the relation goes; what it computed stays as long as other views read arrangements it built
+        self.registry.entries = {
+            k: e
+            for k, e in self.registry.entries.items()
+            if not (isinstance(k[0], Scan) and k[0].table == name)
+        }
+        owner = f"{name}#{id(st)}"  # a new view may take the name
+        for e in self.registry.entries.values():
+            if e.built_by == name:
+                e.built_by = owner
+        self.engine.step_seconds[owner] = self.engine.step_seconds.pop(st.df.name, 0.0)
+        st.df.name = owner
+        self.retained[owner] = st
+        self._release_unshared()
 
     # -- writes -----------------------------------------------------------------------------------------
     def _table(self, node: exp.Expression) -> _TableState:
@@ -1187,13 +1276,20 @@ class Connection:
         held = _count_distinct(st.arranged.trace, cols, valid, st.arranged.nkey)
         return None if held is None else bool((held >= 1).all())
 
+    def _begin(self, implicit: bool) -> None:
+        self.in_transaction = True
+        self.implicit = implicit
+        self.aborted = False
+        self.undo = []
+
     def _commit(self) -> None:
         for name, batches in self.pending.items():
             if batches:
                 b = Batch.concat(batches)
                 self.tables[name].input.send(b.with_times(np.full((len(b), 1), self.time)))
         self.pending = {}
-        self.in_transaction = False
+        self.in_transaction = self.implicit = self.aborted = False
+        self.undo = []
         self.time += 1
         for st in self.tables.values():
             st.input.advance_to(self.time)
@@ -1201,8 +1297,30 @@ class Connection:
         self._failed(self.engine.failed)
 
     def _rollback(self) -> None:
+        """End the transaction leaving every table and view as before it: its changes are dropped and the
+        relations it created are removed."""
         self.pending = {}
-        self.in_transaction = False
+        for undo in reversed(self.undo):
+            undo()
+        self.undo = []
+        self.in_transaction = self.implicit = self.aborted = False
+
+    def _failure(self) -> None:
+        """A statement failed: an implicit transaction is rolled back; a transaction block is aborted (its
+        changes are dropped at once; it ends at COMMIT or ROLLBACK)."""
+        if not self.in_transaction:
+            return
+        if self.implicit:
+            return self._rollback()
+        self.pending = {}
+        for undo in reversed(self.undo):
+            undo()
+        self.undo = []
+        self.aborted = True
+
+    def _usable(self) -> None:
+        if self.closed:
+            raise InterfaceError("the connection is closed")
 
 
 class Subscription:
@@ -1252,6 +1370,16 @@ class _Sink:
         self.out.append(item.updates if hasattr(item, "updates") else item)
 
 
+_CONTROL = {
+    "BEGIN": exp.Transaction,
+    "START TRANSACTION": exp.Transaction,
+    "COMMIT": exp.Commit,
+    "END": exp.Commit,
+    "ROLLBACK": exp.Rollback,
+    "ABORT": exp.Rollback,
+}
+
+
 def _parse(sql: str) -> list[exp.Expression]:
     """The statements of ``sql``, or a syntax error with its line and column."""
     sql, mutual = rewrite_mutually_recursive(sql)
@@ -1260,9 +1388,11 @@ def _parse(sql: str) -> list[exp.Expression]:
         attach_mutually_recursive(statements, mutual)
     except ParseError as err:
         e = err.errors[0] if err.errors else {}
-        raise ProgrammingError(
-            f"syntax error: {e.get('description', str(err))}", e.get("line"), e.get("col")
-        ) from err
+        what = e.get("description", str(err))
+        if "<class" in what or "Required keyword" in what:  # the parser's words, not SQL's
+            near = (e.get("highlight") or "").strip()
+            what = f"at or near {near!r}" if near else "at end of input"
+        raise ProgrammingError(f"syntax error: {what}", e.get("line"), e.get("col")) from err
     except TokenError:
         raise _token_error(sql) from None
     for s in statements:

@@ -3,6 +3,7 @@
 import pytest
 
 import ivm
+from ivm.errors import IntegrityError, InternalError
 from sql.errors import SqlError, UnsupportedError
 
 
@@ -83,14 +84,22 @@ def test_bad_statement_is_rejected_and_changes_nothing(db, sql, cls, words, pos)
     assert _snapshot(db) == before
 
 
-def test_bad_statement_rolls_back_its_whole_transaction(db):
+def test_bad_statement_aborts_its_whole_transaction(db):
+    """As in PostgreSQL: the transaction is aborted, later statements fail until it ends, and COMMIT then
+    rolls it back."""
     before = _snapshot(db)
     db.execute("BEGIN")
     db.execute("INSERT INTO t VALUES (5, 5.00, 5, 'e', NULL)")
     db.execute("DELETE FROM u WHERE x = 1")
-    with pytest.raises(SqlError, match="primary key"):
+    with pytest.raises(IntegrityError, match="primary key"):
         db.execute("INSERT INTO t VALUES (5, 6.00, 6, 'f', NULL)")
-    assert not db.in_transaction
+    assert db.in_transaction
+    with pytest.raises(InternalError, match="current transaction is aborted"):
+        db.execute("INSERT INTO t VALUES (6, 6.00, 6, 'f', NULL)")
+    with pytest.raises(InternalError, match="current transaction is aborted"):
+        db.execute("SELECT * FROM t")
+    db.execute("COMMIT")
+    assert db.statusmessage == "ROLLBACK" and not db.in_transaction
     assert _snapshot(db) == before
     db.execute("INSERT INTO t VALUES (5, 5.00, 5, 'e', NULL)")
     assert (5, 5, "e") in [(r[0], r[2], r[3]) for r in db.execute("SELECT * FROM t").fetchall()]

@@ -7,6 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import ivm
+from ivm.errors import InterfaceError
 from sql.errors import SqlError
 
 
@@ -177,10 +178,12 @@ def test_arrow_key_and_presence_checks(db):
     db.insert_arrow("o", rows.slice(0, 1))  # deleted in this transaction: may come back
     with pytest.raises(SqlError, match="primary key"):
         db.insert_arrow("o", rows.slice(0, 1))
+    db.execute("ROLLBACK")  # the error aborted the transaction
     db.execute("BEGIN")
     db.delete_arrow("o", rows.slice(0, 1))
     with pytest.raises(SqlError, match="not in table"):
         db.delete_arrow("o", rows.slice(0, 1))  # already deleted in this transaction
+    db.execute("ROLLBACK")
     assert sorted(db.execute("SELECT * FROM o").fetchall()) == sorted(before[:2])
     db.execute("CREATE TABLE bag (x INTEGER, y TEXT)")
     db.execute("INSERT INTO bag VALUES (1, 'a'), (1, 'a'), (2, NULL)")
@@ -299,7 +302,6 @@ def test_top_k_views_over_the_same_rows_share_their_arrangement(db):
 
 
 def test_close_releases_every_arrangement(db):
-    from sql.errors import SqlError
 
     db.execute("CREATE VIEW per_c AS SELECT ck, SUM(total) AS s FROM o GROUP BY ck")
     db.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
@@ -309,5 +311,5 @@ def test_close_releases_every_arrangement(db):
     db.close()
     assert engine.traces() == [] and engine.dataflows == []
     assert len(db.pool) == 1  # only the empty string: the connection's text is gone with it
-    with pytest.raises(SqlError, match="closed"):
+    with pytest.raises(InterfaceError, match="closed"):
         db.execute("SELECT * FROM per_c")
