@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from ivm.batch import Batch, consolidate, key_hash, rows_equal
 from ivm.dataflow import Arranged, Dataflow, Engine, Input
@@ -1397,7 +1398,7 @@ def _parse(sql: str) -> list[exp.Expression]:
         raise _token_error(sql) from None
     for s in statements:
         allow.check(s)
-    return statements
+    return [normalize_identifiers(s, dialect="postgres") for s in statements]
 
 
 def _cast_to_table(data, table: Table):

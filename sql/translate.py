@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
+from sqlglot.schema import MappingSchema
 from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 
 from sql import rewrite
@@ -91,7 +92,7 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     try:
         tree = qualify(
             tree.copy(),
-            schema=catalog.sqlglot_schema(),
+            schema=MappingSchema(catalog.sqlglot_schema(), dialect="postgres", normalize=False),
             dialect="postgres",
             validate_qualify_columns=True,
             quote_identifiers=False,
