@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ivm.strings import POOL
-from sql.errors import SqlError
+from sql.errors import DataError
 from sql.types import SqlType
 
 __all__ = ["to_engine_column", "converter", "to_arrow_column", "arrow_type"]
@@ -35,7 +35,11 @@ def converter(at: pa.DataType, t: SqlType, name: str, stored: bool = False) -> C
     elif k == "text" and pa.types.is_string_view(at):
         values = _texts(stored, pa.string())
     elif k == "decimal" and pa.types.is_integer(at):
-        values = _scaled(10**t.scale)
+        wide = pa.decimal128(38, t.scale)
+        checked = _decimals(wide, t, name)
+        values = lambda arr, nulls: checked(arr.cast(wide), nulls)  # noqa: E731 - exact, then checked
+    elif k == "int" and at == pa.uint64():
+        values = _cast(pa.int64())  # a value beyond BIGINT fails the cast
     elif k == "decimal" and pa.types.is_decimal(at):
         values = _decimals(at, t, name)
     elif (k == "int" and pa.types.is_integer(at)) or (k == "float" and at == pa.float64()):
@@ -44,12 +48,12 @@ def converter(at: pa.DataType, t: SqlType, name: str, stored: bool = False) -> C
         values = _cast(pa.float64())
     elif k == "date" and pa.types.is_date32(at):
         values = _view(None, pa.int32())
-    elif k == "timestamp" and pa.types.is_timestamp(at):
+    elif k == "timestamp" and pa.types.is_timestamp(at) and at.tz is None:
         values = _view(None if at == pa.timestamp("us") else pa.timestamp("us"), pa.int64())
     elif k == "bool" and pa.types.is_boolean(at):
         values = _bools
     else:
-        raise SqlError(f"column {name!r}: cannot load Arrow type {at} as {t}")
+        raise DataError(f"column {name!r}: cannot load Arrow type {at} as {t}")
     dtype = t.dtype
 
     def convert(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -60,7 +64,7 @@ def converter(at: pa.DataType, t: SqlType, name: str, stored: bool = False) -> C
         try:
             data = values(arr, nulls)
         except (TypeError, pa.ArrowInvalid) as err:
-            raise SqlError(f"column {name!r}: cannot load Arrow type {at} as {t}") from err
+            raise DataError(f"column {name!r}: cannot load Arrow type {at} as {t}: {err}") from None
         if data.dtype != dtype or not data.flags.c_contiguous:
             data = np.ascontiguousarray(data, dtype=dtype)
         return data, valid
@@ -94,7 +98,7 @@ def _decimals(at: pa.DataType, t: SqlType, name: str):
             limit = 10**t.precision
             high = words[:, 1]
             if int(low.max()) >= limit or int(low.min()) <= -limit or (high != (low >> 63)).any():
-                raise SqlError(f"a value of column {name!r} does not fit in {t}")
+                raise DataError(f"a value of column {name!r} does not fit in {t}")
         return low.copy()
 
     return values
@@ -105,13 +109,6 @@ def _numbers(arr: pa.Array, nulls: int) -> np.ndarray:
     if nulls:
         arr = arr.fill_null(0)
     return arr.to_numpy(zero_copy_only=False)
-
-
-def _scaled(unit: int):
-    def values(arr: pa.Array, nulls: int) -> np.ndarray:
-        return _numbers(arr, nulls).astype(np.int64) * unit
-
-    return values
 
 
 def _cast(to: pa.DataType):

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
-from sqlglot.schema import MappingSchema
 from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
+from sqlglot.schema import MappingSchema
 
 from sql import rewrite
 from sql.catalog import Catalog

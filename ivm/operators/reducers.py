@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from ivm.batch import Mask, lexsort, sort_keys
+from ivm.operators.basic import EvaluationError
 from ivm.strings import POOL
 
 __all__ = ["Groups", "Reducer", "Aggregate", "Threshold", "TopK", "distinct"]
@@ -53,6 +54,27 @@ class Reducer(Protocol):
     def out_dtypes(self, in_dtypes: Sequence[np.dtype]) -> tuple[np.dtype, ...]: ...
 
     def __call__(self, groups: Groups) -> Output: ...
+
+
+_LOW = np.int64(0xFFFFFFFF)
+_NEAR = 2.0**63 - 2.0**20  # beyond this, a sum computed in doubles may or may not fit in 64 bits
+
+
+def _exact_sum(high: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """The sums whose upper and lower 32-bit halves were summed apart (each half's sum is exact in 64 bits
+    for any realistic number of rows): their 64-bit values, exact as long as they fit, which is checked, so
+    that a sum beyond BIGINT (or a DECIMAL's 18 digits) stops instead of wrapping around."""
+    total = (high << np.int64(32)) + low  # modular: right whenever the true sum fits
+    near = np.flatnonzero(np.abs(_approximate(high, low)) >= _NEAR)
+    for i in near:
+        exact = (int(high[i]) << 32) + int(low[i])
+        if not -(2**63) <= exact < 2**63:
+            raise EvaluationError(f"sum out of range: {exact} does not fit in 64 bits")
+    return total
+
+
+def _approximate(high: np.ndarray, low: np.ndarray) -> np.ndarray:
+    return high.astype(np.float64) * 2.0**32 + low.astype(np.float64)
 
 
 class Threshold:
@@ -122,6 +144,8 @@ class Aggregate:
                 t = np.dtype(np.float64) if np.dtype(in_dtypes[pos]).kind == "f" else np.dtype(np.int64)
                 if ("sum", pos, t) not in cols:
                     cols.append(("sum", pos, t))
+                    if t.kind == "i":  # integers are summed in two halves, exactly (see ``_exact_sum``)
+                        cols.append(("sum_hi", pos, t))
         return cols
 
     @staticmethod
@@ -136,7 +160,10 @@ class Aggregate:
             if what == "nvalid":
                 out.append(diffs if m is None else diffs * m)
             else:
-                x = columns[pos].astype(dtype) * diffs.astype(dtype)
+                x = columns[pos].astype(dtype)
+                if dtype.kind == "i":
+                    x = (x >> 32) if what == "sum_hi" else (x & _LOW)
+                x = x * diffs.astype(dtype)
                 out.append(x if m is None else np.where(m, x, 0).astype(dtype))
         return out
 
@@ -155,6 +182,9 @@ class Aggregate:
                 masks.append(None)
                 continue
             total = values[index[("sum", pos)]]
+            if ("sum_hi", pos) in index:
+                high = values[index[("sum_hi", pos)]]
+                total = _approximate(high, total) if kind == "avg" else _exact_sum(high, total)
             if kind == "avg":
                 total = self._mean(j, total, nvalid)
             cols.append(total)
@@ -198,8 +228,12 @@ class Aggregate:
                 cols.append(nvalid)
                 masks.append(None)
             elif kind in ("sum", "avg"):
-                xs = x.astype(np.float64 if x.dtype.kind == "f" else np.int64)
-                s = g.segment_sum(xs * present)
+                if x.dtype.kind == "f":
+                    s = g.segment_sum(x.astype(np.float64) * present)
+                else:
+                    xs = x.astype(np.int64)
+                    high, low = g.segment_sum((xs >> 32) * present), g.segment_sum((xs & _LOW) * present)
+                    s = _approximate(high, low) if kind == "avg" else _exact_sum(high, low)
                 if kind == "avg":
                     s = self._mean(j, s, nvalid)
                 cols.append(s)
