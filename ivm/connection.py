@@ -347,6 +347,16 @@ class Connection:
         """Whether an arrangement of ``plan`` by ``key`` exists for a new view to read."""
         return self.registry.lookup(arranged_form(plan, key, self.registry.uninterned), key) is not None
 
+    def view_errors(self) -> dict[str, str]:
+        """The views that cannot be read now, with why: those in error (a row they read has a value they
+        cannot compute; they recover when it changes) and those that stopped (they must be dropped)."""
+        out = {}
+        for name, st in self.views.items():
+            message = st.error or st.df.live_error()
+            if message is not None:
+                out[name] = message
+        return out
+
     @_pooled
     def relations(self) -> list[RelationInfo]:
         """Tables, views and indexes with row counts and stored sizes (``ivm.introspect.RelationInfo``)."""
@@ -624,10 +634,12 @@ class Connection:
         self.views[name] = _ViewState(view, df, arranged, used)
         self.engine.step()
         failed = self.engine.failed
-        if df in failed:
+        message = None if df in failed else df.live_error()
+        if df in failed or message is not None:
             del self.views[name], self.catalog.views[name]
+            df.drop()
             self.registry.forget(name)
-            raise SqlError(f"view {name!r} was not created: {df.error}")
+            raise DataError(f"view {name!r} was not created: {message or df.error}")
         self._failed(failed)
 
     def _readers(self, owner: str) -> list[_ViewState]:
@@ -672,8 +684,13 @@ class Connection:
         stack = [plan]
         while stack:
             p = stack.pop()
-            if isinstance(p, Scan) and p.table in self.views and self.views[p.table].error:
-                raise SqlError(f"view {p.table!r} failed and must be dropped: {self.views[p.table].error}")
+            if isinstance(p, Scan) and p.table in self.views:
+                st = self.views[p.table]
+                if st.error:
+                    raise DataError(f"view {p.table!r} failed and must be dropped: {st.error}")
+                message = st.df.live_error()
+                if message is not None:
+                    raise DataError(f"view {p.table!r} is in error (until the rows at fault change): {message}")
             stack.extend(children(p))
 
     def _explain(self, stmt: exp.Command) -> None:
@@ -792,9 +809,12 @@ class Connection:
         df, arranged, _ = compile_view(self.engine, self.registry, name, plan)
         try:
             df.step()
+            message = df.live_error()
+            if message is not None:
+                raise DataError(message)
             return _contents(arranged)
         except (IterationLimitError, EvaluationError) as err:
-            raise SqlError(f"the query failed: {err}") from err
+            raise DataError(f"the query failed: {err}") from err
         finally:
             df.drop()
             self.registry.forget(name)

@@ -119,7 +119,28 @@ class Dataflow:
         self.scope = Scope(self, 1)
         self.dropped = False
         self.error: Exception | None = None
+        # errors as data: per message, the net count of the rows in error (see ``MapOp``)
+        self.errors: dict[str, int] = {}
         self._frontiers: dict[int, tuple[int, Antichain]] = {}
+
+    def add_errors(self, messages: Sequence[str], diffs: np.ndarray) -> None:
+        """Count rows in error: each message with its row's diff (a retraction cancels its insertion)."""
+        for m, d in zip(messages, diffs.tolist(), strict=True):
+            left = self.errors.get(m, 0) + d
+            if left:
+                self.errors[m] = left
+            else:
+                del self.errors[m]
+
+    def live_error(self) -> str | None:
+        """An error of the rows in error now, of this dataflow or of one whose arrangements it imports."""
+        if self.errors:
+            return min(self.errors)
+        for _, src in self.imports:
+            e = src.live_error()
+            if e is not None:
+                return e
+        return None
 
     # -- building -------------------------------------------------------------------------------
     def input(self, dtypes: Sequence, name: str = "", frontier: int | None = None) -> Input:

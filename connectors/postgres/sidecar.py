@@ -226,6 +226,12 @@ class Sidecar:
         decoder = Decoder()
         ignored: set[str] = set()  # tables whose definition changed
         newly_failed: dict[str, str] = {}
+        in_error = {v: e for v, e in db.view_errors().items() if v in subs}
+        if in_error:
+            for v, e in in_error.items():
+                log.error("view %r is in error: %s", v, e)
+            with TARGET:
+                tgt.set_errors(in_error)
         committed = start_lsn
         idle_since = time.monotonic()
         while not self.stopping:
@@ -267,8 +273,16 @@ class Sidecar:
                     del subs[v]
             diffs = {name: _diffs(sub) for name, sub in subs.items()}
             lsn = format_lsn(txns[-1].end_lsn)
+            now = {v: e for v, e in db.view_errors().items() if v in subs}
+            changed = {v: now.get(v) for v in {*now, *in_error} if now.get(v) != in_error.get(v)}
+            for v, e in changed.items():
+                if e is None:
+                    log.info("view %r recovered", v)
+                else:
+                    log.error("view %r is in error: %s", v, e)
+            in_error = now
             with TARGET:
-                tgt.apply(diffs, lsn, len(txns), newly_failed)
+                tgt.apply(diffs, lsn, len(txns), newly_failed, changed)
             done = time.time()
             newly_failed = {}
             with SOURCE:

@@ -121,11 +121,33 @@ class Target:
         c.execute(";\n".join([*statements, self._progress_sql(lsn, 0)]))
         c.commit()
 
-    def apply(self, diffs: dict, lsn: str, txns: int, failed: dict[str, str]) -> None:
+    def set_errors(self, errors: dict[str, str | None]) -> None:
+        """Record which views are in error (name -> the error, or None once it is gone), in a transaction."""
+        self._errors(errors or {})
+        self.conn.commit()
+
+    def _errors(self, errors: dict[str, str | None]) -> None:
+        for name, err in errors.items():
+            self.conn.execute(
+                f"UPDATE {self._t('_ivm_status')} SET state = %s, error = %s, changed_at = now() "
+                "WHERE view = %s",
+                ("running" if err is None else "error", err, name),
+            )
+
+    def apply(
+        self,
+        diffs: dict,
+        lsn: str,
+        txns: int,
+        failed: dict[str, str],
+        errors: dict[str, str | None] | None = None,
+    ) -> None:
         """One batch in one transaction: each view's consolidated changes ``(rows, diff)``, the views that
-        stopped (name -> error), and the LSN. One COPY per changed view, then one round trip for all the
-        DELETEs and INSERTs and the LSN."""
+        stopped (name -> error), the views whose error changed (see ``set_errors``; a view in error leaves
+        out the rows it cannot compute) and the LSN. One COPY per changed view, then one round trip for all
+        the DELETEs and INSERTs and the LSN."""
         c = self.conn
+        self._errors(errors or {})
         statements = []
         for name, (rows, counts) in diffs.items():
             if rows.num_rows == 0:

@@ -22,7 +22,7 @@ import ivm
 from connectors.spark._changes import ChangeShape, delta_cdf, plain, split_commits
 from connectors.spark._outputs import Output, ViewBatch
 from connectors.spark._state import StateDir
-from sql.errors import SqlError
+from sql.errors import DataError, SqlError
 
 __all__ = ["ViewSink", "view_sink"]
 
@@ -182,6 +182,10 @@ class ViewSink:
             except SqlError as err:
                 raise SqlError(f"micro-batch {batch_id}, commit {c.value}: {err}") from err
             db.execute("COMMIT")
+        wrong = {v: e for v, e in db.view_errors().items() if v in self.views}
+        if wrong:
+            v, e = next(iter(wrong.items()))
+            raise DataError(f"micro-batch {batch_id}: view {v!r} cannot be computed: {e}")
         return t0, values
 
     def _diffs(self, view: str, sub, t0: int, commits: pa.Array) -> pa.Table:

@@ -30,8 +30,8 @@ PredicateFn = Callable[[tuple[np.ndarray, ...], tuple[Mask, ...]], np.ndarray]
 
 
 class EvaluationError(RuntimeError):
-    """A map or filter function could not evaluate some row (say, text that is not a number): the dataflow
-    cannot go on exactly, so the engine stops it with this error."""
+    """A function could not evaluate some row (say, text that is not a number). In a map or filter the row
+    becomes an error of its dataflow (see ``_Fallible``); elsewhere the engine stops the dataflow with it."""
 
 
 class _Unary(Operator):
@@ -50,7 +50,56 @@ class _Unary(Operator):
         raise NotImplementedError
 
 
-class MapOp(_Unary):
+class _Fallible(_Unary):
+    """A map or filter whose function may fail on some rows. Errors are data: a row the function cannot
+    evaluate leaves the output and enters the dataflow's error collection instead, under the error's message
+    with the row's time and diff, so that retracting the row retracts its error (the dataflow is in error
+    while some error's count is not zero). The rows at fault are found by bisecting the batch, which costs
+    O(k log n) evaluations of parts of it for k bad rows of n, nothing when no row fails."""
+
+    def run(self, point: Point) -> None:
+        for batch in self.input.take(point):
+            try:
+                out = self.apply(batch)
+            except EvaluationError:
+                out = self._apart(batch)
+            if out is not None:
+                self.emit(out)
+
+    def _apart(self, batch: Batch) -> Batch | None:
+        bad: list[int] = []
+        messages: list[str] = []
+        n = len(batch)
+        stack = [np.arange(n // 2, n), np.arange(n // 2)] if n > 1 else []
+        if n == 1:
+            bad, messages = [0], [self._error(batch)]
+        while stack:
+            rows = stack.pop()
+            if not len(rows):
+                continue
+            part = batch.take(rows)
+            try:
+                self.apply(part)
+            except EvaluationError as err:
+                if len(rows) == 1:
+                    bad.append(int(rows[0]))
+                    messages.append(str(err))
+                else:
+                    half = len(rows) // 2
+                    stack += [rows[half:], rows[:half]]
+        self.scope.dataflow.add_errors(messages, batch.diffs[bad])
+        good = np.setdiff1d(np.arange(n), bad)
+        return self.apply(batch.take(good)) if len(good) else None
+
+    def _error(self, batch: Batch) -> str:
+        try:
+            self.apply(batch)
+        except EvaluationError as err:
+            return str(err)
+        raise AssertionError("the row did not fail again")
+
+
+class MapOp(_Fallible):
     """Rows to new rows by a vectorized function of the columns (and their validity masks). A function taking a
     third argument also gets the number of rows, which a batch without columns cannot tell otherwise."""
 
@@ -79,7 +128,7 @@ def takes_rows(fn) -> bool:
     return len(positional) >= 3
 
 
-class FilterOp(_Unary):
+class FilterOp(_Fallible):
     """The rows for which a vectorized predicate is True. The predicate receives the validity masks and
     decides what a NULL means (SQL's WHERE keeps only rows whose condition is TRUE)."""
 
