@@ -26,6 +26,7 @@ from ivm.dataflow import Arranged, Dataflow, Engine, Input
 from ivm.errors import DataError, Error, IntegrityError, InterfaceError, InternalError, ProgrammingError
 from ivm.operators.basic import EvaluationError
 from ivm.operators.iterate import IterationLimitError
+from ivm.ordering import display_order, sort_indices
 from ivm.strings import FEW, POOL, StringPool
 from planner.canon import arranged_form, canonicalize
 from planner.compile import Registry, compile_view
@@ -106,7 +107,8 @@ class Connection:
         self.implicit = False  # the transaction is that of a string of statements, not a BEGIN ... block
         self.aborted = False  # a statement of the transaction block failed: it can only end
         self.undo: list = []  # what removes the relations the transaction created, should it roll back
-        self.statusmessage: str | None = None
+        self.statusmessage: str | None = None  # the last statement's command tag, as PostgreSQL's
+        self.rowcount = -1  # the rows the last statement returned or changed (-1: not applicable)
         self.pending: dict[str, list[Batch]] = {}
         self._result: tuple | None = None
         self.description: list[tuple] | None = None
@@ -405,8 +407,14 @@ class Connection:
             raise InternalError(
                 "current transaction is aborted, commands ignored until end of transaction block"
             )
+        self.rowcount = -1
         if isinstance(stmt, exp.Create):
             kind = (stmt.args.get("kind") or "").upper()
+            materialized = any(
+                isinstance(p, exp.MaterializedProperty)
+                for p in (stmt.args.get("properties") or exp.Properties()).expressions
+            )
+            self.statusmessage = f"CREATE {'MATERIALIZED ' if materialized else ''}{kind}"
             if kind == "TABLE":
                 return self._create_table(stmt)
             if kind == "VIEW":
@@ -414,17 +422,22 @@ class Connection:
             if kind == "INDEX":
                 return self._create_index(stmt)
             raise error_at(stmt, f"CREATE {kind} is not supported yet", unsupported=True)
-        if isinstance(stmt, exp.Insert):
-            return self._write(self._insert(stmt))
-        if isinstance(stmt, exp.Delete):
-            return self._write(self._delete(stmt))
-        if isinstance(stmt, exp.Update):
-            return self._write(self._update(stmt))
+        if isinstance(stmt, (exp.Insert, exp.Delete, exp.Update)):
+            what = {exp.Insert: "INSERT 0", exp.Delete: "DELETE", exp.Update: "UPDATE"}[type(stmt)]
+            st, batch = {exp.Insert: self._insert, exp.Delete: self._delete, exp.Update: self._update}[
+                type(stmt)
+            ](stmt)
+            self._write((st, batch))
+            self.rowcount = len(batch) // 2 if isinstance(stmt, exp.Update) else len(batch)
+            self.statusmessage = f"{what} {self.rowcount}"
+            return None
         if isinstance(stmt, (exp.Select, exp.Union, exp.Except, exp.Intersect)):
             return self._query(stmt)
         if isinstance(stmt, exp.Drop):
+            self.statusmessage = f"DROP {(stmt.args.get('kind') or '').upper()}"
             return self._drop(stmt)
         if isinstance(stmt, exp.Command) and stmt.name.upper() == "EXPLAIN":
+            self.statusmessage = "EXPLAIN"
             return self._explain(stmt)
         if isinstance(stmt, exp.Copy):
             return self._copy(stmt)
@@ -434,10 +447,6 @@ class Connection:
                 return self._rollback()
             self.statusmessage = "COMMIT"
             return self._commit() if self.in_transaction else None  # PostgreSQL only warns without one
-        if self.aborted:
-            raise InternalError(
-                "current transaction is aborted, commands ignored until end of transaction block"
-            )
         if isinstance(stmt, exp.Transaction):
             self.statusmessage = "BEGIN"
             if not self.in_transaction:
@@ -499,6 +508,8 @@ class Connection:
             self._write(
                 (self.tables[name], Batch.build(cols, valid, np.full(n, self.time), np.ones(n, np.int64)))
             )
+            self.rowcount = n
+            self.statusmessage = f"SELECT {n}"
         except BaseException:
             if name in self.tables and not self.in_transaction:
                 self._forget_table(name)
@@ -787,12 +798,35 @@ class Connection:
         self.insert_arrow(table, data)
 
     def _query(self, stmt: exp.Expression) -> None:
-        plan = self._plan(stmt)
+        """A query's rows, in its ORDER BY order (see ``ivm.ordering``)."""
+        from sql.arrow import to_arrow_column
+
+        order = display_order(stmt)
+        plan = self._plan(stmt if order is None else order.query)
         self._check_readable(plan)
         if isinstance(plan, Canon) and isinstance(plan.input, Scan):
             plan = plan.input  # a table's rows read the same through the codes they are stored with
-        self._result = (*self._evaluate(plan), plan.columns)
-        self.description = [(c.name, str(c.type), None, None, None, None, c.nullable) for c in plan.columns]
+        cols, valid, mult = self._evaluate(plan)
+        columns = plan.columns
+        keys = None if order is None else order.positions([c.name for c in columns])
+        if keys and int(mult.sum()) > 1:
+            rep = np.repeat(np.arange(len(mult)), mult)
+            keyed = {k for k, _, _ in keys}
+            arrays = [
+                to_arrow_column(c[rep], None if m is None else m[rep], col.type) if i in keyed else None
+                for i, (c, m, col) in enumerate(zip(cols, valid, columns, strict=True))
+            ]
+            rep = rep[sort_indices(arrays, keys).to_numpy()]
+            cols = [c[rep] for c in cols]
+            valid = [None if m is None else m[rep] for m in valid]
+            mult = np.ones(len(rep), dtype=np.int64)
+        if order is not None and order.hidden:
+            shown = len(columns) - order.hidden
+            cols, valid, columns = cols[:shown], valid[:shown], columns[:shown]
+        self._result = (cols, valid, mult, columns)
+        self.description = [(c.name, str(c.type), None, None, None, None, c.nullable) for c in columns]
+        self.rowcount = int(mult.sum())
+        self.statusmessage = f"SELECT {self.rowcount}"
 
     def _evaluate(self, plan) -> tuple[list, list, np.ndarray]:
         """The current rows of a plan: read straight from a relation's arrangement when the plan is a relation,

@@ -16,15 +16,12 @@ from dataclasses import dataclass
 from typing import TextIO
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import sqlglot
-from sqlglot import exp
-from sqlglot.errors import SqlglotError, TokenError
 from sqlglot.tokens import TokenType
 
 import ivm
 from ivm import render
 from ivm.connection import Connection, Subscription
+from ivm.ordering import sorted_table
 from ivm.statements import Item, split, tokens
 from sql.errors import SqlError, UnsupportedError
 
@@ -141,22 +138,11 @@ class Session:
             self.conn.execute(text)
             self.say("\n".join(r[0] for r in self.conn.fetchall()))
             return
-        order = _display_order(text) if first in ("SELECT", "WITH", "VALUES", "(") else None
-        if order is not None and order.sql != text:
-            try:
-                self.conn.execute(order.sql)
-            except SqlError:
-                self.conn.execute(text)  # the error as positioned in the user's own text
-                raise
-        else:
-            self.conn.execute(text)
+        self.conn.execute(text)
         if self.conn.description is None:
-            self.say(_tag(toks))
+            self.say(self.conn.statusmessage or _tag(toks))
             return
-        result = self.conn.fetch_arrow()
-        if order is not None:
-            result = order.apply(result)
-        self.say(render.table(result))
+        self.say(render.table(self.conn.fetch_arrow()))  # in the query's ORDER BY order
 
     def subscribe(self, text: str, toks) -> None:
         """``SUBSCRIBE [TO] view`` or ``SUBSCRIBE [TO] (query)``: print the current contents as diffs now,
@@ -213,7 +199,7 @@ class Session:
             if t.num_rows == 0:
                 continue
             t = t.select(["time", "diff", *t.column_names[:-2]])
-            t = _sorted(t, [(name, False, False) for name in t.column_names])
+            t = sorted_table(t, [(name, False, False) for name in t.column_names])
             total += t.num_rows
             n = t.num_rows
             self.say(render.table(t, footer=False) + f"\n({n} change{'s' if n != 1 else ''} to {a.name})")
@@ -353,89 +339,3 @@ def _shifted(e: SqlError, text: str, start: int, prefix: int) -> SqlError:
     if e.line == 1:
         return cls(e.message, line0, col0 + e.col - 1 - prefix)
     return cls(e.message, line0 + e.line - 1, e.col)
-
-
-def _sorted(t: pa.Table, keys: list[tuple[str, bool, bool]]) -> pa.Table:
-    """``t`` sorted by (column, descending, nulls first) keys; each key may place its nulls differently."""
-    if t.num_rows < 2 or not keys:
-        return t
-    cols, sort_keys = {}, []
-    for i, (name, desc, nulls_first) in enumerate(keys):
-        col = t.column(name)
-        if pa.types.is_dictionary(col.type):
-            col = col.cast(col.type.value_type)
-        cols[f"n{i}"] = pc.is_null(col)
-        cols[f"k{i}"] = col
-        sort_keys += [(f"n{i}", "descending" if nulls_first else "ascending")]
-        sort_keys += [(f"k{i}", "descending" if desc else "ascending")]
-    order = pc.sort_indices(pa.table(cols), sort_keys=sort_keys)
-    return t.take(order)
-
-
-@dataclass
-class _Order:
-    """How to show a query's rows in its ORDER BY order: the SQL to run (with order expressions that are not
-    result columns added as hidden columns) and the sort keys, each a result column given by position or by
-    name (for names that come from a ``*``)."""
-
-    sql: str
-    keys: list[tuple[int | str, bool, bool]]  # (result column, descending, nulls first)
-    hidden: int
-
-    def apply(self, result: pa.Table) -> pa.Table:
-        names = [f"c{i}" for i in range(result.num_columns)]
-        keys = []
-        for col, desc, nulls_first in self.keys:
-            if isinstance(col, str):
-                if result.column_names.count(col) != 1:
-                    return result  # not a column of the result: shown as held
-                col = result.column_names.index(col)
-            elif col < 0:  # hidden column -1 - k: the k-th added after the result's own columns
-                col = result.num_columns - self.hidden + (-1 - col)
-            keys.append((names[col], desc, nulls_first))
-        out = _sorted(result.rename_columns(names), keys).rename_columns(result.column_names)
-        if self.hidden:
-            out = out.select(list(range(result.num_columns - self.hidden)))
-        return out
-
-
-def _display_order(text: str) -> _Order | None:
-    """The ORDER BY of a query, as result columns to sort by; ``None`` when it has none or it cannot be
-    applied to the result (then rows are shown as the view holds them)."""
-    try:
-        tree = sqlglot.parse_one(text, dialect="postgres")
-    except (SqlglotError, TokenError):
-        return None
-    order = tree.args.get("order")
-    if order is None:
-        return None
-    items = tree.expressions if isinstance(tree, exp.Select) else tree.selects
-    star = any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star) for e in items)
-    names = [e.alias_or_name for e in items]
-    bare = [e.unalias() if isinstance(e, exp.Alias) else e for e in items]
-    widen = isinstance(tree, exp.Select) and not tree.args.get("distinct")
-    keys: list[tuple[int | str, bool, bool]] = []
-    extra: list[exp.Expression] = []
-    for o in order.expressions:
-        e = o.this
-        col: int | str | None = None
-        if isinstance(e, exp.Literal) and e.is_int and not star:
-            col = int(e.this) - 1
-        elif isinstance(e, exp.Column) and not e.table and names.count(e.name) == 1 and not star:
-            col = names.index(e.name)
-        elif e in bare and not star:
-            col = bare.index(e)
-        elif isinstance(e, exp.Column) and not e.table and star:
-            col = e.name
-        elif widen:
-            col = -1 - len(extra)  # a hidden column, placed after the result's own
-            extra.append(e)
-        if col is None or (isinstance(col, int) and col >= len(items) and not star):
-            return None
-        keys.append((col, bool(o.args.get("desc")), bool(o.args.get("nulls_first"))))
-    if not extra:
-        return _Order(text, keys, 0)
-    widened = tree.copy()
-    for k, e in enumerate(extra):
-        widened = widened.select(exp.alias_(e.copy(), f"__order{k}"), copy=False)
-    return _Order(widened.sql(dialect="postgres"), keys, len(extra))

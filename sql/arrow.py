@@ -48,7 +48,7 @@ def converter(at: pa.DataType, t: SqlType, name: str, stored: bool = False) -> C
         values = _cast(pa.float64())
     elif k == "date" and pa.types.is_date32(at):
         values = _view(None, pa.int32())
-    elif k == "timestamp" and pa.types.is_timestamp(at) and at.tz is None:
+    elif k == "timestamp" and pa.types.is_timestamp(at):  # a zoned one as its UTC time
         values = _view(None if at == pa.timestamp("us") else pa.timestamp("us"), pa.int64())
     elif k == "bool" and pa.types.is_boolean(at):
         values = _bools

@@ -88,7 +88,7 @@ def test_subscribe_prints_diffs_of_a_following_insert():
         + "INSERT INTO o VALUES (5, 2, 1.00);\n"
     )
     assert err == ""
-    after_insert = out.split("SUBSCRIBE TO per_c\n")[1].split("INSERT\n", 1)[1]
+    after_insert = out.split("SUBSCRIBE TO per_c\n")[1].split("INSERT 0 1\n", 1)[1]
     assert after_insert.startswith(
         " time | diff | ck |  s\n"
         "------+------+----+------\n"
@@ -96,7 +96,7 @@ def test_subscribe_prints_diffs_of_a_following_insert():
         "    3 |    1 |  2 | 4.00\n"
         "(2 changes to per_c)\n"
         "subscription to per_c ended\n"
-        "INSERT\n"
+        "INSERT 0 1\n"
     )
 
 
