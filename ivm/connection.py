@@ -40,7 +40,7 @@ from sql.logical import Call, Canon, Column, Negate, Plan, Scan, UnionAll, Value
 from sql.recursive import attach_mutually_recursive, rewrite_mutually_recursive
 from sql.scalar import and_parts
 from sql.translate import translate_query
-from sql.types import TEXT, SqlType, column_from_values, to_engine_value, to_python
+from sql.types import TEXT, SqlType, column_from_values, parse_text, to_engine_value, to_python
 
 if TYPE_CHECKING:
     from ivm.introspect import ArrangementInfo, RelationInfo
@@ -123,15 +123,13 @@ class Connection:
         nothing) unless they hold transaction control of their own; an error inside BEGIN ... COMMIT aborts the
         transaction, so that every later statement fails until ROLLBACK (or COMMIT, which then rolls back)."""
         self._usable()
-        if params:
-            sql = _bind(sql, params)
         word = sql.strip().rstrip(";").strip().upper()
-        if word in _CONTROL:
+        if word in _CONTROL and not params:
             # transaction control is the most frequent statement of all: no need to parse it
             self._statement(_CONTROL[word]())
             return self
         try:
-            statements = _parse(sql)
+            statements = _parse(sql, params)
         except Error:
             self._failure()
             raise
@@ -1435,8 +1433,14 @@ _CONTROL = {
 }
 
 
-def _parse(sql: str) -> list[exp.Expression]:
-    """The statements of ``sql``, or a syntax error with its line and column."""
+def _parse(sql: str, params: Sequence | dict | None = None) -> list[exp.Expression]:
+    """The statements of ``sql`` (with ``params`` bound to its placeholders), each checked against the
+    allow-list; or a syntax error with its line and column."""
+    names = None
+    if params is not None:
+        if isinstance(params, (str, bytes)) or not isinstance(params, (Sequence, dict)):
+            raise ProgrammingError("parameters must be a sequence or a mapping")
+        sql, names = _numbered(sql, params)
     sql, mutual = rewrite_mutually_recursive(sql)
     try:
         statements = [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
@@ -1450,6 +1454,12 @@ def _parse(sql: str) -> list[exp.Expression]:
         raise ProgrammingError(f"syntax error: {what}", e.get("line"), e.get("col")) from err
     except TokenError:
         raise _token_error(sql) from None
+    if params is not None:
+        statements = _bind(statements, [params[n] for n in names] if names is not None else list(params))
+    else:
+        for s in statements:
+            for node in s.find_all(exp.Placeholder, exp.Parameter):
+                raise error_at(node, "a parameter placeholder, but no parameters were given")
     for s in statements:
         allow.check(s)
     return [normalize_identifiers(s, dialect="postgres") for s in statements]
@@ -1712,6 +1722,11 @@ def _literal_value(node: exp.Expression, t: SqlType, column: str, row: int) -> o
         return None
     if isinstance(v, exp.Cast) and isinstance(v.this, exp.Literal):
         v = v.this
+        if v.is_string and t.kind != "text" and not neg:  # a typed constant: its text read as the column's type
+            try:
+                return parse_text(v.this, t)
+            except ValueError as err:
+                raise error_at(node, f"row {row}, column {column!r}: {err}", cls=DataError) from None
     try:
         if isinstance(v, exp.Boolean):
             value: object = bool(v.this)
@@ -1735,38 +1750,129 @@ def _literal_value(node: exp.Expression, t: SqlType, column: str, row: int) -> o
         raise error_at(node, f"row {row}, column {column!r}: invalid value for {t}: {err}") from err
 
 
-def _bind(sql: str, params: Sequence) -> str:
-    """Substitute ``%s`` or ``?`` placeholders with SQL literals."""
-    out = []
-    it = iter(params)
+def _numbered(sql: str, params: Sequence | dict) -> str:
+    """``sql`` with its parameter placeholders written as ``$1``, ``$2``, ...: ``%s`` and ``?`` in order,
+    ``%(name)s`` by name (``params`` a mapping), ``%%`` as ``%``; ``$n`` stays. Found among the statement's
+    tokens, so never inside a string, a quoted name or a comment."""
+    from sqlglot.dialects.postgres import Postgres
+
+    try:
+        toks = Postgres().tokenize(sql)
+    except TokenError:
+        raise _token_error(sql) from None
+    T = sqlglot.tokens.TokenType
+    named = isinstance(params, dict)
+    names: dict[str, int] = {}
+    edits: list[tuple[int, int, str]] = []
+    count = 0
     i = 0
-    while i < len(sql):
-        ch = sql[i]
-        if sql.startswith("%s", i) or ch == "?":
-            try:
-                out.append(_sql_literal(next(it)))
-            except StopIteration as err:
-                raise SqlError("not enough parameters for the placeholders") from err
-            i += 2 if ch == "%" else 1
-            continue
-        out.append(ch)
+    while i < len(toks):
+        t = toks[i]
+
+        def glued(k: int, kind, text: str | None = None, i: int = i) -> bool:
+            return _glued(toks, i + k, kind, text)
+
+        if t.token_type == T.PLACEHOLDER and t.text == "?" and not named:
+            count += 1
+            edits.append((t.start, t.end, f"${count}"))
+        elif t.token_type == T.MOD and glued(1, T.MOD):
+            edits.append((t.start, toks[i + 1].end, "%"))
+            i += 1
+        elif t.token_type == T.MOD and glued(1, T.VAR, "s") and not named:
+            count += 1
+            edits.append((t.start, toks[i + 1].end, f"${count}"))
+            i += 1
+        elif (
+            t.token_type == T.MOD
+            and named
+            and glued(1, T.L_PAREN)
+            and glued(2, T.VAR)
+            and glued(3, T.R_PAREN)
+            and glued(4, T.VAR, "s")
+        ):
+            name = toks[i + 2].text
+            if name not in params:
+                raise ProgrammingError(f"no value given for the parameter %({name})s")
+            k = names.setdefault(name, len(names) + 1)
+            edits.append((t.start, toks[i + 4].end, f"${k}"))
+            i += 4
         i += 1
-    return "".join(out)
+    out = sql
+    for start, end, text in reversed(edits):
+        out = out[:start] + text + out[end + 1 :]
+    return out, (list(names) if named else None)
 
 
-def _sql_literal(v: object) -> str:
+def _glued(toks: list, at: int, kind, text: str | None) -> bool:
+    """Whether token ``at`` is of ``kind`` (and ``text``) and follows the one before without a space."""
+    if at >= len(toks):
+        return False
+    u = toks[at]
+    return u.token_type == kind and u.start == toks[at - 1].end + 1 and (text is None or u.text == text)
+
+
+def _bind(statements: list[exp.Expression], values: list) -> list[exp.Expression]:
+    """The statements with each ``$n`` replaced by the n-th value as a typed SQL constant."""
+    used = set()
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Parameter):
+            k = node.this
+            if not (isinstance(k, exp.Literal) and k.is_int):
+                raise error_at(node, f"{node.sql()} is not a parameter of this statement")
+            n = int(k.this)
+            if not 1 <= n <= len(values):
+                raise ProgrammingError(f"the statement uses parameter ${n}, but {len(values)} were given")
+            used.add(n)
+            return _constant(values[n - 1])
+        if isinstance(node, exp.Placeholder):
+            raise error_at(node, "parameter placeholders need parameters")
+        return node
+
+    out = [s.transform(replace) for s in statements]
+    if len(used) != len(values):
+        raise ProgrammingError(f"the statement uses {len(used)} parameters, but {len(values)} were given")
+    return out
+
+
+def _constant(v: object) -> exp.Expression:
+    """A Python value as a SQL constant of its type (a ``datetime`` with a time zone in UTC, as TIMESTAMP
+    holds it)."""
     import datetime as dt
+    import decimal
+    import math
 
     if v is None:
-        return "NULL"
-    if isinstance(v, bool):
-        return "TRUE" if v else "FALSE"
-    if isinstance(v, (int, float)):
-        return repr(v)
+        return exp.Null()
+    if isinstance(v, (bool, np.bool_)):
+        return exp.Boolean(this=bool(v))
+    if isinstance(v, (int, np.integer)):
+        return _signed(exp.Literal.number(abs(int(v))), int(v) < 0)
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        double = exp.DataType.build("DOUBLE PRECISION", dialect="postgres")
+        if not math.isfinite(f):
+            return exp.cast(
+                exp.Literal.string("NaN" if f != f else "Infinity" if f > 0 else "-Infinity"), double
+            )
+        return _signed(exp.cast(exp.Literal.number(repr(abs(f))), double), f < 0)
+    if isinstance(v, decimal.Decimal):
+        if not v.is_finite():
+            raise DataError(f"the parameter {v} is not a number ivm can hold")
+        return _signed(exp.Literal.number(format(abs(v), "f")), v < 0)
+    if isinstance(v, str):
+        return exp.Literal.string(v)
+    if isinstance(v, dt.datetime):
+        if v.tzinfo is not None:
+            v = v.astimezone(dt.UTC).replace(tzinfo=None)
+        return exp.cast(exp.Literal.string(v.isoformat(sep=" ")), "TIMESTAMP", dialect="postgres")
     if isinstance(v, dt.date):
-        return f"'{v.isoformat()}'"
-    s = str(v).replace("'", "''")
-    return f"'{s}'"
+        return exp.cast(exp.Literal.string(v.isoformat()), "DATE", dialect="postgres")
+    raise ProgrammingError(f"cannot pass a parameter of type {type(v).__name__}")
+
+
+def _signed(node: exp.Expression, negative: bool) -> exp.Expression:
+    return exp.Neg(this=node) if negative else node
 
 
 def _token_error(sql: str) -> ProgrammingError:

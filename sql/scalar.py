@@ -236,16 +236,20 @@ def _literal(node: exp.Literal) -> Const:
     if node.is_string:
         return Const(to_engine_value(node.this, TEXT), TEXT)
     text = node.this
-    if re.fullmatch(r"\d+", text):
+    if re.fullmatch(r"\d+", text) and int(text) < 2**63:
         return Const(int(text), INT)
-    if re.fullmatch(r"\d*\.\d*", text):
+    try:
         d = decimal.Decimal(text)
-        scale = max(-d.as_tuple().exponent, 0)
-        digits = max(len(d.as_tuple().digits), scale + 1)
-        if digits <= 18:
-            t = decimal_type(digits, scale)
-            return Const(to_engine_value(d, t), t)
-    return Const(float(text), FLOAT)
+    except decimal.InvalidOperation:
+        raise error_at(node, f"invalid number {text!r}") from None
+    # a constant with a point or an exponent is NUMERIC, as in PostgreSQL: exact, in as many digits as it has
+    _, digits, exponent = d.as_tuple()
+    scale = max(-exponent, 0)
+    width = max(len(digits) + max(exponent, 0), scale + 1)
+    if width > 18:
+        raise error_at(node, f"the numeric constant {text} has more than the 18 digits ivm holds", True)
+    t = decimal_type(width, scale)
+    return Const(to_engine_value(d, t), t)
 
 
 def _need_numeric(node: exp.Expression, *args: Expr) -> None:
