@@ -6,6 +6,18 @@ read exact output diffs at every logical time.
 
 from ivm.batch import Batch
 from ivm.dataflow import Arranged, Capture, Collection, Dataflow, Engine, Input, Loop, Probe
+from ivm.errors import (
+    DatabaseError,
+    DataError,
+    Error,
+    IntegrityError,
+    InterfaceError,
+    InternalError,
+    NotSupportedError,
+    OperationalError,
+    ProgrammingError,
+    Warning,
+)
 from ivm.lattice import Antichain
 from ivm.operators.basic import EvaluationError
 from ivm.operators.iterate import IterationLimitError
@@ -30,7 +42,24 @@ __all__ = [
     "IterationLimitError",
     "EvaluationError",
     "connect",
+    "apilevel",
+    "threadsafety",
+    "paramstyle",
+    "Warning",
+    "Error",
+    "InterfaceError",
+    "DatabaseError",
+    "DataError",
+    "OperationalError",
+    "IntegrityError",
+    "InternalError",
+    "ProgrammingError",
+    "NotSupportedError",
 ]
+
+apilevel = "2.0"
+threadsafety = 1  # threads may share the module, not a connection
+paramstyle = "pyformat"  # %s and %(name)s; ? and $1 are understood too
 
 
 def connect():

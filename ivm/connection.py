@@ -43,6 +43,7 @@ from sql.translate import translate_query
 from sql.types import TEXT, SqlType, column_from_values, parse_text, to_engine_value, to_python
 
 if TYPE_CHECKING:
+    from ivm.cursor import Cursor
     from ivm.introspect import ArrangementInfo, RelationInfo
 
 __all__ = ["connect", "Connection", "Subscription", "SqlError", "UnsupportedError"]
@@ -123,6 +124,7 @@ class Connection:
         nothing) unless they hold transaction control of their own; an error inside BEGIN ... COMMIT aborts the
         transaction, so that every later statement fails until ROLLBACK (or COMMIT, which then rolls back)."""
         self._usable()
+        self._result = None
         word = sql.strip().rstrip(";").strip().upper()
         if word in _CONTROL and not params:
             # transaction control is the most frequent statement of all: no need to parse it
@@ -372,13 +374,39 @@ class Connection:
 
         return arrangements(self, view)
 
-    def cursor(self) -> Connection:
-        return self
+    def cursor(self) -> Cursor:
+        """A new cursor: it keeps the result of its own statements apart from other cursors'."""
+        from ivm.cursor import Cursor
+
+        self._usable()
+        return Cursor(self)
 
     @_pooled
     def commit(self) -> None:
+        """End the transaction: commit it, or roll it back if it was aborted (as COMMIT does)."""
+        self._usable()
         if self.in_transaction:
-            self._commit()
+            self.statusmessage = "ROLLBACK" if self.aborted else "COMMIT"
+            self._rollback() if self.aborted else self._commit()
+
+    @_pooled
+    def rollback(self) -> None:
+        """End the transaction leaving every table and view as before it."""
+        self._usable()
+        if self.in_transaction:
+            self._rollback()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        """Leaving a ``with`` block commits the open transaction, or rolls it back after an exception."""
+        if self.closed:
+            return
+        if kind is None:
+            self.commit()
+        else:
+            self.rollback()
 
     @_pooled
     def close(self) -> None:
