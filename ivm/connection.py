@@ -781,47 +781,17 @@ class Connection:
         self.catalog.indexes[name] = (rel, tuple(key))
 
     def _copy(self, stmt: exp.Copy) -> None:
-        """COPY table FROM 'file' [(FORMAT parquet|csv [, HEADER ...])]: load a Parquet or CSV file."""
-        import pyarrow.csv as pacsv
-        import pyarrow.parquet as pq
+        """COPY table [(columns)] FROM 'file' [WITH] (options): load a file as PostgreSQL's COPY reads it
+        (text or CSV), or a Parquet file (see ``ivm.copying``)."""
+        from ivm.copying import read_copy
 
-        if not stmt.args.get("kind"):
-            raise error_at(stmt, "COPY ... TO is not supported", unsupported=True)
-        table = stmt.this.name
-        files = stmt.args.get("files") or []
-        if len(files) != 1 or not isinstance(files[0], exp.Literal):
-            raise error_at(stmt, "COPY needs one file name")
-        path = files[0].this
-        fmt = "parquet" if path.endswith(".parquet") else "csv"
-        header = True
-        for p in stmt.args.get("params") or []:
-            key = p.this.name.upper()
-            v = p.expression
-            if v is None:
-                value = "true"
-            elif isinstance(v, exp.Boolean):
-                value = "true" if v.this else "false"
-            else:
-                value = v.name.lower()
-            if key == "FORMAT":
-                fmt = value
-            elif key == "HEADER":
-                header = value in ("true", "1", "on")
-        if table not in self.tables:
-            raise error_at(stmt.this, f"table {table!r} does not exist")
-        try:
-            if fmt == "parquet":
-                data = pq.read_table(path)
-            elif fmt == "csv":
-                names = None if header else [c.name for c in self.tables[table].table.columns]
-                opts = pacsv.ReadOptions(column_names=names)
-                data = pacsv.read_csv(path, read_options=opts)
-            else:
-                raise error_at(stmt, f"COPY format {fmt!r} is not supported", unsupported=True)
-        except OSError as err:
-            raise error_at(files[0], f"cannot read {path!r}: {err}") from err
-        data = _cast_to_table(data, self.tables[table].table)
-        self.insert_arrow(table, data)
+        target = stmt.this.this if isinstance(stmt.this, exp.Schema) else stmt.this
+        if target.name not in self.tables:
+            raise error_at(target, f"table {target.name!r} does not exist")
+        data = read_copy(stmt, self.tables[target.name].table)
+        self.insert_arrow(target.name, data)
+        self.rowcount = data.num_rows
+        self.statusmessage = f"COPY {data.num_rows}"
 
     def _query(self, stmt: exp.Expression) -> None:
         """A query's rows, in its ORDER BY order (see ``ivm.ordering``)."""
@@ -1491,29 +1461,6 @@ def _parse(sql: str, params: Sequence | dict | None = None) -> list[exp.Expressi
     for s in statements:
         allow.check(s)
     return [normalize_identifiers(s, dialect="postgres") for s in statements]
-
-
-def _cast_to_table(data, table: Table):
-    """A loaded Arrow table with its columns named and typed for ``table`` where Arrow can convert them."""
-
-    from sql.arrow import arrow_type
-
-    fields = []
-    arrays = []
-    names = data.schema.names
-    for c in table.columns:
-        if c.name not in names:
-            continue
-        col = data.column(c.name)
-        target = arrow_type(c.type)
-        if col.type != target:
-            try:
-                col = col.cast(target)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-                raise SqlError(f"column {c.name!r}: cannot load {col.type} as {c.type}: {err}") from err
-        fields.append(c.name)
-        arrays.append(col)
-    return pa.table(arrays, names=fields)
 
 
 def _count_distinct(trace, cols: tuple, valid: tuple, nkey: int | None = None) -> np.ndarray | None:

@@ -117,10 +117,13 @@ def test_copy_from_parquet_and_csv(db, tmp_path):
     assert (10, 2, decimal.Decimal("7.50"), None) in db.execute("SELECT * FROM o").fetchall()
     assert (3, "cy") in db.execute("SELECT * FROM c").fetchall()
     (tmp_path / "bad.csv").write_text("ck,name\nx,cy\n")
-    with pytest.raises(SqlError, match="cannot load"):
-        db.execute(f"COPY c FROM '{tmp_path / 'bad.csv'}' (FORMAT csv)")
-    with pytest.raises(SqlError, match="cannot read"):
+    with pytest.raises(SqlError, match='line 2, column ck: invalid input syntax for type bigint: "x"'):
+        db.execute(f"COPY c FROM '{tmp_path / 'bad.csv'}' (FORMAT csv, HEADER)")
+    with pytest.raises(SqlError, match='line 1, column ck: .*"ck"'):  # as in PostgreSQL, no header by default
+        db.execute(f"COPY c FROM '{tmp_path / 'c.csv'}' (FORMAT csv)")
+    with pytest.raises(SqlError, match="missing.csv"):
         db.execute(f"COPY c FROM '{tmp_path / 'missing.csv'}'")
+    assert sorted(db.execute("SELECT * FROM c").fetchall())[-1] == (3, "cy")  # the failed COPYs left nothing
 
 
 def test_insert_select_and_drop_table(db):
