@@ -23,7 +23,15 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from ivm.batch import Batch, consolidate, key_hash, rows_equal
 from ivm.dataflow import Arranged, Dataflow, Engine, Input
-from ivm.errors import DataError, Error, IntegrityError, InterfaceError, InternalError, ProgrammingError
+from ivm.errors import (
+    DataError,
+    Error,
+    IntegrityError,
+    InterfaceError,
+    InternalError,
+    OperationalError,
+    ProgrammingError,
+)
 from ivm.operators.basic import EvaluationError
 from ivm.operators.iterate import IterationLimitError
 from ivm.ordering import display_order, sort_indices
@@ -114,6 +122,7 @@ class Connection:
         self._result: tuple | None = None
         self.description: list[tuple] | None = None
         self.closed = False
+        self.broken: str | None = None  # why the database's state can no longer be trusted
 
     # -- DB-API surface ---------------------------------------------------------------------------------
     @_pooled
@@ -669,7 +678,15 @@ class Connection:
         df, arranged, used = compile_view(self.engine, self.registry, name, plan)
         self.catalog.views[name] = view
         self.views[name] = _ViewState(view, df, arranged, used)
-        self.engine.step()
+        try:
+            self.engine.step()
+        except BaseException as err:
+            del self.views[name], self.catalog.views[name]
+            df.drop()
+            self.registry.forget(name)
+            if not isinstance(err, Exception) or self.engine.crashed is not df:
+                raise
+            raise OperationalError(f"view {name!r} was not created: {type(err).__name__}: {err}") from err
         failed = self.engine.failed
         message = None if df in failed else df.live_error()
         if df in failed or message is not None:
@@ -708,7 +725,7 @@ class Connection:
                 names.append(st.view.name)
         if names and report:
             first = self.views[names[0]].error
-            raise SqlError(
+            raise DataError(
                 f"the transaction was committed, but view {', '.join(map(repr, names))} failed and stopped: "
                 f"{first}; reading it raises this error until it is dropped"
             )
@@ -845,6 +862,8 @@ class Connection:
             return _contents(arranged)
         except (IterationLimitError, EvaluationError) as err:
             raise DataError(f"the query failed: {err}") from err
+        except MemoryError as err:
+            raise OperationalError(f"the query ran out of memory: {err}") from err
         finally:
             df.drop()
             self.registry.forget(name)
@@ -1334,18 +1353,62 @@ class Connection:
         self.undo = []
 
     def _commit(self) -> None:
+        sent = []
         for name, batches in self.pending.items():
             if batches:
                 b = Batch.concat(batches)
-                self.tables[name].input.send(b.with_times(np.full((len(b), 1), self.time)))
+                st = self.tables[name]
+                st.input.send(b.with_times(np.full((len(b), 1), self.time)))
+                sent.append((st, b))
+        undo = self.undo
         self.pending = {}
         self.in_transaction = self.implicit = self.aborted = False
         self.undo = []
+        self._advance()
+        try:
+            self.engine.step()
+        except BaseException as err:
+            self._take_back(sent, undo, err)
+        self._failed(self.engine.failed)
+
+    def _advance(self) -> None:
         self.time += 1
         for st in self.tables.values():
             st.input.advance_to(self.time)
-        self.engine.step()
-        self._failed(self.engine.failed)
+
+    def _take_back(self, sent: list, undo: list, err: BaseException) -> None:
+        """A commit stopped half-way (out of memory, interrupted) in some view's dataflow: the tables take
+        the transaction back at the next time, the views whose state it left inexact (that dataflow's and
+        those reading it) are built anew from the tables, and the relations the transaction created go.
+        Every table and view is then as before the transaction. Raises the error saying so."""
+        crashed = self.engine.crashed
+        owners = {st.df: name for name, st in self.views.items()}
+        if crashed not in owners:  # the tables or an index themselves: nothing exact to rebuild from
+            self.broken = f"{type(err).__name__} while committing left the tables inexact: {err}"
+            raise InternalError(f"{self.broken}; the database cannot be used any more") from err
+        for st, b in sent:
+            st.input.send(b.negate().with_times(np.full((len(b), 1), self.time)))
+        self._advance()
+        stale = {crashed}
+        for name, st in self.views.items():
+            if st.df in stale or any(src in stale for _, src in st.df.imports):
+                stale.add(st.df)
+                st.df.drop()
+                self.registry.forget(st.df.name)
+                st.df, st.arranged, st.used = compile_view(self.engine, self.registry, name, st.view.plan)
+        try:
+            self.engine.step()
+        except BaseException as again:
+            self.broken = f"{type(again).__name__} while taking a transaction back: {again}"
+            raise InternalError(f"{self.broken}; the database cannot be used any more") from again
+        for u in reversed(undo):
+            u()
+        if not isinstance(err, Exception):
+            raise err  # an interruption goes on as itself, with the database as before the transaction
+        raise OperationalError(
+            f"the transaction was rolled back: {type(err).__name__} while maintaining view "
+            f"{owners[crashed]!r}{': ' + str(err) if str(err) else ''}"
+        ) from err
 
     def _rollback(self) -> None:
         """End the transaction leaving every table and view as before it: its changes are dropped and the
@@ -1372,6 +1435,8 @@ class Connection:
     def _usable(self) -> None:
         if self.closed:
             raise InterfaceError("the connection is closed")
+        if self.broken:
+            raise InternalError(f"{self.broken}; the database cannot be used any more")
 
 
 class Subscription:

@@ -57,6 +57,7 @@ class Engine:
         tune_allocator()
         self.dataflows: list[Dataflow] = []
         self.failed: list[Dataflow] = []
+        self.crashed: Dataflow | None = None  # the dataflow an unexpected exception stopped in its step
         self.step_seconds: dict[str, float] = {}  # time spent stepping each dataflow, by name
 
     def dataflow(self, name: str = "") -> Dataflow:
@@ -72,6 +73,7 @@ class Engine:
         with the error kept in its ``error``, as are the dataflows reading its arrangements; the others go on.
         ``failed`` lists them after the step."""
         self.failed = failed = []
+        self.crashed = None
         for df in list(self.dataflows):
             broken = next((src for _, src in df.imports if src.error is not None), None)
             if broken is not None:
@@ -85,6 +87,9 @@ class Engine:
                 df.fail(err)
                 failed.append(df)
                 continue
+            except BaseException:
+                self.crashed = df  # stopped half-way (out of memory, interrupted): its state is not exact
+                raise
             self.step_seconds[df.name] = self.step_seconds.get(df.name, 0.0) + time.perf_counter() - t0
 
     def traces(self) -> list[Spine]:

@@ -265,10 +265,10 @@ def sql_name(node: exp.Expression) -> str:
     for cls in type(node).__mro__:
         if cls in _NODE_NAMES:
             return _NODE_NAMES[cls]
-    if isinstance(node, exp.Anonymous):
-        return f"function {node.name.lower()}()"
+    if isinstance(node, exp.Anonymous) and isinstance(node.this, str):
+        return f"function {node.this.lower()}()"
     text = _sql(node)
-    if isinstance(node, exp.Func):
+    if isinstance(node, exp.Func) and "(" in text:
         head = text.split("(", 1)[0].strip()
         if head and " " not in head:
             return f"function {head.lower()}()"
@@ -292,9 +292,10 @@ def _arg_sql(node: exp.Expression, arg: str, value) -> str:
 
 def _sql(node: exp.Expression) -> str:
     try:
-        return node.sql(dialect="postgres")
-    except Exception:  # a node PostgreSQL's generator cannot write: its key is all there is to show
-        return node.key.upper()
+        text = node.sql(dialect="postgres")
+    except Exception:  # a node PostgreSQL's generator cannot write (one without its parts)
+        text = ""
+    return text or "this construct"
 
 
 def _is_set(value) -> bool:
