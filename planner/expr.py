@@ -107,7 +107,8 @@ def _arith(e: Call, cols, valid, n):
     mask = _and_masks(ma, mb)
     zero = b == 0
     if zero.any():
-        mask = ~zero if mask is None else mask & ~zero  # division by zero gives NULL
+        if (zero if mask is None else zero & mask).any():
+            raise EvaluationError("division by zero")
         b = np.where(zero, 1, b)
     if e.type.kind == "float":
         return (a / b if op == "div" else np.fmod(a, b)), mask
@@ -267,16 +268,19 @@ def _fill(e: Expr, rows: np.ndarray, data: np.ndarray, mask: np.ndarray, cols, v
         mask[rows] = True if vm is None else vm[rows]
 
 
-_FALLIBLE = frozenset(
-    {"from_text", "fit_decimal", "fit_int"}
-)  # calls that stop the dataflow on values they cannot take
+_FALLIBLE = frozenset({"from_text", "fit_decimal", "fit_int", "div", "mod"})  # calls that fail on some values
+_EXACT = frozenset({"add", "sub", "mul"})  # fail on integers and decimals beyond 64 bits
 
 
 @functools.lru_cache(maxsize=4096)
 def fallible(e: Expr) -> bool:
-    """Whether evaluating ``e`` may stop with an error on some rows (text read as a number, a number too wide
-    for its DECIMAL): it must meet only the rows that the conditions guarding it let through."""
-    return isinstance(e, Call) and (e.op in _FALLIBLE or any(fallible(a) for a in e.args))
+    """Whether evaluating ``e`` may fail on some rows (text read as a number, a number too wide for its type,
+    a division by zero): it must meet only the rows that the conditions guarding it let through."""
+    return isinstance(e, Call) and (
+        e.op in _FALLIBLE
+        or (e.op in _EXACT and e.type.kind != "float")
+        or any(fallible(a) for a in e.args)
+    )
 
 
 def _nullif(e: Call, cols, valid, n):

@@ -285,3 +285,20 @@ def test_14_bad_input_gets_messages_not_internal_errors(db, tmp_path):
         with pytest.raises(Error) as err:
             db.execute(sql)
         assert "sqlglot" not in str(err.value) and "<class" not in str(err.value)
+
+
+def test_division_by_zero_is_an_error_of_the_rows_that_divide_by_zero(db):
+    with pytest.raises(DataError, match="division by zero"):
+        db.execute("SELECT id / (g - 1) FROM t")
+    assert db.execute(
+        "SELECT NULL / 0, CASE WHEN g <> 1 THEN id / (g - 1) END FROM t WHERE id = 1"
+    ).fetchall() == [(None, None)]
+    with pytest.raises(DataError, match="view 'ratio' was not created: division by zero"):
+        db.execute("CREATE VIEW ratio AS SELECT id, id / (g - 1) AS r FROM t WHERE g IS NOT NULL")
+    db.execute("DELETE FROM t WHERE g = 1")
+    db.execute("CREATE VIEW ratio AS SELECT id, id / (g - 1) AS r FROM t WHERE g IS NOT NULL")
+    db.execute("INSERT INTO t VALUES (8, 1, 'h')")
+    assert "division by zero" in db.view_errors()["ratio"]
+    db.execute("UPDATE t SET g = 5 WHERE id = 8")
+    assert db.view_errors() == {}
+    assert db.execute("SELECT * FROM ratio ORDER BY id").fetchall() == [(3, 3), (8, 2)]
