@@ -488,7 +488,8 @@ class Connection:
                 self._begin(implicit=False)
             self.implicit = False  # BEGIN in a string of statements makes its transaction a block of its own
             return None
-        raise error_at(stmt, f"{stmt.key.upper()} statements are not supported", unsupported=True)
+        what = stmt.name.upper() if isinstance(stmt, exp.Command) else allow.sql_name(stmt)
+        raise error_at(stmt, f"{what} statements are not supported", unsupported=True)
 
     def _create_table(self, stmt: exp.Create) -> None:
         target = stmt.this

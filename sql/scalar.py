@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 from sqlglot import exp
 
+from sql.allow import sql_name
 from sql.errors import DataError, error_at
 from sql.functions import as_text, translate_function
 from sql.logical import Call, Const, Expr
@@ -53,6 +54,7 @@ __all__ = [
 Resolver = Callable[[exp.Expression], Expr | None]
 NULL_TYPE = SqlType("int", 0, -1)  # the type of a bare NULL until context gives it one
 
+_SYMBOLS = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%", exp.Neg: "-"}
 _ARITH = {exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul", exp.Div: "div", exp.Mod: "mod"}
 _CMP = {exp.EQ: "eq", exp.NEQ: "ne", exp.LT: "lt", exp.LTE: "le", exp.GT: "gt", exp.GTE: "ge"}
 
@@ -197,7 +199,7 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
         raise error_at(node, "a subquery here (in the SELECT list, or in a function) is not supported", True)
     if isinstance(node, exp.Exists):
         raise error_at(node, "EXISTS here (a value, in HAVING, or in another subquery) is not supported", True)
-    raise error_at(node, f"{node.key.upper()} is not supported", unsupported=True)
+    raise error_at(node, f"{sql_name(node)} is not supported", unsupported=True)
 
 
 INTERVAL = SqlType("interval")
@@ -255,7 +257,8 @@ def _literal(node: exp.Literal) -> Const:
 def _need_numeric(node: exp.Expression, *args: Expr) -> None:
     for a in args:
         if not (a.type.numeric or is_null_const(a)):
-            raise error_at(node, f"operator {node.key.upper()} needs numbers, got {a.type}")
+            op = _SYMBOLS.get(type(node), node.key.upper())
+            raise error_at(node, f"operator {op} needs numbers, got {a.type}")
 
 
 def coerce(node: exp.Expression, e: Expr, t: SqlType) -> Expr:

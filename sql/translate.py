@@ -17,6 +17,7 @@ from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 from sqlglot.schema import MappingSchema
 
 from sql import rewrite
+from sql.allow import sql_name
 from sql.catalog import Catalog
 from sql.errors import SqlError, error_at
 from sql.hoist import hoist_select_subqueries
@@ -168,7 +169,7 @@ def _query(node: exp.Expression, catalog: Catalog) -> Plan:
         return _order_limit(node, plan, None)
     if isinstance(node, exp.Select):
         return _select(node, catalog)
-    raise error_at(node, f"{node.key.upper()} is not a query", unsupported=True)
+    raise error_at(node, f"{sql_name(node)} is not a query", unsupported=True)
 
 
 def _unify(node: exp.Expression, left: Plan, right: Plan) -> tuple[Plan, Plan]:
@@ -581,7 +582,7 @@ def _source(src: exp.Expression, catalog: Catalog) -> tuple[Plan, str]:
                 tuple(Column(n, c.type, c.nullable) for n, c in zip(names, plan.columns, strict=True)),
             )
         return plan, src.alias_or_name
-    raise error_at(src, f"{src.key.upper()} in FROM is not supported", unsupported=True)
+    raise error_at(src, f"{sql_name(src)} in FROM is not supported", unsupported=True)
 
 
 def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
