@@ -193,7 +193,7 @@ class Connection:
         ``time`` and ``diff`` for every change committed since the last iteration (first its current contents
         at the current time, with ``snapshot``)."""
         if view not in self.views and view not in self.tables:
-            raise SqlError(f"relation {view!r} does not exist")
+            raise ProgrammingError(f"relation {view!r} does not exist")
         st = self.views.get(view) or self.tables[view]
         if view in self.views:
             self._check_readable(Scan(view, st.view.columns))
@@ -221,32 +221,32 @@ class Connection:
         that stopped (see ``_failed``): the transactions stand, those views must be dropped."""
 
         if self.in_transaction:
-            raise SqlError("apply_changes_arrow cannot run inside a transaction")
+            raise ProgrammingError("apply_changes_arrow cannot run inside a transaction")
         if transactions < 1:
             return
         batches = []
         for table, (data, diff, tx) in changes.items():
             if table not in self.tables:
-                raise SqlError(f"table {table!r} does not exist")
+                raise ProgrammingError(f"table {table!r} does not exist")
             st = self.tables[table]
             tx = np.asarray(tx, dtype=np.int64)
             diff = np.asarray(diff, dtype=np.int64)
             if not (len(tx) == len(diff) == data.num_rows):
-                raise SqlError(f"changes of {table!r}: rows, diffs and transactions differ in length")
+                raise ProgrammingError(f"changes of {table!r}: rows, diffs and transactions differ in length")
             if len(tx) and (tx.min() < 0 or tx.max() >= transactions):
-                raise SqlError(f"changes of {table!r} name a transaction outside 0..{transactions - 1}")
+                raise ProgrammingError(f"changes of {table!r} name a transaction outside 0..{transactions - 1}")
             cols, masks = [], []
             names = data.schema.names
             stored = self.registry.uninterned(table)
             texts = {}
             for p, c in enumerate(st.table.columns):
                 if c.name not in names:
-                    raise SqlError(f"column {c.name!r} of table {table!r} is missing")
+                    raise ProgrammingError(f"column {c.name!r} of table {table!r} is missing")
                 col, mask, text = _column_of_changes(data.column(c.name), c, p in stored, diff > 0)
                 if text is not None:
                     texts[p] = text
                 if mask is not None and not c.nullable and not mask.all():
-                    raise SqlError(
+                    raise IntegrityError(
                         f"null value in column {c.name!r} of table {table!r} violates the not-null constraint"
                     )
                 cols.append(col)
@@ -271,16 +271,16 @@ class Connection:
         from sql.arrow import to_arrow_column, to_engine_column
 
         if table not in self.tables:
-            raise SqlError(f"table {table!r} does not exist")
+            raise ProgrammingError(f"table {table!r} does not exist")
         st = self.tables[table]
         t = st.table
         if not t.primary_key:
-            raise SqlError(f"table {table!r} has no primary key to look rows up by")
+            raise ProgrammingError(f"table {table!r} has no primary key to look rows up by")
         cols, masks = [], []
         for p in t.primary_key:
             c = t.columns[p]
             if c.name not in keys.schema.names:
-                raise SqlError(f"key column {c.name!r} of table {table!r} is missing from the lookup")
+                raise ProgrammingError(f"key column {c.name!r} of table {table!r} is missing from the lookup")
             col, mask = to_engine_column(keys.column(c.name), c.type, c.name)
             cols.append(col)
             masks.append(mask)
@@ -309,7 +309,7 @@ class Connection:
                 "current transaction is aborted, commands ignored until end of transaction block"
             )
         if table not in self.tables:
-            raise SqlError(f"table {table!r} does not exist")
+            raise ProgrammingError(f"table {table!r} does not exist")
         st = self.tables[table]
         schema = data.schema
         loose = self.registry.uninterned(table)
@@ -1324,7 +1324,7 @@ class Connection:
             held = self._committed(st, batch)
             if held is not None:
                 if not held:
-                    raise SqlError(f"a deleted row is not in table {st.table.name!r}")
+                    raise DataError(f"a deleted row is not in table {st.table.name!r}")
                 return batch
         key = _layout(st.table, len(st.table.columns), st.arranged.nkey)
         changes = [batch, *(pending or ())]
@@ -1336,7 +1336,7 @@ class Connection:
             parts.append(found.with_times(np.zeros((len(found), 1), np.int64)))
         total, _ = consolidate(Batch.concat(parts))
         if (total.diffs < 0).any():
-            raise SqlError(f"a deleted row is not in table {st.table.name!r}")
+            raise DataError(f"a deleted row is not in table {st.table.name!r}")
         return batch
 
     def _committed(self, st: _TableState, batch: Batch) -> bool | None:
@@ -1548,7 +1548,7 @@ def _assigned_values(e, cols, valid, n: int, column: str) -> tuple[np.ndarray, n
     try:
         return evaluate(e, cols, valid, n)
     except EvaluationError as err:
-        raise SqlError(f"column {column!r}: {err}") from None
+        raise DataError(f"column {column!r}: {err}") from None
 
 
 def _without_nulls(batch: Batch, positions: tuple[int, ...]) -> Batch:
@@ -1617,7 +1617,7 @@ def _contents(arranged: Arranged, extra: Sequence[Batch] = (), table: Table | No
         if keys is not None:  # extra updates of other keys have no rows to meet: keep what is there
             total = total.take(total.diffs > 0)
         if (total.diffs < 0).any():
-            raise SqlError("internal error: negative multiplicity in a relation")
+            raise InternalError("negative multiplicity in a relation")
         cols, valid, mult = list(total.columns), list(total.valid), total.diffs
     if table is not None:
         layout = _layout(table, width, arranged.nkey)
@@ -1724,7 +1724,9 @@ def _arrow_reading(table: Table, schema: pa.Schema, loose: frozenset[int]) -> li
         i = schema.get_field_index(c.name)
         if i < 0:
             if c.name in schema.names:
-                raise SqlError(f"column {c.name!r} appears more than once in the data for table {table.name!r}")
+                raise ProgrammingError(
+                    f"column {c.name!r} appears more than once in the data for table {table.name!r}"
+                )
             if not c.nullable and table.defaults[p] is None:
                 raise IntegrityError(
                     f"column {c.name!r} of table {table.name!r} is missing and may not be NULL"
