@@ -1128,25 +1128,26 @@ class Connection:
             at = np.flatnonzero(rows)
             if not len(at):
                 continue
-            text = POOL.strings(data[at])
-            cut = pc.utf8_rtrim(text, characters=" ") if d.padded else text
-            length = np.asarray(pc.utf8_length(cut).to_numpy(zero_copy_only=False))
-            long = length > d.length
-            if long.any():
-                trimmed = np.asarray(pc.utf8_length(pc.utf8_rtrim(text, characters=" ")).to_numpy(False))
-                bad = np.flatnonzero(long & (trimmed > d.length))
-                if len(bad):
-                    raise DataError(
-                        f"value too long for type {d.name} (column {c.name!r} of table {table.name!r}, row "
-                        f"{int(at[bad[0]]) + 1})"
-                    )
-                cut = pc.utf8_slice_codeunits(cut, 0, d.length)
-            changed = np.flatnonzero(np.asarray(pc.not_equal(cut, text).to_numpy(zero_copy_only=False)))
+            length, core = POOL.lengths(data[at])
+            bad = np.flatnonzero(core > d.length)
+            if len(bad):
+                raise DataError(
+                    f"value too long for type {d.name} (column {c.name!r} of table {table.name!r}, row "
+                    f"{int(at[bad[0]]) + 1})"
+                )
+            # spaces beyond the length are cut; CHAR(n) drops its trailing spaces altogether
+            changed = np.flatnonzero((length > core) if d.padded else (length > d.length))
             if len(changed):
+                text = POOL.strings(data[at[changed]])
+                cut = (
+                    pc.utf8_rtrim(text, characters=" ")
+                    if d.padded
+                    else pc.utf8_slice_codeunits(text, 0, d.length)
+                )
                 cols = list(batch.columns) if cols is None else cols
                 cols[p] = cols[p].copy()
                 loose = p in self.registry.uninterned(table.name)
-                cols[p][at[changed]] = POOL.encode_arrow(cut.take(pa.array(changed)), stored=loose)
+                cols[p][at[changed]] = POOL.encode_arrow(cut, stored=loose)
         return batch if cols is None else Batch(tuple(cols), batch.valid, batch.times, batch.diffs)
 
     def _check(self, table: Table, check, violated, batch: Batch) -> None:

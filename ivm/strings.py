@@ -138,6 +138,8 @@ class StringPool:
         self._others: dict[str, int] = {}  # strings whose hash belongs to another string's code
         self._recent: dict[str, int] = {}
         self._canon = np.zeros(1 << 12, dtype=np.int64)  # each code's canonical code, -1 until interned
+        # each code's length in characters, and without its trailing spaces (for VARCHAR(n) and CHAR(n))
+        self._lengths = np.zeros((1 << 12, 2), dtype=np.int64)
         self.code("")
 
     def __len__(self) -> int:
@@ -266,6 +268,7 @@ class StringPool:
     def _add(self, s: str) -> int:
         self._tail.append(s)
         self._mark(1, True)
+        self._lengths[self._size] = (len(s), len(s.rstrip(" ")))
         self._size += 1
         if len(self._tail) >= TAIL:
             self._flush()
@@ -281,6 +284,9 @@ class StringPool:
         self._flush()
         start = self._size
         self._mark(len(strings), canonical)
+        rows = self._lengths[start : start + len(strings)]
+        rows[:, 0] = pc.utf8_length(strings).to_numpy(zero_copy_only=False)
+        rows[:, 1] = pc.utf8_length(pc.utf8_rtrim(strings, characters=" ")).to_numpy(zero_copy_only=False)
         self._size += len(strings)
         self._chunk(strings.cast(pa.large_string()), start)
         return np.arange(start, self._size, dtype=np.int64)
@@ -292,6 +298,9 @@ class StringPool:
             grown = np.empty(max(end, 2 * len(self._canon)), dtype=np.int64)
             grown[: self._size] = self._canon[: self._size]
             self._canon = grown
+            lengths = np.empty((len(grown), 2), dtype=np.int64)
+            lengths[: self._size] = self._lengths[: self._size]
+            self._lengths = lengths
         self._canon[self._size : end] = np.arange(self._size, end) if canonical else -1
 
     def _chunk(self, strings: pa.Array, start: int) -> None:
@@ -314,6 +323,11 @@ class StringPool:
             return self._tail[c - tail_start]
         k = bisect.bisect_right(self._starts, c) - 1
         return self._chunks[k][c - self._starts[k]].as_py()
+
+    def lengths(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each code's string length in characters, and the length without its trailing spaces."""
+        both = self._lengths[np.asarray(codes, dtype=np.int64)]
+        return both[:, 0], both[:, 1]
 
     def strings(self, codes: np.ndarray) -> pa.Array:
         """The strings of ``codes`` as an Arrow large_string array (taken chunk by chunk)."""
