@@ -75,6 +75,7 @@ class _TableState:
         self.checks: list[tuple] = []  # (CHECK constraint, predicate true where it is violated)
         self.uniques: list[tuple] = []  # (UNIQUE constraint, the arrangement by its columns)
         self.dataflows: list[Dataflow] = []  # what the table's constraints built, dropped with it
+        self.admits = _admission(table)  # a quick test that a change fits the declared types as it is
 
 
 class _ViewState:
@@ -1086,7 +1087,8 @@ class Connection:
         commit it, outside one)."""
         st, batch = change
         table = st.table
-        batch = self._admit(table, batch)
+        if st.admits is not None and not st.admits(batch):
+            batch = self._admit(table, batch)
         for i, c in enumerate(table.columns):
             m = batch.valid[i]
             if not c.nullable and m is not None:
@@ -1550,6 +1552,38 @@ def _assigned_values(e, cols, valid, n: int, column: str) -> tuple[np.ndarray, n
         return evaluate(e, cols, valid, n)
     except EvaluationError as err:
         raise DataError(f"column {column!r}: {err}") from None
+
+
+def _admission(table: Table):
+    """A test, in a few numpy calls for all the columns together, that every value a change holds already fits
+    the table's declared types (integer ranges, text lengths without anything to cut); None when no column
+    declares more than its engine type. A change failing it is checked (and fixed, or refused) row by row."""
+    ints = [(p, d.low, d.high) for p, d in enumerate(table.domains) if d is not None and d.low is not None]
+    texts = [(p, d) for p, d in enumerate(table.domains) if d is not None and d.length is not None]
+    if not ints and not texts:
+        return None
+    positions = [p for p, _ in texts]
+    limit = np.array([d.length for _, d in texts], dtype=np.int64)[:, None]
+    padded = np.array([d.padded for _, d in texts])[:, None]
+    numbers = [p for p, _, _ in ints]
+    low = np.array([lo for _, lo, _ in ints], dtype=np.int64)[:, None]
+    high = np.array([hi for _, _, hi in ints], dtype=np.int64)[:, None]
+
+    def admits(batch: Batch) -> bool:
+        if not len(batch):
+            return True
+        if ints:
+            values = np.array([batch.columns[p] for p in numbers])
+            if ((values < low) | (values > high)).any():
+                return False
+        if texts:
+            lengths = POOL.lengths(np.array([batch.columns[p] for p in positions]))
+            whole, core = lengths[0], lengths[1]
+            if (np.where(padded, whole > core, whole > limit) | (core > limit)).any():
+                return False
+        return True
+
+    return admits
 
 
 def _without_nulls(batch: Batch, positions: tuple[int, ...]) -> Batch:

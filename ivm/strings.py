@@ -139,7 +139,7 @@ class StringPool:
         self._recent: dict[str, int] = {}
         self._canon = np.zeros(1 << 12, dtype=np.int64)  # each code's canonical code, -1 until interned
         # each code's length in characters, and without its trailing spaces (for VARCHAR(n) and CHAR(n))
-        self._lengths = np.zeros((1 << 12, 2), dtype=np.int64)
+        self._lengths = np.full((1 << 12, 2), np.iinfo(np.int64).max, dtype=np.int64)
         self.code("")
 
     def __len__(self) -> int:
@@ -298,7 +298,7 @@ class StringPool:
             grown = np.empty(max(end, 2 * len(self._canon)), dtype=np.int64)
             grown[: self._size] = self._canon[: self._size]
             self._canon = grown
-            lengths = np.empty((len(grown), 2), dtype=np.int64)
+            lengths = np.full((len(grown), 2), np.iinfo(np.int64).max, dtype=np.int64)
             lengths[: self._size] = self._lengths[: self._size]
             self._lengths = lengths
         self._canon[self._size : end] = np.arange(self._size, end) if canonical else -1
@@ -325,9 +325,11 @@ class StringPool:
         return self._chunks[k][c - self._starts[k]].as_py()
 
     def lengths(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each code's string length in characters, and the length without its trailing spaces."""
-        both = self._lengths[np.asarray(codes, dtype=np.int64)]
-        return both[:, 0], both[:, 1]
+        """Each code's string length in characters, and the length without its trailing spaces (arrays of
+        ``codes``' shape; a code not in the pool, as a deleted row's placeholder -1, reads as too long)."""
+        codes = np.asarray(codes, dtype=np.int64)
+        both = self._lengths[np.where((codes >= 0) & (codes < self._size), codes, len(self._lengths) - 1)]
+        return both[..., 0], both[..., 1]
 
     def strings(self, codes: np.ndarray) -> pa.Array:
         """The strings of ``codes`` as an Arrow large_string array (taken chunk by chunk)."""

@@ -62,15 +62,26 @@ _NEAR = 2.0**63 - 2.0**20  # beyond this, a sum computed in doubles may or may n
 
 def _exact_sum(high: np.ndarray, low: np.ndarray) -> np.ndarray:
     """The sums whose upper and lower 32-bit halves were summed apart (each half's sum is exact in 64 bits
-    for any realistic number of rows): their 64-bit values, exact as long as they fit, which is checked, so
-    that a sum beyond BIGINT (or a DECIMAL's 18 digits) stops instead of wrapping around."""
+    below 2**31 rows): their 64-bit values, exact as long as they fit, which is checked, so that a sum beyond
+    BIGINT (or a DECIMAL's 18 digits) stops instead of wrapping around."""
     total = (high << np.int64(32)) + low  # modular: right whenever the true sum fits
-    near = np.flatnonzero(np.abs(_approximate(high, low)) >= _NEAR)
-    for i in near:
+    if _small(high, low):
+        return total
+    for i in np.flatnonzero(np.abs(_approximate(high, low)) >= _NEAR):
         exact = (int(high[i]) << 32) + int(low[i])
         if not -(2**63) <= exact < 2**63:
             raise EvaluationError(f"sum out of range: {exact} does not fit in 64 bits")
     return total
+
+
+def _average_sum(high: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """The sums of halves for an average: exact integers when they fit, else doubles."""
+    return (high << np.int64(32)) + low if _small(high, low) else _approximate(high, low)
+
+
+def _small(high: np.ndarray, low: np.ndarray) -> bool:
+    """Whether every sum is below 2**62 in magnitude (|high| < 2**30 and |low| < 2**62), so it fits."""
+    return not len(high) or (np.abs(high).max() < 2**30 and np.abs(low).max() < 2**62)
 
 
 def _approximate(high: np.ndarray, low: np.ndarray) -> np.ndarray:
@@ -184,7 +195,7 @@ class Aggregate:
             total = values[index[("sum", pos)]]
             if ("sum_hi", pos) in index:
                 high = values[index[("sum_hi", pos)]]
-                total = _approximate(high, total) if kind == "avg" else _exact_sum(high, total)
+                total = _average_sum(high, total) if kind == "avg" else _exact_sum(high, total)
             if kind == "avg":
                 total = self._mean(j, total, nvalid)
             cols.append(total)
@@ -233,7 +244,7 @@ class Aggregate:
                 else:
                     xs = x.astype(np.int64)
                     high, low = g.segment_sum((xs >> 32) * present), g.segment_sum((xs & _LOW) * present)
-                    s = _approximate(high, low) if kind == "avg" else _exact_sum(high, low)
+                    s = _average_sum(high, low) if kind == "avg" else _exact_sum(high, low)
                 if kind == "avg":
                     s = self._mean(j, s, nvalid)
                 cols.append(s)
