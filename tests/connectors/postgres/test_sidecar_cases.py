@@ -163,6 +163,33 @@ CREATE MATERIALIZED VIEW b_all AS SELECT id, w FROM b;
     assert any("source table 'a' changed (column extra added)" in r.getMessage() for r in caplog.records)
 
 
+def test_a_value_a_view_cannot_compute_puts_it_in_error_until_the_row_changes(dsn):
+    views = (
+        MARKER_VIEW
+        + """
+CREATE MATERIALIZED VIEW nums AS SELECT id, CAST(s AS INTEGER) AS n FROM p;
+CREATE MATERIALIZED VIEW rows_p AS SELECT COUNT(*) AS n FROM p;
+"""
+    )
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(MARKER)
+        c.execute("CREATE TABLE p (id int PRIMARY KEY, s text); INSERT INTO p VALUES (1, '5')")
+        with running(dsn, views):
+
+            def status():
+                return dict(c.execute("SELECT view, state || ': ' || coalesce(error, '') FROM ivm._ivm_status"))
+
+            c.execute("INSERT INTO p VALUES (2, 'five')")
+            wait_for_marker(dsn, bump_marker(dsn), timeout=60)
+            assert status()["nums"].startswith("error: ") and "'five'" in status()["nums"]
+            assert status()["rows_p"] == "running: "
+            assert c.execute("SELECT * FROM ivm.rows_p").fetchall() == [(2,)]
+            c.execute("UPDATE p SET s = '6' WHERE id = 2")
+            wait_for_marker(dsn, bump_marker(dsn), timeout=60)
+            assert status()["nums"] == "running: "
+            assert sorted(c.execute("SELECT * FROM ivm.nums").fetchall()) == [(1, 5), (2, 6)]
+
+
 @pytest.mark.parametrize(
     ("ddl", "views", "message"),
     [
