@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,7 @@ from ivm.errors import (
     InternalError,
     OperationalError,
     ProgrammingError,
+    Warning,
 )
 from ivm.operators.basic import EvaluationError
 from ivm.operators.iterate import IterationLimitError
@@ -717,8 +719,9 @@ class Connection:
                 self.registry.forget(owner)
 
     def _failed(self, failed: list[Dataflow], report: bool = True) -> list[str]:
-        """Views whose dataflows failed in the last step stop, keeping the cause; the commit itself stands.
-        Raises an error naming them (or, without ``report``, returns their names)."""
+        """Views whose dataflows failed in the last step stop, keeping the cause; the commit itself stands, so
+        this is no error of the statement: a warning (``ivm.Warning``) names them (without ``report``, only the
+        returned names do)."""
         names = []
         for st in self.views.values():
             if st.df in failed:
@@ -727,9 +730,11 @@ class Connection:
                 names.append(st.view.name)
         if names and report:
             first = self.views[names[0]].error
-            raise DataError(
-                f"the transaction was committed, but view {', '.join(map(repr, names))} failed and stopped: "
-                f"{first}; reading it raises this error until it is dropped"
+            warnings.warn(
+                f"view {', '.join(map(repr, names))} failed and stopped: {first}; reading it raises this error "
+                "until it is dropped",
+                Warning,
+                stacklevel=4,
             )
         return names
 

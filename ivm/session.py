@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -97,17 +98,21 @@ class Session:
         if self.echo:
             self.say(item.text + (";" if item.kind == "sql" else ""))
         try:
-            if item.kind == "meta":
-                self.meta(item.text, source)
-            else:
-                t0 = time.perf_counter()
-                self.statement(item.text)
-                if self.timing:
-                    self.say(f"Time: {(time.perf_counter() - t0) * 1e3:.3f} ms")
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always", ivm.Warning)
+                if item.kind == "meta":
+                    self.meta(item.text, source)
+                else:
+                    t0 = time.perf_counter()
+                    self.statement(item.text)
+                    if self.timing:
+                        self.say(f"Time: {(time.perf_counter() - t0) * 1e3:.3f} ms")
         except Exception as e:  # the shell goes on after any failure, reporting it plainly
             self.complain(render.error(e, item.text if item.kind == "sql" else None, source, item.line))
             return False
         finally:
+            for w in said:
+                self.complain(f"WARNING: {w.message}")
             self.drain()
         return True
 

@@ -278,8 +278,8 @@ def test_recursion_limit_error_return_and_divergence():
         "SELECT r.a, e.dst FROM r JOIN e ON r.b = e.src) SELECT a, b FROM r"
     )
     db.execute("CREATE VIEW n AS SELECT COUNT(*) AS edges FROM e")
-    with pytest.raises(SqlError, match="view 'p' failed.*fixed point"):
-        db.execute("INSERT INTO e VALUES (3, 1)")
+    with pytest.warns(ivm.Warning, match="view 'p' failed.*fixed point"):
+        db.execute("INSERT INTO e VALUES (3, 1)")  # the transaction stands: a warning, not an error
     assert db.execute("SELECT * FROM n").fetchall() == [(3,)]
     db.execute("INSERT INTO e VALUES (5, 6)")
     assert db.execute("SELECT * FROM n").fetchall() == [(4,)]
