@@ -99,9 +99,12 @@ def _arith(e: Call, cols, valid, n):
         else:
             (a, ma), (b, mb) = (_operand(x, cols, valid, n) for x in e.args)
         mask = _and_masks(ma, mb)
-        out = a + b if op == "add" else a - b if op == "sub" else a * b
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = a + b if op == "add" else a - b if op == "sub" else a * b
         if e.type.kind != "float":
             _check_range(e, op, a, b, out, mask)
+        else:
+            _check_finite(out, a, b, mask)
         return out, mask
     (a, ma), (b, mb) = _args(e, cols, valid, n)
     mask = _and_masks(ma, mb)
@@ -111,12 +114,34 @@ def _arith(e: Call, cols, valid, n):
             raise EvaluationError("division by zero")
         b = np.where(zero, 1, b)
     if e.type.kind == "float":
-        return (a / b if op == "div" else np.fmod(a, b)), mask
-    q = np.abs(a) // np.abs(b) * np.sign(a) * np.sign(b)  # truncation toward zero, as PostgreSQL
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            out = a / b if op == "div" else np.fmod(a, b)
+        _check_finite(out, a, b, mask)
+        return out, mask
+    least = (a == _INT64_MIN) & (b == -1)
+    if least.any() and (least if mask is None else least & mask).any():
+        raise EvaluationError("integer out of range" if e.type.kind == "int" else "numeric field overflow")
+    b = np.where(least, 1, b)
+    q = a // b  # floor; truncation toward zero, as PostgreSQL, where the signs differ and b does not divide a
+    q = q + ((q < 0) & (q * b != a))
     return (q if op == "div" else a - q * b), mask
 
 
 _INT64_BOUND = 2.0**63
+_INT64_MIN = np.iinfo(np.int64).min
+
+
+def _check_finite(out: np.ndarray, a, b, mask) -> None:
+    """Double precision arithmetic that overflowed (a finite result out of finite operands would be infinite)
+    is an error, as in PostgreSQL."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(out).all():
+            return
+        over = np.isinf(out) & np.isfinite(a) & np.isfinite(b)
+    if mask is not None:
+        over &= mask
+    if over.any():
+        raise EvaluationError("value out of range: overflow")
 
 
 def _check_range(e: Call, op: str, a, b, out: np.ndarray, mask) -> None:
@@ -137,7 +162,16 @@ def _check_range(e: Call, op: str, a, b, out: np.ndarray, mask) -> None:
 
 def _neg(e: Call, cols, valid, n):
     a, m = evaluate(e.args[0], cols, valid, n)
+    if a.dtype.kind == "i":
+        _no_least(e, a, m)
     return -a, m
+
+
+def _no_least(e: Call, a: np.ndarray, m) -> None:
+    """The least 64-bit integer has no negation: an error where it is not NULL."""
+    least = a == _INT64_MIN
+    if least.any() and (least if m is None else least & m).any():
+        raise EvaluationError("integer out of range" if e.type.kind == "int" else "numeric field overflow")
 
 
 _CMP = {
@@ -268,19 +302,16 @@ def _fill(e: Expr, rows: np.ndarray, data: np.ndarray, mask: np.ndarray, cols, v
         mask[rows] = True if vm is None else vm[rows]
 
 
-_FALLIBLE = frozenset({"from_text", "fit_decimal", "fit_int", "div", "mod"})  # calls that fail on some values
-_EXACT = frozenset({"add", "sub", "mul"})  # fail on integers and decimals beyond 64 bits
+# calls that fail on some values
+_FALLIBLE = frozenset({"from_text", "fit_decimal", "fit_int", "div", "mod", "neg", "abs"})
+_EXACT = frozenset({"add", "sub", "mul"})  # fail beyond 64 bits, or beyond a double's range
 
 
 @functools.lru_cache(maxsize=4096)
 def fallible(e: Expr) -> bool:
     """Whether evaluating ``e`` may fail on some rows (text read as a number, a number too wide for its type,
     a division by zero): it must meet only the rows that the conditions guarding it let through."""
-    return isinstance(e, Call) and (
-        e.op in _FALLIBLE
-        or (e.op in _EXACT and e.type.kind != "float")
-        or any(fallible(a) for a in e.args)
-    )
+    return isinstance(e, Call) and (e.op in _FALLIBLE or e.op in _EXACT or any(fallible(a) for a in e.args))
 
 
 def _nullif(e: Call, cols, valid, n):

@@ -21,6 +21,10 @@ Value = tuple[np.ndarray, np.ndarray | None]
 
 def _abs(e: Call, args: list[Value], n: int) -> Value:
     ((a, m),) = args
+    if a.dtype.kind == "i":
+        from planner.expr import _no_least
+
+        _no_least(e, a, m)
     return np.abs(a), m
 
 

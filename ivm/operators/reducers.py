@@ -330,7 +330,9 @@ class TopK:
             first = "nulls_first" in flags if {"nulls_first", "nulls_last"} & set(flags) else desc
             if m is not None:
                 keys.append(m if first else ~m)  # a NULL's False sorts before every value's True
-            xk = (-x.astype(np.float64) if x.dtype.kind == "f" else -x.astype(np.int64)) if desc else x
+            # descending: negated doubles, complemented integers (~x reverses the order and, unlike -x, does
+            # not wrap at the least 64-bit integer)
+            xk = (-x.astype(np.float64) if x.dtype.kind == "f" else ~x.astype(np.int64)) if desc else x
             keys.append(xk)
         keys += sort_keys(g.columns, g.valid, None)
         order = lexsort(keys)
