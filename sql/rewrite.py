@@ -200,3 +200,34 @@ def not_in_subqueries(tree: exp.Expression) -> exp.Expression:
         )
 
     return tree.transform(rewrite)
+
+
+def check_scalar_subqueries(tree: exp.Expression) -> None:
+    """A subquery used as a value must give at most one row, or SQL raises an error where a join would give
+    every row: refuse those that are not so by their form (an aggregate without GROUP BY, LIMIT 1, or no
+    FROM)."""
+    for sub in tree.find_all(exp.Subquery):
+        parent = sub.parent
+        if parent is None or isinstance(parent, (exp.From, exp.Join, exp.In, exp.Exists, exp.SetOperation)):
+            continue
+        if isinstance(parent, (exp.Subquery, exp.Paren)) or not isinstance(sub.this, exp.Select):
+            continue
+        if not _single_row(sub.this):
+            raise error_at(sub, "a scalar subquery that may return more than one row is not supported", True)
+
+
+def _single_row(select: exp.Select) -> bool:
+    if select.args.get("group") is not None:
+        return False
+    limit = select.args.get("limit")
+    if (
+        isinstance(limit, exp.Limit)
+        and isinstance(limit.expression, exp.Literal)
+        and limit.expression.this in "01"
+    ):
+        return True
+    if not (select.args.get("from_") or select.args.get("from")):
+        return True
+    return any(
+        isinstance(s.unalias(), exp.AggFunc) or list(s.find_all(exp.AggFunc)) for s in select.expressions
+    ) and not select.args.get("distinct")

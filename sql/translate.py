@@ -89,6 +89,7 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     if with_ is not None and with_.args.get("recursive"):
         return translate_recursive(tree, catalog, translate_query)
     rewrite.check_merged_columns(tree)
+    rewrite.check_scalar_subqueries(tree)
     rewrite.check_using_star(tree, catalog.sqlglot_schema())
     try:
         tree = qualify(
