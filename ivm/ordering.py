@@ -13,6 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from ivm.errors import ProgrammingError
+
 __all__ = ["Order", "display_order", "sort_indices", "sorted_table"]
 
 
@@ -37,6 +39,8 @@ class Order:
                 col = names.index(col)
             elif col < 0:
                 col = len(names) - self.hidden + (-1 - col)
+            elif col >= len(names) - self.hidden:
+                raise ProgrammingError(f"ORDER BY position {col + 1} is not in select list")
             out.append((col, desc, nulls_first))
         return out
 
@@ -57,7 +61,7 @@ def display_order(tree: exp.Expression) -> Order | None:
     for o in order.expressions:
         e = o.this
         col: int | str | None = None
-        if isinstance(e, exp.Literal) and e.is_int and not star:
+        if isinstance(e, exp.Literal) and e.is_int:
             col = int(e.this) - 1
         elif isinstance(e, exp.Column) and not e.table and names.count(e.name) == 1 and not star:
             col = names.index(e.name)
@@ -68,7 +72,7 @@ def display_order(tree: exp.Expression) -> Order | None:
         elif widen:
             col = -1 - len(extra)  # a hidden column, placed after the result's own
             extra.append(e)
-        if col is None or (isinstance(col, int) and col >= len(items) and not star):
+        if col is None or (isinstance(col, int) and col >= len(items) and not star and col >= 0):
             return None
         desc = bool(o.args.get("desc"))
         first = o.args.get("nulls_first")

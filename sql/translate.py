@@ -19,7 +19,7 @@ from sqlglot.schema import MappingSchema
 from sql import rewrite
 from sql.allow import sql_name
 from sql.catalog import Catalog
-from sql.errors import SqlError, error_at
+from sql.errors import ProgrammingError, SqlError, error_at
 from sql.hoist import hoist_select_subqueries
 from sql.logical import (
     AggCall,
@@ -88,6 +88,7 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     with_ = tree.args.get("with_") or tree.args.get("with")
     if with_ is not None and with_.args.get("recursive"):
         return translate_recursive(tree, catalog, translate_query)
+    _check_relations(tree, catalog)
     rewrite.check_merged_columns(tree)
     rewrite.check_scalar_subqueries(tree)
     rewrite.check_using_star(tree, catalog.sqlglot_schema())
@@ -101,6 +102,8 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
         )
     except OptimizeError as err:
         raise _locate(tree, str(err)) from err
+    except (AssertionError, KeyError, ValueError, TypeError) as err:  # sqlglot's own, on what it cannot resolve
+        raise error_at(tree, f"the query cannot be resolved: {err}") from err
     rewrite.always_exists(tree)
     tree = hoist_select_subqueries(tree)
     rewrite.check_in_subqueries(tree)
@@ -112,14 +115,35 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     return _query(tree, catalog)
 
 
+def _check_relations(tree: exp.Expression, catalog) -> None:
+    """Every relation a query names exists (a table, a view, or one of its WITH queries)."""
+    ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
+    known = getattr(catalog, "ctes", {})
+    for t in tree.find_all(exp.Table):
+        name = t.name
+        if name and name not in ctes and name not in known and not _relation_exists(catalog, name):
+            raise error_at(t, f"relation {name!r} does not exist")
+
+
+def _relation_exists(catalog, name: str) -> bool:
+    try:
+        catalog.relation_plan(name)
+    except SqlError:
+        return False
+    return True
+
+
 def _locate(tree: exp.Expression, message: str) -> SqlError:
-    """sqlglot's resolution error, pointed at the column it names."""
+    """sqlglot's resolution error, pointed at the column it names, in PostgreSQL's words."""
     m = re.search(r"Column '([^']+)' could not be resolved", message)
     if m:
         for col in tree.find_all(exp.Column):
             if col.name == m.group(1) or col.sql() == m.group(1):
                 return error_at(col, f"column {m.group(1)!r} does not exist")
-    return SqlError(message.split(". Line:")[0])
+    m = re.search(r"Unknown output column: (\d+)", message)
+    if m:
+        return ProgrammingError(f"ORDER BY position {m.group(1)} is not in select list")
+    return ProgrammingError(message.split(". Line:")[0])
 
 
 class _WithCatalog:
