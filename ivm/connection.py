@@ -965,6 +965,8 @@ class Connection:
                 p = table.position(ident.name)
                 if p is None:
                     raise error_at(ident, f"column {ident.name!r} of table {table.name!r} does not exist")
+                if p in positions:
+                    raise error_at(ident, f"column {ident.name!r} specified more than once")
                 positions.append(p)
         else:
             positions = list(range(len(table.columns)))
@@ -975,6 +977,9 @@ class Connection:
         if not isinstance(source, exp.Values):
             return st, self._insert_select(st, positions, source, defaults, listed)
         rows = []
+        widths = {len(t.expressions) if isinstance(t, exp.Tuple) else 1 for t in source.expressions}
+        if len(widths) > 1:
+            raise error_at(source, "VALUES lists must all be the same length")
         for r, tup in enumerate(source.expressions, start=1):
             vals = tup.expressions if isinstance(tup, exp.Tuple) else [tup]
             if len(vals) > len(positions):
@@ -983,7 +988,7 @@ class Connection:
                 raise error_at(tup, f"INSERT has more target columns than expressions (row {r})")
             row = list(defaults)
             for p, v in zip(positions, vals, strict=False):  # without a column list, the first columns
-                if isinstance(v, exp.Var) and v.name.upper() == "DEFAULT":
+                if _is_default(v):
                     continue
                 row[p] = _literal_value(v, table.columns[p].type, table.columns[p].name, r)
             rows.append(row)
@@ -1010,13 +1015,22 @@ class Connection:
         ]
         out_valid: list = [np.full(n, d is not None) for d in defaults]
         from sql.logical import ColRef
-        from sql.scalar import assigned
+        from sql.scalar import assigned, cast_to
 
+        selects = query.selects if isinstance(query, exp.Select) else []
+        strings = {
+            j
+            for j, item in enumerate(selects)
+            if isinstance(item.unalias(), exp.Literal) and item.unalias().is_string
+        }
         rows = tuple(c[rep] for c in cols)
         rows_valid = tuple(None if m is None else m[rep] for m in valid)
         for j, p in enumerate(positions):
             column = table.columns[p]
-            e = assigned(query, ColRef(j, plan.columns[j].type), column.type, column.name)
+            e = ColRef(j, plan.columns[j].type)
+            if j in strings and column.type.kind != "text":  # a string constant: read as the column's type
+                e = cast_to(query, e, column.type)
+            e = assigned(query, e, column.type, column.name)
             data, mask = _assigned_values(e, rows, rows_valid, n, column.name)
             out_cols[p] = data.astype(column.type.dtype)
             out_valid[p] = mask
@@ -1046,14 +1060,21 @@ class Connection:
 
         scope = {(table.name, c.name): i for i, c in enumerate(table.columns)}
         cols, valid = list(sel.columns), list(sel.valid)
+        assigned_to: set[int] = set()
         for assign in stmt.expressions:
             p = table.position(assign.this.name)
             if p is None:
                 raise error_at(
                     assign.this, f"column {assign.this.name!r} of table {table.name!r} does not exist"
                 )
+            if p in assigned_to:
+                raise error_at(assign.this, f"multiple assignments to same column {assign.this.name!r}")
+            assigned_to.add(p)
             column = table.columns[p]
-            e = translate_scalar(assign.expression, _column_resolver(scope, table))
+            value = assign.expression
+            if _is_default(value):
+                value = table.defaults[p] or exp.Null()
+            e = translate_scalar(value, _column_resolver(scope, table))
             e = assigned(assign, e, column.type, column.name)
             data, mask = _assigned_values(e, sel.columns, sel.valid, len(sel), column.name)
             if e.type.kind == "text" and p not in self.registry.uninterned(table.name):
@@ -1795,8 +1816,24 @@ def _layout(table: Table, width: int, nkey: int) -> list[int]:
     return key + [i for i in range(width) if i not in key]
 
 
+def _is_default(node: exp.Expression) -> bool:
+    """Whether a value is the keyword DEFAULT (as VALUES and UPDATE ... SET write it)."""
+    if isinstance(node, exp.Var):
+        return node.name.upper() == "DEFAULT"
+    return (
+        isinstance(node, exp.Column)
+        and not node.table
+        and node.name.upper() == "DEFAULT"
+        and not (node.this.args.get("quoted"))
+    )
+
+
 def _literal_value(node: exp.Expression, t: SqlType, column: str, row: int) -> object:
-    """A VALUES entry as the engine holds it, or an error naming the row and column."""
+    """A VALUES entry as the engine holds it, converted as PostgreSQL assigns a constant to a column: a string
+    is read as the column's type, a number rounded to the column's scale (half away from zero); or an error
+    naming the row and column."""
+    import decimal
+
     v = node
     neg = False
     if isinstance(v, exp.Neg):
@@ -1805,11 +1842,14 @@ def _literal_value(node: exp.Expression, t: SqlType, column: str, row: int) -> o
         return None
     if isinstance(v, exp.Cast) and isinstance(v.this, exp.Literal):
         v = v.this
-        if v.is_string and t.kind != "text" and not neg:  # a typed constant: its text read as the column's type
-            try:
-                return parse_text(v.this, t)
-            except ValueError as err:
-                raise error_at(node, f"row {row}, column {column!r}: {err}", cls=DataError) from None
+    where = f"row {row}, column {column!r}"
+    if isinstance(v, exp.Literal) and v.is_string and t.kind != "text" and not neg:
+        try:
+            return parse_text(v.this, t)
+        except ValueError:
+            raise error_at(
+                node, f"{where}: invalid input syntax for type {t}: {v.this!r}", cls=DataError
+            ) from None
     try:
         if isinstance(v, exp.Boolean):
             value: object = bool(v.this)
@@ -1817,20 +1857,22 @@ def _literal_value(node: exp.Expression, t: SqlType, column: str, row: int) -> o
             if v.is_string:
                 value = v.this
             else:
-                import decimal
-
-                value = int(v.this) if v.this.lstrip("-").isdigit() else decimal.Decimal(v.this)
+                value = int(v.this) if v.this.isdigit() else decimal.Decimal(v.this)
                 if t.kind == "float":
                     value = float(value)
+                elif t.kind == "int" and isinstance(value, decimal.Decimal):
+                    value = int(value.to_integral_value(rounding=decimal.ROUND_HALF_UP))
                 if neg:
                     value = -value
         else:
             raise error_at(node, f"row {row}: only constants are supported in VALUES", unsupported=True)
         if neg and isinstance(value, (str, bool)):
-            raise TypeError(f"cannot negate {value!r}")
+            raise error_at(node, f"{where}: cannot negate {value!r}")
         return to_engine_value(value, t)
-    except (TypeError, ValueError, ArithmeticError) as err:
-        raise error_at(node, f"row {row}, column {column!r}: invalid value for {t}: {err}") from err
+    except TypeError as err:
+        raise error_at(node, f"{where}: invalid value for {t}: {err}") from err
+    except (ValueError, ArithmeticError) as err:
+        raise error_at(node, f"{where}: invalid value for {t}: {err}", cls=DataError) from err
 
 
 def _numbered(sql: str, params: Sequence | dict) -> str:

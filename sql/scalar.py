@@ -462,8 +462,12 @@ def assigned(node: exp.Expression, e: Expr, t: SqlType, column: str) -> Expr:
     """``e`` as the value of a column of type ``t`` (UPDATE's SET, INSERT ... SELECT): numbers converted as
     CAST converts them (rounded to the column's scale, an error when too wide for it), a date as a timestamp
     and back; other types must match."""
+    if e.type == NULL_TYPE:  # an untyped NULL, as a constant or a column of a query
+        return Const(None, t)
     if e.type == t or is_null_const(e):
         return coerce(node, e, t)
+    if isinstance(e, Const) and e.type.kind == "text" and t.kind != "text":
+        return cast_to(node, e, t)  # a string constant is read as the column's type, as PostgreSQL does
     kinds = {e.type.kind, t.kind}
     if (e.type.numeric and t.numeric) or kinds == {"date", "timestamp"}:
         return cast_to(node, e, t)
@@ -479,7 +483,7 @@ def cast_to(node: exp.Expression, e: Expr, t: SqlType) -> Expr:
         try:
             return Const(parse_text(text, t), t)
         except ValueError as err:
-            raise error_at(node, str(err)) from err
+            raise error_at(node, str(err), cls=DataError) from err
     if e.type == t:
         return e
     if is_null_const(e):
