@@ -583,6 +583,7 @@ class Connection:
                     compile_index(self.engine, self.registry, f"{name}.{u.name}", plan, u.columns)
                 )
             st.uniques.append((u, self.registry.lookup(plan, u.columns).arranged))
+        self.base.step()  # the empty table's arrangement is complete up to now (a global COUNT reads 0)
 
     def _forget_table(self, name: str) -> None:
         """Remove a table and what it owns (its input, its constraints' arrangements) from the database."""
@@ -701,15 +702,11 @@ class Connection:
         self._failed(failed)
 
     def _readers(self, owner: str) -> list[_ViewState]:
-        """The views (live, or dropped and retained) reading an arrangement that ``owner`` built."""
-        out = []
-        for st in [*self.views.values(), *self.retained.values()]:
-            for plan, key, how in st.used:
-                e = self.registry.lookup(plan, key) if how == "reused" else None
-                if e is not None and e.built_by == owner and st.df.name != owner:
-                    out.append(st)
-                    break
-        return out
+        """The views (live, or dropped and retained) whose dataflows import an arrangement of the dataflow of
+        ``owner`` (its output or any arrangement it built)."""
+        everyone = [*self.views.values(), *self.retained.values()]
+        source = next((st.df for st in everyone if st.df.name == owner), None)
+        return [st for st in everyone if st.df is not source and any(src is source for _, src in st.df.imports)]
 
     def _release_unshared(self) -> None:
         """Drop the dataflows of dropped views that no view (live or retained) reads an arrangement of."""
@@ -910,7 +907,10 @@ class Connection:
             if stmt.args.get("exists"):
                 return
             raise error_at(stmt, f"{'view' if is_view else 'table'} {name!r} does not exist")
-        for v in [*self.views.values(), *self.retained.values()]:
+        # a view may go while only dropped views (kept running for the arrangements others read) read it: it
+        # is kept running too; a table may not, for its input is not kept
+        readers = [*self.views.values(), *([] if is_view else self.retained.values())]
+        for v in readers:
             if v.view.name == name:
                 continue
             if any(isinstance(p, Scan) and p.table == name for p, _, _ in v.used):
@@ -1555,6 +1555,8 @@ def _parse(sql: str, params: Sequence | dict | None = None) -> list[exp.Expressi
                 raise error_at(node, "a parameter placeholder, but no parameters were given")
     for s in statements:
         allow.check(s)
+        for node in s.walk():
+            node.comments = None  # comments mean nothing, and must not make equal expressions differ
     return [normalize_identifiers(s, dialect="postgres") for s in statements]
 
 

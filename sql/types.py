@@ -24,7 +24,7 @@ import numpy as np
 from sqlglot import exp
 
 from ivm.strings import POOL
-from sql.errors import UnsupportedError
+from sql.errors import DataError, UnsupportedError
 
 __all__ = [
     "SqlType",
@@ -255,10 +255,14 @@ def to_python(data: np.ndarray, mask: np.ndarray | None, t: SqlType) -> list[obj
         vals = list(POOL.decode(data))
     elif k == "decimal":
         vals = [decimal.Decimal(int(v)).scaleb(-t.scale) for v in data]
-    elif k == "date":
-        vals = [EPOCH + dt.timedelta(days=int(v)) for v in data]
-    elif k == "timestamp":
-        vals = [EPOCH_TS + dt.timedelta(microseconds=int(v)) for v in data]
+    elif k in ("date", "timestamp"):
+        try:
+            if k == "date":
+                vals = [EPOCH + dt.timedelta(days=int(v)) for v in data]
+            else:
+                vals = [EPOCH_TS + dt.timedelta(microseconds=int(v)) for v in data]
+        except OverflowError:
+            raise DataError(f"a {t} beyond the year 9999 has no Python value (fetch_arrow gives it)") from None
     else:
         vals = data.tolist()
     if mask is not None:
