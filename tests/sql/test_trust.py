@@ -4,6 +4,7 @@ One test per case a new user found answering wrongly or failing with an internal
 answer PostgreSQL gives (or the refusal), and that a rejected statement changes nothing.
 """
 
+import datetime
 import decimal
 
 import duckdb
@@ -305,3 +306,87 @@ def test_division_by_zero_is_an_error_of_the_rows_that_divide_by_zero(db):
     db.execute("UPDATE t SET g = 5 WHERE id = 8")
     assert db.view_errors() == {}
     assert db.execute("SELECT * FROM ratio ORDER BY id").fetchall() == [(3, 3), (8, 2)]
+
+
+LEAST = -(2**63)
+
+
+@pytest.mark.parametrize(
+    ("setup", "sql", "expected"),
+    [
+        # answers PostgreSQL gives, found by the differential fuzz test
+        ([f"INSERT INTO n VALUES (5), ({LEAST}), (1)"], "SELECT c FROM n ORDER BY c DESC LIMIT 1", [(5,)]),
+        ([f"INSERT INTO n VALUES ({LEAST})"], "SELECT c / 2, c % 3, c % 5 FROM n", [(LEAST // 2, -2, -3)]),
+        ([], "SELECT 7 / -2, -7 / 2, 7 % -3, -7 % 3", [(-3, -3, 1, -1)]),
+        (["INSERT INTO n VALUES (1), (1), (2)"], "SELECT * FROM n ORDER BY 1 DESC", [(2,), (1,), (1,)]),
+        ([], "SELECT COUNT(*), SUM(c) FROM n", [(0, None)]),
+        (["INSERT INTO n VALUES (1), (1)"], "SELECT c, COUNT(*) FROM n GROUP BY c -- a comment", [(1, 2)]),
+        (["INSERT INTO n VALUES (1)"], "SELECT c /* here */, COUNT(*) FROM n GROUP BY c", [(1, 1)]),
+    ],
+)
+def test_answers_as_postgresql(setup, sql, expected):
+    db = ivm.connect()
+    db.execute("CREATE TABLE n (c BIGINT)")
+    for s in setup:
+        db.execute(s)
+    assert db.execute(sql).fetchall() == expected
+
+
+@pytest.mark.parametrize(
+    ("setup", "sql", "cls", "words"),
+    [
+        ([f"INSERT INTO n VALUES ({LEAST})"], "SELECT -c FROM n", DataError, "integer out of range"),
+        ([f"INSERT INTO n VALUES ({LEAST})"], "SELECT abs(c) FROM n", DataError, "integer out of range"),
+        ([f"INSERT INTO n VALUES ({LEAST})"], "SELECT c / -1 FROM n", DataError, "integer out of range"),
+        (["INSERT INTO f VALUES (1e308)"], "SELECT v * 2 FROM f", DataError, "overflow"),
+        (
+            ["INSERT INTO n VALUES (1), (2)"],
+            "SELECT c FROM n WHERE c = (SELECT c FROM n)",
+            NotSupportedError,
+            "more",
+        ),
+        ([], "SELECT * FROM n ORDER BY 2", ProgrammingError, "ORDER BY position 2 is not in select list"),
+        ([], "SELECT * FROM nosuch ORDER BY 1", ProgrammingError, "relation 'nosuch' does not exist"),
+        ([], "INSERT INTO n VALUES (1), (2, 3)", ProgrammingError, "VALUES lists must all be the same length"),
+        ([], "INSERT INTO f (v, v) VALUES (1, 2)", ProgrammingError, "specified more than once"),
+        ([], "UPDATE f SET v = 1, v = 2", ProgrammingError, "multiple assignments"),
+        ([], "INSERT INTO n VALUES ('x')", DataError, "invalid input syntax"),
+        (["INSERT INTO d VALUES ('9999-12-31')"], "SELECT day + 1 FROM d", DataError, "beyond the year 9999"),
+    ],
+)
+def test_errors_as_postgresql(setup, sql, cls, words):
+    db = ivm.connect()
+    db.execute("CREATE TABLE n (c BIGINT); CREATE TABLE f (v DOUBLE PRECISION); CREATE TABLE d (day DATE)")
+    for s in setup:
+        db.execute(s)
+    with pytest.raises(cls, match=words):
+        db.execute(sql).fetchall()
+
+
+def test_constants_are_assigned_as_postgresql_assigns_them():
+    db = ivm.connect()
+    db.execute("CREATE TABLE a (i INTEGER, b BOOLEAN, f DOUBLE PRECISION, d DATE, s SMALLINT DEFAULT 4)")
+    db.execute("INSERT INTO a (i, b, f, d) VALUES ('7', 'true', '1.5', '2024-01-02'), (2.5, 'f', -1, NULL)")
+    db.execute("INSERT INTO a (d, b, s) SELECT '2024-01-05', NULL, NULL")
+    db.execute("UPDATE a SET i = '8', s = DEFAULT WHERE i = 7")
+    assert db.execute("SELECT * FROM a ORDER BY i NULLS LAST").fetchall() == [
+        (3, False, -1.0, None, 4),
+        (8, True, 1.5, datetime.date(2024, 1, 2), 4),
+        (None, None, None, datetime.date(2024, 1, 5), None),
+    ]
+
+
+def test_a_view_only_dropped_views_read_can_be_dropped():
+    db = ivm.connect()
+    db.execute("CREATE TABLE t0 (a INTEGER); CREATE TABLE t1 (a INTEGER, d INTEGER)")
+    db.execute("CREATE VIEW v0 AS SELECT d AS c, COUNT(*) AS n FROM t1 GROUP BY d")
+    db.execute("CREATE VIEW v1 AS SELECT v.c, t.a FROM v0 v LEFT JOIN t0 t ON v.c = t.a")
+    db.execute("CREATE VIEW v2 AS SELECT x.a, y.a AS b FROM t1 x JOIN t0 y ON x.a = y.a")  # reuses v1's index
+    db.execute("DROP VIEW v1")
+    db.execute("DROP VIEW v0")
+    db.execute("INSERT INTO t1 VALUES (1, 1); INSERT INTO t0 VALUES (1)")
+    assert db.execute("SELECT * FROM v2").fetchall() == [(1, 1)]
+    with pytest.raises(ProgrammingError, match="view 'v2' depends on it"):
+        db.execute("DROP TABLE t1")
+    db.execute("DROP VIEW v2")
+    db.execute("DROP TABLE t1")
