@@ -119,7 +119,10 @@ def test_in_subquery_where_its_null_matters_is_refused(sql):
     [
         ("SELECT a, (SELECT x FROM u LIMIT 1) AS m FROM t", "a subquery here (in the SELECT list"),
         ("SELECT c, (SELECT max(x) FROM u WHERE u.c = t.c) AS m FROM t GROUP BY c", "a subquery here"),
-        ("SELECT a FROM t WHERE b > (SELECT x FROM u WHERE u.c = t.a AND u.x = 1)", "may return more than one row"),
+        (
+            "SELECT a FROM t WHERE b > (SELECT x FROM u WHERE u.c = t.a AND u.x = 1)",
+            "may return more than one row",
+        ),
         (
             "SELECT a FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.c = t.a AND (u.x = 3 OR u.x IS NULL))",
             "this correlated subquery is not supported (it reads 't.a'",
