@@ -1017,7 +1017,10 @@ class Connection:
         from sql.logical import ColRef
         from sql.scalar import assigned, cast_to
 
-        selects = query.selects if isinstance(query, exp.Select) else []
+        # PostgreSQL types a string constant of a plain SELECT by the column it goes to; DISTINCT or GROUP BY
+        # make it text first
+        plain = isinstance(query, exp.Select) and not query.args.get("distinct") and not query.args.get("group")
+        selects = query.selects if plain else []
         strings = {
             j
             for j, item in enumerate(selects)

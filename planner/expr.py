@@ -303,7 +303,7 @@ def _fill(e: Expr, rows: np.ndarray, data: np.ndarray, mask: np.ndarray, cols, v
 
 
 # calls that fail on some values
-_FALLIBLE = frozenset({"from_text", "fit_decimal", "fit_int", "div", "mod", "neg", "abs"})
+_FALLIBLE = frozenset({"from_text", "fit_decimal", "fit_int", "div", "mod", "neg", "abs", "float_to_decimal"})
 _EXACT = frozenset({"add", "sub", "mul"})  # fail beyond 64 bits, or beyond a double's range
 
 
@@ -364,9 +364,16 @@ def _round_decimal(e: Call, cols, valid, n):
 
 
 def _float_to_decimal(e: Call, cols, valid, n):
+    """A double as a decimal, rounded half away from zero; one beyond 18 digits (or NaN, or infinite) fails."""
     a, m = evaluate(e.args[0], cols, valid, n)
-    x = a * 10**e.type.scale
-    return (np.sign(x) * np.floor(np.abs(x) + 0.5)).astype(np.int64), m
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = np.sign(a) * np.floor(np.abs(a * 10**e.type.scale) + 0.5)
+        bad = ~(np.abs(x) < 10**e.type.precision)
+    if m is not None:
+        bad &= m
+    if bad.any():
+        raise EvaluationError(f"numeric field overflow: a value does not fit in {e.type}")
+    return np.where(np.isfinite(x), x, 0).astype(np.int64), m
 
 
 def _fit_decimal(e: Call, cols, valid, n):
