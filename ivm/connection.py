@@ -1159,7 +1159,11 @@ class Connection:
             at = np.flatnonzero(rows)
             if not len(at):
                 continue
-            length, core = POOL.lengths(data[at])
+            text = POOL.strings(data[at])
+            length = np.asarray(pc.utf8_length(text).to_numpy(zero_copy_only=False))
+            core = np.asarray(
+                pc.utf8_length(pc.utf8_rtrim(text, characters=" ")).to_numpy(zero_copy_only=False)
+            )
             bad = np.flatnonzero(core > d.length)
             if len(bad):
                 raise DataError(
@@ -1169,7 +1173,7 @@ class Connection:
             # spaces beyond the length are cut; CHAR(n) drops its trailing spaces altogether
             changed = np.flatnonzero((length > core) if d.padded else (length > d.length))
             if len(changed):
-                text = POOL.strings(data[at[changed]])
+                text = text.take(pa.array(changed))
                 cut = (
                     pc.utf8_rtrim(text, characters=" ")
                     if d.padded
@@ -1608,9 +1612,8 @@ def _admission(table: Table):
             if ((values < low) | (values > high)).any():
                 return False
         if texts:
-            lengths = POOL.lengths(np.array([batch.columns[p] for p in positions]))
-            whole, core = lengths[0], lengths[1]
-            if (np.where(padded, whole > core, whole > limit) | (core > limit)).any():
+            size, trailing = POOL.sizes(np.array([batch.columns[p] for p in positions]))
+            if ((size > limit) | (padded & trailing.astype(bool))).any():
                 return False
         return True
 

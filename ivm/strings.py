@@ -138,7 +138,7 @@ class StringPool:
         self._others: dict[str, int] = {}  # strings whose hash belongs to another string's code
         self._recent: dict[str, int] = {}
         self._canon = np.zeros(1 << 12, dtype=np.int64)  # each code's canonical code, -1 until interned
-        # each code's length in characters, and without its trailing spaces (for VARCHAR(n) and CHAR(n))
+        # each code's length in bytes, and whether it ends with a space (for VARCHAR(n) and CHAR(n))
         self._lengths = np.full((1 << 12, 2), np.iinfo(np.int64).max, dtype=np.int64)
         self.code("")
 
@@ -268,7 +268,7 @@ class StringPool:
     def _add(self, s: str) -> int:
         self._tail.append(s)
         self._mark(1, True)
-        self._lengths[self._size] = (len(s), len(s.rstrip(" ")))
+        self._lengths[self._size] = (len(s.encode()), s.endswith(" "))
         self._size += 1
         if len(self._tail) >= TAIL:
             self._flush()
@@ -284,11 +284,22 @@ class StringPool:
         self._flush()
         start = self._size
         self._mark(len(strings), canonical)
+        large = strings.cast(pa.large_string())
+        offsets = np.frombuffer(large.buffers()[1], dtype=np.int64)[
+            large.offset : large.offset + len(large) + 1
+        ]
+        size = np.diff(offsets)
         rows = self._lengths[start : start + len(strings)]
-        rows[:, 0] = pc.utf8_length(strings).to_numpy(zero_copy_only=False)
-        rows[:, 1] = pc.utf8_length(pc.utf8_rtrim(strings, characters=" ")).to_numpy(zero_copy_only=False)
+        rows[:, 0] = size
+        data = large.buffers()[2]
+        if data is None or not len(size):
+            rows[:, 1] = 0
+        else:  # whether the last byte is a space (in UTF-8 a space is never part of another character)
+            rows[:, 1] = (size > 0) & (
+                np.frombuffer(data, dtype=np.uint8)[np.maximum(offsets[1:] - 1, 0)] == 32
+            )
         self._size += len(strings)
-        self._chunk(strings.cast(pa.large_string()), start)
+        self._chunk(large, start)
         return np.arange(start, self._size, dtype=np.int64)
 
     def _mark(self, n: int, canonical: bool) -> None:
@@ -324,9 +335,10 @@ class StringPool:
         k = bisect.bisect_right(self._starts, c) - 1
         return self._chunks[k][c - self._starts[k]].as_py()
 
-    def lengths(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each code's string length in characters, and the length without its trailing spaces (arrays of
-        ``codes``' shape; a code not in the pool, as a deleted row's placeholder -1, reads as too long)."""
+    def sizes(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each code's string length in bytes (at least its length in characters), and whether it ends with
+        a space (arrays of ``codes``' shape; a code not in the pool, as a deleted row's placeholder -1, reads
+        as too long): enough to tell at once that text fits a VARCHAR(n) or CHAR(n) as it is."""
         codes = np.asarray(codes, dtype=np.int64)
         both = self._lengths[np.where((codes >= 0) & (codes < self._size), codes, len(self._lengths) - 1)]
         return both[..., 0], both[..., 1]
