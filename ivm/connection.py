@@ -1450,11 +1450,15 @@ class Connection:
     def _rollback(self) -> None:
         """End the transaction leaving every table and view as before it: its changes are dropped and the
         relations it created are removed."""
+        self._drop_changes()
+        self.in_transaction = self.implicit = self.aborted = False
+
+    def _drop_changes(self) -> None:
+        """Forget the transaction's pending changes and remove the relations it created."""
         self.pending = {}
         for undo in reversed(self.undo):
             undo()
         self.undo = []
-        self.in_transaction = self.implicit = self.aborted = False
 
     def _failure(self) -> None:
         """A statement failed: an implicit transaction is rolled back; a transaction block is aborted (its
@@ -1463,10 +1467,7 @@ class Connection:
             return
         if self.implicit:
             return self._rollback()
-        self.pending = {}
-        for undo in reversed(self.undo):
-            undo()
-        self.undo = []
+        self._drop_changes()
         self.aborted = True
 
     def _usable(self) -> None:
@@ -1883,8 +1884,9 @@ def _literal_value(node: exp.Expression, t: SqlType, column: str, row: int) -> o
         raise error_at(node, f"{where}: invalid value for {t}: {err}", cls=DataError) from err
 
 
-def _numbered(sql: str, params: Sequence | dict) -> str:
-    """``sql`` with its parameter placeholders written as ``$1``, ``$2``, ...: ``%s`` and ``?`` in order,
+def _numbered(sql: str, params: Sequence | dict) -> tuple[str, list[str] | None]:
+    """``sql`` with its parameter placeholders written as ``$1``, ``$2``, ... (and, for a mapping, the names in
+    their numbers' order): ``%s`` and ``?`` in order,
     ``%(name)s`` by name (``params`` a mapping), ``%%`` as ``%``; ``$n`` stays. Found among the statement's
     tokens, so never inside a string, a quoted name or a comment."""
     from sqlglot.dialects.postgres import Postgres
