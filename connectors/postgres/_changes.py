@@ -23,30 +23,53 @@ __all__ = ["TableFeed", "Changes", "consolidate", "expand"]
 
 
 class TableFeed:
-    """How the changes of one source table reach its engine table."""
+    """How the changes of one source table reach its engine table, and the values among them that ivm cannot
+    hold (``bad``)."""
 
     def __init__(self, table: SourceTable) -> None:
         self.table = table
-        self.names = [c[0] for c in table.columns]
-        self.types = [c[1] for c in table.columns]
+        self.positions = table.kept()
+        self.names = [table.columns[i][0] for i in self.positions]
+        self.types = [table.engine_type(i) for i in self.positions]
         self.key = list(table.primary_key)
         self.full_identity = table.replica_identity == "f"
+        self.bad = BadValues(table, self.key)
 
-    def to_arrow(self, cols: list[list]) -> pa.Table:
-        """Raw text values, column by column, as a typed Arrow table."""
-        arrays = [
-            text_to_arrow(pa.array(col, pa.binary()), t, f"{self.table.name}.{n}")
-            for col, t, n in zip(cols, self.types, self.names, strict=True)
-        ]
-        return pa.Table.from_arrays(arrays, names=self.names)
+    def to_arrow(self, cols: list) -> tuple[pa.Table, list[np.ndarray | None]]:
+        """Raw text values of every column of the relation (lists of bytes or Arrow arrays) as a typed Arrow
+        table of the engine's columns, and per engine column the mask of values ivm cannot hold (NULL in the
+        table) or None."""
+        arrays, bad = [], []
+        for i, t in zip(self.positions, self.types, strict=True):
+            a, b = text_to_arrow(_text(cols[i]), t)
+            if b is not None and self.table.columns[i][2]:
+                # NOT NULL: a stand-in value, which only the views in error (those reading it) see
+                zero = pa.array(["1970-01-01" if pa.types.is_temporal(a.type) else "0"]).cast(a.type)
+                a = a.fill_null(zero[0])
+            arrays.append(a)
+            bad.append(b)
+        return pa.Table.from_arrays(arrays, names=self.names), bad
+
+    def snapshot(self, text: pa.Table) -> pa.Table:
+        """The table's contents from its text form (all the relation's columns, in order); its bad values
+        recorded anew."""
+        cols = [text.column(i) for i in range(text.num_columns)]
+        rows, bad = self.to_arrow(cols)
+        self.bad.clear()
+        raw = [c.combine_chunks() for c in cols]
+        if self.key:
+            self.bad.set(rows, np.arange(rows.num_rows), bad, raw, self.positions)
+        else:
+            self.bad.count(bad, None, raw, self.positions, 1)
+        return rows
 
     def changes(self, db, parts: list[tuple[int, RelationChanges]]) -> Changes:
         """The engine changes of this table's events in several consecutive transactions: ``parts`` pairs a
         transaction's index with its events, in order. A transaction that truncated the table comes alone."""
         ch = _concat(parts)
         tx = np.repeat(np.array([i for i, _ in parts], dtype=np.int64), [len(c) for _, c in parts])
-        new = self.to_arrow(ch.new)
-        old = self.to_arrow(ch.old)
+        new, new_bad = self.to_arrow(ch.new)
+        old, old_bad = self.to_arrow(ch.old)
         has_new = np.array(ch.has_new, dtype=bool)
         has_old = np.array(ch.has_old, dtype=bool)
         if ch.unchanged:
@@ -55,11 +78,15 @@ class TableFeed:
         if ch.truncated:
             if len(parts) != 1:
                 raise ValueError("a truncating transaction must be applied alone")
-            current = db.execute(f"SELECT * FROM {self.table.name}").fetch_arrow().cast(new.schema)
+            current = db.execute(f'SELECT * FROM "{self.table.engine}"').fetch_arrow().cast(new.schema)
+            self.bad.clear()
         out = []
         if current is not None:
             out.append(_tagged(current, -1, np.full(current.num_rows, parts[0][0])))
         if not self.key:
+            if self.bad or any(b is not None for b in new_bad + old_bad):
+                self.bad.count(new_bad, has_new, ch.new, self.positions, 1)
+                self.bad.count(old_bad, has_old, ch.old, self.positions, -1)
             out.append(_tagged(new.filter(pa.array(has_new)), 1, tx[has_new]))
             out.append(_tagged(old.filter(pa.array(has_old)), -1, tx[has_old]))
             return consolidate(*_join(out))
@@ -86,13 +113,17 @@ class TableFeed:
                 col = last.column(k).combine_chunks()
                 eq &= pc.equal(col.slice(1), col.slice(0, len(col) - 1)).to_numpy(zero_copy_only=False)
             same[1:] = eq
+        if self.bad or any(b is not None for b in new_bad):
+            final = np.append(~same[1:], True)  # each key's last event in these transactions
+            self.bad.forget(last.filter(pa.array(final)).select(kcols).rename_columns(self.key))
+            self.bad.set(new, row[final & present], new_bad, ch.new, self.positions)
         prev = np.flatnonzero(same)
         after_prev = prev[present[prev - 1]]
         out.append(_tagged(new.take(row[present]), 1, ltx[present]))
         out.append(_tagged(new.take(row[after_prev - 1]), -1, ltx[after_prev]))
         if current is None:
             firsts = last.filter(pa.array(~same))
-            before = db.lookup_arrow(self.table.name, firsts.select(kcols).rename_columns(self.key))
+            before = db.lookup_arrow(self.table.engine, firsts.select(kcols).rename_columns(self.key))
             if before.num_rows:
                 # which transaction first touched each found key: match found rows to keys by a join
                 probe = firsts.select(kcols).append_column("i", pa.array(np.arange(firsts.num_rows)))
@@ -128,14 +159,14 @@ class TableFeed:
             fidx, fkeys = idx[first], [k.filter(pa.array(first)) for k in keys]
             if len(fidx):
                 probe = pa.Table.from_arrays(fkeys, names=self.key)
-                found = db.lookup_arrow(self.table.name, probe).cast(new.schema)
+                found = db.lookup_arrow(self.table.engine, probe).cast(new.schema)
                 f = found.select(self.key).rename_columns(kcols)
                 f = f.append_column("j", pa.array(np.arange(found.num_rows)))
                 p = probe.rename_columns(kcols).append_column("i", pa.array(np.arange(len(fidx))))
                 m = p.join(f, kcols, use_threads=False)
                 if m.num_rows != len(fidx):
                     raise ValueError(
-                        f"table {self.table.name!r}: an update left column {self.names[j]!r} unsent (TOASTed, "
+                        f"table {self.table.engine}: an update left column {self.names[j]!r} unsent (TOASTed, "
                         "unchanged) and the row it updated is not known"
                     )
                 pos = np.empty(len(fidx), dtype=np.int64)
@@ -149,6 +180,93 @@ class TableFeed:
                 new = _with_values(new, j, self.names[j], idx[ready], new.column(j).take(prior[ready]))
                 pending &= ~ready
         return new
+
+
+class BadValues:
+    """The values of one source table ivm cannot hold (numeric NaN, timestamps at infinity, ...), which are
+    NULL in the engine: by row key for a table with a primary key (an update or delete of the key removes
+    them), else counted per column (the deletes of such a table carry the whole old row). The views reading
+    such a column are in error while one is present."""
+
+    def __init__(self, table: SourceTable, key: list[str]) -> None:
+        self.table = table
+        self.key = key
+        self.rows: pa.Table | None = None  # key columns, "column", "value"
+        self.counts: dict[str, list] = {}  # column -> [count, an example value]
+
+    def __bool__(self) -> bool:
+        return bool((self.rows is not None and self.rows.num_rows) or any(c for c, _ in self.counts.values()))
+
+    def clear(self) -> None:
+        self.rows, self.counts = None, {}
+
+    def forget(self, keys: pa.Table) -> None:
+        """Drop the entries of rows whose key was written or deleted."""
+        if self.rows is not None and self.rows.num_rows and keys.num_rows:
+            keys = keys.cast(self.rows.select(self.key).schema)
+            self.rows = self.rows.join(keys, self.key, join_type="left anti", use_threads=False)
+
+    def set(self, rows: pa.Table, at: np.ndarray, bad: list, raw: list, positions: list[int]) -> None:
+        """Record the bad values of ``rows`` at positions ``at`` (rows as written now)."""
+        names = rows.column_names
+        for j, mask in enumerate(bad):
+            if mask is None or not mask[at].any():
+                continue
+            hit = at[mask[at]]
+            values = _text(raw[positions[j]])
+            part = rows.select(self.key).take(hit)
+            part = part.append_column("column", pa.array([names[j]] * len(hit), pa.string()))
+            part = part.append_column("value", values.take(hit).cast(pa.string()))
+            if self.rows is not None:
+                part = pa.concat_tables([self.rows, part.cast(self.rows.schema)])
+            self.rows = part
+
+    def count(self, bad: list, rows: np.ndarray | None, raw: list, positions: list[int], sign: int) -> None:
+        """Count the bad values of a table without a key: ``rows`` selects the events carrying the tuple."""
+        for j, mask in enumerate(bad):
+            if mask is None:
+                continue
+            m = mask if rows is None else mask & rows
+            n = int(m.sum())
+            if n:
+                entry = self.counts.setdefault(self.names()[j], [0, None])
+                entry[0] += sign * n
+                values = _text(raw[positions[j]])
+                entry[1] = values.take(np.flatnonzero(m)[:1]).cast(pa.string())[0].as_py()
+
+    def names(self) -> list[str]:
+        return [self.table.columns[i][0] for i in self.table.kept()]
+
+    def columns(self) -> dict[str, str]:
+        """Each column holding bad values now, with a message naming the table, a row and the value."""
+        out = {}
+        t = self.table
+        types = {n: typ for n, typ, _ in t.columns}
+        if self.rows is not None and self.rows.num_rows:
+            cols = self.rows.column("column")
+            for name in pc.unique(cols).to_pylist():
+                hits = self.rows.filter(pc.equal(cols, name))
+                first = hits.slice(0, 1).to_pylist()[0]
+                key = ", ".join(str(first[k]) for k in self.key)
+                more = f" (and {hits.num_rows - 1} more rows)" if hits.num_rows > 1 else ""
+                out[name] = (
+                    f"table {t.engine}, row ({', '.join(self.key)})=({key}): column {name} holds "
+                    f"{first['value']!r}, which ivm cannot hold as {types[name].shown}{more}"
+                )
+        for name, (n, example) in self.counts.items():
+            if n > 0:
+                out[name] = (
+                    f"table {t.engine}: {n} row(s) with column {name} = {example!r}, which ivm cannot hold "
+                    f"as {types[name].shown}"
+                )
+        return out
+
+
+def _text(values) -> pa.Array:
+    """A column of raw text values (a list of bytes or an Arrow array) as one Arrow array."""
+    if isinstance(values, pa.ChunkedArray):
+        return values.combine_chunks()
+    return values if isinstance(values, pa.Array) else pa.array(values, pa.binary())
 
 
 Changes = tuple[pa.Table, np.ndarray, np.ndarray]  # rows, diff per row, transaction index per row

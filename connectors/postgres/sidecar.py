@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import re
 import signal
 import sys
 import threading
@@ -29,17 +30,16 @@ import ivm
 from connectors.postgres._catalog import (
     ConfigError,
     SourceTable,
+    columns_read,
     parse_views,
-    read_source_tables,
-    tables_read,
+    resolve_tables,
     unique_key,
     view_pg_types,
 )
 from connectors.postgres._changes import TableFeed, consolidate
 from connectors.postgres._pgoutput import Decoder, Relation, Transaction, format_lsn, parse_lsn
-from connectors.postgres._types import pg_type
 from connectors.postgres.source import SlotInUse, Source
-from connectors.postgres.target import Target, ViewTarget
+from connectors.postgres.target import InUse, Target, ViewTarget, quote
 from sql.arrow import to_arrow_column
 from sql.errors import SqlError
 
@@ -63,8 +63,22 @@ class Unreachable(Exception):
         self.side = side
 
 
+class Resnapshot(Exception):
+    """The stream cannot go on from where it is (the slot was dropped or lost its WAL, a followed table
+    changed): the sidecar takes a new snapshot and replaces the target with it."""
+
+
+_PERMANENT = re.compile(
+    r"does not exist|authentication failed|no pg_hba\.conf entry|not permitted to log in|must be superuser|"
+    r"permission denied|wal_level|invalid connection|missing \"=\"|invalid (integer|sslmode) value"
+)
+
+
 class _Side:
-    """Turns a lost or refused connection into ``Unreachable`` naming the side."""
+    """Turns what goes wrong with a connection into the sidecar's terms: a permanent problem (unknown
+    database or role, bad password, missing privilege, ``wal_level`` not logical) as ``ConfigError`` saying
+    what to fix; a lost or refused connection as ``Unreachable`` (retried); a dropped or lost slot as
+    ``Resnapshot``."""
 
     def __init__(self, side: str) -> None:
         self.side = side
@@ -73,7 +87,23 @@ class _Side:
         return None
 
     def __exit__(self, kind, err, tb) -> bool:
-        if err is not None and isinstance(err, (psycopg.OperationalError, psycopg.InterfaceError)):
+        if not isinstance(err, psycopg.Error):
+            return False
+        text = str(err).strip()
+        if (
+            self.side == "source"
+            and "replication slot" in text
+            and (isinstance(err, psycopg.errors.UndefinedObject) or "invalidated" in text or "removed" in text)
+        ):
+            raise Resnapshot(f"source: {text}") from err
+        if isinstance(err, psycopg.errors.InsufficientPrivilege) or _PERMANENT.search(text):
+            hint = ""
+            if "wal_level" in text:
+                hint = " (set wal_level = logical in the source's postgresql.conf and restart it)"
+            elif "replication" in text:
+                hint = " (the source role needs the REPLICATION attribute: ALTER ROLE ... REPLICATION)"
+            raise ConfigError(f"{self.side}: {text}{hint}") from err
+        if isinstance(err, (psycopg.OperationalError, psycopg.InterfaceError)):
             raise Unreachable(self.side, err) from err
         return False
 
@@ -103,6 +133,8 @@ class Sidecar:
         self.batch_changes = batch_changes
         self.on_batch = on_batch
         self.stopping = False
+        self.started = False  # the target has been written once: a view that no longer works fails alone
+        self.failed: dict[str, str] = {}  # views that failed at a restart, with why
 
     def stop(self) -> None:
         """Stop after the batch in flight."""
@@ -134,15 +166,23 @@ class Sidecar:
         if errors:
             raise errors[0]
 
-    # -- the outer loop: restart on lost connections, with backoff -------------------------------------------
+    # -- the outer loop: restart on lost connections, with backoff --------------------------------------------
     def run(self) -> None:
+        """Follow the source until stopped. Lost connections are retried with backoff; a stream that cannot
+        go on restarts from a new snapshot; a problem only the operator can fix raises ``ConfigError``."""
         delay = 0.5
         while not self.stopping:
             try:
                 self._run_once()
                 return
+            except Resnapshot as err:
+                log.warning("%s; taking a new snapshot", err)
+                delay = 0.5
+                continue
             except (Unreachable, SlotInUse) as err:
                 log.warning("%s; retrying in %.1fs", err, delay)
+            except InUse as err:
+                raise ConfigError(str(err)) from err
             self._sleep(delay)
             delay = min(delay * 2, 30.0)
 
@@ -155,85 +195,133 @@ class Sidecar:
         src = Source(self.source_dsn, self.slot, self.publication)
         tgt = Target(self.target_dsn, self.schema, self.slot)
         try:
+            with TARGET:
+                tgt.connect()  # first of all: one sidecar per target schema
             with SOURCE:
                 src.connect()
-                tables = read_source_tables(src.conn, self.views_file.tables)
+                same = _where(src.conn) == _where(tgt.conn)
+                tables, statements, problems = resolve_tables(
+                    src.conn, self.views_file, self.schema if same else None
+                )
+                if problems and not self.started:
+                    raise ConfigError("; ".join(problems.values()))
+                self._fail(problems)
                 pg_types = view_pg_types(src.conn, self.views_file)
-            db, views, feeds, subs = self._engine(tables, pg_types)
+            followed = list({t.oid: t for t in tables.values()}.values())
+            db, views, feeds, subs = self._engine(tables, statements, pg_types)
             with SOURCE:
-                src.ensure_publication(self.views_file.tables)
+                src.ensure_publication(followed)
             with TARGET:
-                tgt.connect()
                 before = tgt.committed_lsn()
             if before:
                 log.info("target reflects the source up to %s; rebuilding from a new snapshot", before)
             with SOURCE:
-                snap = src.snapshot([tables[t] for t in self.views_file.tables], lambda: self.stopping)
+                snap = src.snapshot(followed, lambda: self.stopping)
             if snap is None:
                 return
             lsn, data = snap
             db.execute("BEGIN")
-            for name, t in data.items():
-                if t.num_rows:
-                    db.insert_arrow(name, t)
+            for t in followed:
+                rows = feeds[t.oid].snapshot(data[t.engine])
+                if rows.num_rows:
+                    db.insert_arrow(t.engine, rows)
             db.execute("COMMIT")
             contents = {name: _diffs(sub) for name, sub in subs.items()}
             with TARGET:
-                tgt.replace_all(list(views.values()), contents, lsn)
+                tgt.replace_all(list(views.values()), contents, lsn, self.failed)
+            self.started = True
             log.info(
                 "initial state written at %s: %s",
                 lsn,
                 ", ".join(f"{n} {int(d.sum())} rows" for n, (_, d) in contents.items()),
             )
-            self._stream(src, tgt, db, tables, views, feeds, subs, parse_lsn(lsn))
+            self._stream(src, tgt, db, feeds, subs, parse_lsn(lsn))
         finally:
             src.close()
             tgt.close()
 
     # -- engine ---------------------------------------------------------------------------------------------
-    def _engine(self, tables: dict[str, SourceTable], pg_types: dict[str, list[str]] | None):
+    def _engine(self, tables: dict, statements: list[str], pg_types: dict[str, list[str]] | None):
         db = ivm.connect()
-        for t in tables.values():
+        for t in {t.oid: t for t in tables.values()}.values():
             db.execute(t.engine_ddl())
-        for stmt in self.views_file.statements:
+        for stmt, name, engine_sql in zip(
+            self.views_file.statements, self.views_file.owners, statements, strict=True
+        ):
+            if name in self.failed:
+                continue
             try:
-                db.execute(stmt)
+                db.execute(engine_sql)
             except SqlError as err:
-                raise ConfigError(f"views file: {err} in {stmt[:80]!r}") from err
+                message = f"views file: {err} in {stmt.sql(dialect='postgres')[:80]!r}"
+                if not self.started:
+                    raise ConfigError(message) from err
+                self._fail({name: message})
         views, subs = {}, {}
-        plans = {n: db.views[n].view.plan for n in self.views_file.views}
         keys = {n: t.primary_key for n, t in db.catalog.tables.items() if t.primary_key}
         for name in self.views_file.views:
+            if name in self.failed:
+                continue
             v = db.views[name].view
             names = [c.name for c in v.columns]
-            if pg_types is not None and len(pg_types[name]) == len(names):
-                types = pg_types[name]
+            ivm_types = [
+                _IVM_TO_PG.get(c.type.kind) or f"numeric({c.type.precision},{c.type.scale})" for c in v.columns
+            ]
+            if pg_types is None:
+                types = ivm_types
+            elif len(pg_types[name]) != len(names):
+                raise ConfigError(
+                    f"view {name!r} has {len(pg_types[name])} columns in Postgres but {len(names)} in ivm"
+                )
             else:
+                # where ivm computes a double and Postgres a numeric (AVG, division), the target keeps the
+                # double: a numeric column would show digits ivm did not compute
                 types = [
-                    _IVM_TO_PG.get(c.type.kind) or f"numeric({c.type.precision},{c.type.scale})"
-                    for c in v.columns
+                    mine if mine == "double precision" and theirs.startswith("numeric") else theirs
+                    for mine, theirs in zip(ivm_types, pg_types[name], strict=True)
                 ]
             views[name] = ViewTarget(name, names, types, unique_key(v.plan, keys))
             if views[name].key:
                 keys[name] = views[name].key
             subs[name] = db.subscribe(name, snapshot=False)
-        self.reads = {n: tables_read(plans[n], plans) for n in plans}
-        feeds = {t.name: TableFeed(t) for t in tables.values()}
+        self.reads = columns_read(self.views_file, tables)
+        feeds = {t.oid: TableFeed(t) for t in tables.values()}
         return db, views, feeds, subs
 
+    def _fail(self, problems: dict[str, str]) -> None:
+        """Views that no longer work after a change of the source: they stop, keeping their last contents."""
+        for v, message in problems.items():
+            if v not in self.failed:
+                log.error("view %r stopped: %s", v, message)
+                self.failed[v] = message
+
+    def _errors(self, db, feeds: dict, subs: dict) -> dict[str, str]:
+        """The views in error now: a value they cannot compute (the engine's), or a value of a column they
+        read that ivm cannot hold."""
+        out = {v: e for v, e in db.view_errors().items() if v in subs}
+        bad = {f.table.engine: f.bad.columns() for f in feeds.values() if f.bad}
+        for v, reads in self.reads.items():
+            if v not in subs or v in out:
+                continue
+            for table, cols in bad.items():
+                hit = sorted(set(cols) & reads.get(table, set()))
+                if hit:
+                    out[v] = cols[hit[0]]
+                    break
+        return out
+
     # -- the stream -----------------------------------------------------------------------------------------
-    def _stream(self, src, tgt, db, tables, views, feeds, subs, start_lsn: int) -> None:
+    def _stream(self, src, tgt, db, feeds, subs, start_lsn: int) -> None:
         decoder = Decoder()
-        ignored: set[str] = set()  # tables whose definition changed
         newly_failed: dict[str, str] = {}
-        in_error = {v: e for v, e in db.view_errors().items() if v in subs}
+        in_error = self._errors(db, feeds, subs)
         if in_error:
             for v, e in in_error.items():
                 log.error("view %r is in error: %s", v, e)
             with TARGET:
                 tgt.set_errors(in_error)
         committed = start_lsn
-        idle_since = time.monotonic()
+        idle_since = checked = time.monotonic()
         while not self.stopping:
             with SOURCE:
                 before = src.position()
@@ -245,35 +333,41 @@ class Sidecar:
                     with SOURCE:
                         src.advance(before)
                     idle_since = time.monotonic()
+                if time.monotonic() - checked >= 5.0:  # a followed table dropped or replaced sends nothing
+                    with SOURCE:
+                        _check_tables(src.conn, feeds)
+                    checked = time.monotonic()
                 self._sleep(0.05)
                 continue
             idle_since = time.monotonic()
             txns, seen = [], committed
             for m in msgs:
                 t = decoder.feed(m)
-                if decoder.new_relations:
-                    for rel in decoder.new_relations:
-                        self._check_relation(rel, tables, ignored, db, views, subs, newly_failed)
-                    decoder.new_relations.clear()
+                for rel in decoder.new_relations:
+                    _check_relation(rel, feeds)
+                decoder.new_relations.clear()
                 if t is not None:
                     seen = max(seen, t.end_lsn)
-                    if t.end_lsn > committed:
+                    # transactions of tables not followed (a FOR ALL TABLES publication, the target's own
+                    # writes) are passed over
+                    if t.end_lsn > committed and any(r in feeds for r in t.changes):
                         txns.append(t)
-            if not txns:  # all already in the target: only the slot is behind
+            if not txns:  # nothing for the views: only the slot is behind
                 with SOURCE:
                     src.advance(format_lsn(seen))
+                committed = seen
                 continue
             rows_in = sum(t.rows for t in txns)
             for group in _groups(txns):
-                for v in self._apply(db, decoder, feeds, ignored, group):
+                for v in self._apply(db, feeds, group):
                     msg = f"view {v!r} stopped: {db.views[v].error}"
                     log.error(msg)
                     newly_failed[v] = msg
-                    db.execute(f"DROP VIEW {v}")
+                    db.execute(f"DROP VIEW {quote(v)}")
                     del subs[v]
             diffs = {name: _diffs(sub) for name, sub in subs.items()}
-            lsn = format_lsn(txns[-1].end_lsn)
-            now = {v: e for v, e in db.view_errors().items() if v in subs}
+            lsn = format_lsn(max(seen, txns[-1].end_lsn))
+            now = self._errors(db, feeds, subs)
             changed = {v: now.get(v) for v in {*now, *in_error} if now.get(v) != in_error.get(v)}
             for v, e in changed.items():
                 if e is None:
@@ -287,7 +381,7 @@ class Sidecar:
             newly_failed = {}
             with SOURCE:
                 src.advance(lsn)
-            committed = txns[-1].end_lsn
+            committed = parse_lsn(lsn)
             lag = done - txns[-1].commit_ts_us / 1e6
             log.info(
                 "batch lsn=%s txns=%d rows_in=%d rows_out=%d lag=%.3fs",
@@ -301,34 +395,41 @@ class Sidecar:
                 self.on_batch(txns, done)
         log.info("stopped at %s", format_lsn(committed))
 
-    def _apply(self, db, decoder: Decoder, feeds: dict[str, TableFeed], ignored: set[str], txns) -> list[str]:
+    def _apply(self, db, feeds: dict, txns) -> list[str]:
         """Consecutive source transactions into the engine in one step, each its own logical time; the views
-        that could not go on (a value they cannot compute, a recursion past its limit)."""
-        parts: dict[str, list] = {}
+        that could not go on (a recursion past its limit, a sum past 64 bits)."""
+        parts: dict[int, list] = {}
         for i, txn in enumerate(txns):
             for relid, ch in txn.changes.items():
-                name = decoder.relations[relid].name
-                if name not in ignored and name in feeds:
-                    parts.setdefault(name, []).append((i, ch))
-        changes = {name: feeds[name].changes(db, p) for name, p in parts.items()}
+                if relid in feeds:
+                    parts.setdefault(relid, []).append((i, ch))
+        changes = {feeds[r].table.engine: feeds[r].changes(db, p) for r, p in parts.items()}
         return db.apply_changes_arrow(changes, len(txns))
 
-    def _check_relation(self, rel: Relation, tables, ignored, db, views, subs, failed) -> None:
-        """A Relation message that differs from the table read at start: the views reading it stop."""
-        t = tables.get(rel.name)
-        if t is None or rel.name in ignored:
-            return
-        change = _describe_change(t, rel)
-        if change is None:
-            return
-        ignored.add(rel.name)
-        stopped = [v for v in self.views_file.views if rel.name in self.reads[v] and v in views]
-        for v in reversed(stopped):
-            msg = f"source table {rel.name!r} changed ({change}); view {v!r} stopped"
-            log.error(msg)
-            failed[v] = msg
-            db.execute(f"DROP VIEW {v}")
-            del subs[v]
+
+def _where(conn) -> tuple:
+    """Which database a connection reaches: the cluster's identifier and the database's name."""
+    return conn.execute(
+        "SELECT (SELECT system_identifier FROM pg_control_system()), current_database()"
+    ).fetchone()
+
+
+def _check_relation(rel: Relation, feeds: dict) -> None:
+    """A Relation message of a followed table that differs from the table read at start: ``Resnapshot``."""
+    feed = feeds.get(rel.oid)
+    if feed is None:
+        return
+    change = _describe_change(feed.table, rel)
+    if change is not None:
+        raise Resnapshot(f"source table {feed.table.engine} changed ({change})")
+
+
+def _check_tables(conn, feeds: dict) -> None:
+    """``Resnapshot`` when a followed table was dropped, renamed or replaced by another of its name."""
+    for feed in feeds.values():
+        t = feed.table
+        if conn.execute("SELECT to_regclass(%s)::oid", (t.sql,)).fetchone()[0] != t.oid:
+            raise Resnapshot(f"source table {t.engine} was dropped, renamed or replaced")
 
 
 def _groups(txns: list[Transaction]) -> list[list[Transaction]]:
@@ -347,17 +448,15 @@ def _groups(txns: list[Transaction]) -> list[list[Transaction]]:
 
 
 def _describe_change(t: SourceTable, rel: Relation) -> str | None:
+    if (rel.schema, rel.name) != (t.schema, t.name):
+        return f"renamed to {rel.schema}.{rel.name}"
     before = {n: typ for n, typ, _ in t.columns}
     after = {n: (oid, mod) for n, oid, mod, _ in rel.columns}
     parts = [f"column {n} added" for n in after if n not in before]
     parts += [f"column {n} dropped" for n in before if n not in after]
     for n, (oid, mod) in after.items():
         if n in before and (before[n].oid, before[n].typmod) != (oid, mod):
-            try:
-                now = pg_type(oid, mod, f"type oid {oid}").sql
-            except ValueError:
-                now = f"an unsupported type (oid {oid})"
-            parts.append(f"column {n} changed type from {before[n].sql} to {now}")
+            parts.append(f"column {n} changed type")
     if not parts and [n for n, *_ in t.columns] != [c[0] for c in rel.columns]:
         parts.append("columns reordered")
     return "; ".join(parts) or None

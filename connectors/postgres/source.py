@@ -21,7 +21,6 @@ import pyarrow.csv as pacsv
 from psycopg.conninfo import make_conninfo
 
 from connectors.postgres._catalog import SourceTable
-from connectors.postgres._types import text_to_arrow
 from connectors.postgres.target import quote
 
 __all__ = ["Source", "SlotInUse"]
@@ -51,16 +50,16 @@ class Source:
             finally:
                 self.conn = None
 
-    def ensure_publication(self, tables: list[str]) -> None:
+    def ensure_publication(self, tables: list[SourceTable]) -> None:
         """Create the publication for the tables, or add the tables an existing one lacks."""
         c = self.conn
         row = c.execute(
             "SELECT puballtables FROM pg_publication WHERE pubname = %s", (self.publication,)
         ).fetchone()
-        names = ", ".join(quote(t) for t in tables)
+        names = ", ".join(t.sql for t in tables)
         if row is None:
             c.execute(f"CREATE PUBLICATION {quote(self.publication)} FOR TABLE {names}")
-            log.info("created publication %s for %s", self.publication, ", ".join(tables))
+            log.info("created publication %s for %s", self.publication, ", ".join(t.engine for t in tables))
             return
         if row[0]:
             return
@@ -72,14 +71,11 @@ class Source:
                 (self.publication,),
             ).fetchall()
         }
-        missing = [
-            t for t in tables if c.execute("SELECT to_regclass(%s)::oid", (t,)).fetchone()[0] not in have
-        ]
+        missing = [t for t in tables if t.oid not in have]
         if missing:
-            c.execute(
-                f"ALTER PUBLICATION {quote(self.publication)} ADD TABLE {', '.join(quote(t) for t in missing)}"
-            )
-            log.info("added %s to publication %s", ", ".join(missing), self.publication)
+            added = ", ".join(t.sql for t in missing)
+            c.execute(f"ALTER PUBLICATION {quote(self.publication)} ADD TABLE {added}")
+            log.info("added %s to publication %s", ", ".join(t.engine for t in missing), self.publication)
 
     def drop_slot(self) -> None:
         """Drop the slot if it exists; ``SlotInUse`` when another connection holds it."""
@@ -98,8 +94,8 @@ class Source:
     def snapshot(
         self, tables: list[SourceTable], stopping: Callable[[], bool]
     ) -> tuple[str, dict[str, pa.Table]] | None:
-        """A new slot and the tables' contents at its consistent point: (LSN, table -> Arrow table), or None
-        when asked to stop on the way."""
+        """A new slot and the tables' contents at its consistent point: (LSN, engine name -> the table's text
+        values, every column as strings), or None when asked to stop on the way."""
         self.drop_slot()
         repl = psycopg.connect(make_conninfo(self.dsn, replication="database"), autocommit=True)
         reader = None
@@ -117,13 +113,13 @@ class Source:
             for i, t in enumerate(tables, 1):
                 if stopping():
                     return None
-                out[t.name] = _copy_table(reader, t, start, total)
-                total += out[t.name].num_rows
+                out[t.engine] = _copy_table(reader, t, start, total)
+                total += out[t.engine].num_rows
                 el = max(time.monotonic() - start, 1e-9)
                 log.info(
                     "snapshot: table %s done, %d rows (%d/%d tables, %d rows, %.0f rows/s)",
-                    t.name,
-                    out[t.name].num_rows,
+                    t.engine,
+                    out[t.engine].num_rows,
                     i,
                     len(tables),
                     total,
@@ -163,10 +159,12 @@ def _session(conn: psycopg.Connection) -> None:
 
 
 def _copy_table(conn: psycopg.Connection, t: SourceTable, start: float, done: int) -> pa.Table:
+    """The table's rows as text (what Postgres prints), every column a string column."""
     names = [c[0] for c in t.columns]
-    cols = ", ".join(quote(n) for n in names)
+    kept = set(t.kept())
+    cols = ", ".join(quote(n) if i in kept else "NULL" for i, n in enumerate(names))
     chunks, size, rows, last = [], 0, 0, time.monotonic()
-    with conn.cursor().copy(f"COPY (SELECT {cols} FROM {quote(t.name)}) TO STDOUT (FORMAT csv)") as cp:
+    with conn.cursor().copy(f"COPY (SELECT {cols} FROM {t.sql}) TO STDOUT (FORMAT csv)") as cp:
         for chunk in cp:
             b = bytes(chunk)
             chunks.append(b)
@@ -176,26 +174,23 @@ def _copy_table(conn: psycopg.Connection, t: SourceTable, start: float, done: in
                 last = time.monotonic()
                 log.info(
                     "snapshot: table %s, about %d rows read (%.0f rows/s)",
-                    t.name,
+                    t.engine,
                     rows,
                     (done + rows) / max(last - start, 1e-9),
                 )
     data = b"".join(chunks)
     if not data:
-        return pa.Table.from_arrays([pa.array([], type=c[1].arrow) for c in t.columns], names=names)
-    text = pacsv.read_csv(
+        return pa.Table.from_arrays(
+            [pa.array([], type=pa.string()) for _ in names], names=[f"c{i}" for i in range(len(names))]
+        )
+    return pacsv.read_csv(
         io.BytesIO(data),
-        read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 24),
-        parse_options=pacsv.ParseOptions(newlines_in_values=True),
+        read_options=pacsv.ReadOptions(column_names=[f"c{i}" for i in range(len(names))], block_size=1 << 24),
+        parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
         convert_options=pacsv.ConvertOptions(
-            column_types={n: pa.string() for n in names},
+            column_types={f"c{i}": pa.string() for i in range(len(names))},
             strings_can_be_null=True,
             quoted_strings_can_be_null=False,
             null_values=[""],
         ),
     )
-    arrays = [
-        text_to_arrow(text.column(n).combine_chunks(), c[1], f"{t.name}.{n}")
-        for n, c in zip(names, t.columns, strict=True)
-    ]
-    return pa.Table.from_arrays(arrays, names=names)

@@ -10,6 +10,8 @@ can hash). Data goes in with COPY into session temporary tables, then set-based 
 from __future__ import annotations
 
 import io
+import logging
+import zlib
 from dataclasses import dataclass
 
 import psycopg
@@ -18,11 +20,45 @@ import pyarrow.csv as pacsv
 
 from connectors.postgres._pgoutput import parse_lsn
 
-__all__ = ["ViewTarget", "Target", "quote"]
+log = logging.getLogger("ivm.sidecar")
+
+__all__ = ["ViewTarget", "Target", "quote", "take_lock", "InUse"]
+
+TARGET_LOCK, SLOT_LOCK = 0x69766D74, 0x69766D73  # advisory lock classes: a target schema, a slot
+
+
+class InUse(Exception):
+    """Another sidecar owns the target schema or the replication slot."""
 
 
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def take_lock(conn, kind: int, name: str, what: str, option: str) -> None:
+    """Take the session-level advisory lock of ``name`` (a target schema or a slot) on ``conn``, or raise
+    ``InUse`` naming the session that holds it."""
+    key = zlib.crc32(name.encode()) & 0x7FFFFFFF
+    got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (kind, key)).fetchone()[0]
+    if not conn.autocommit:
+        conn.commit()
+    if got:
+        return
+    row = conn.execute(
+        "SELECT a.pid, a.application_name, a.client_addr, a.backend_start FROM pg_locks l "
+        "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+        "AND l.classid = %s::oid AND l.objid = %s::oid AND l.objsubid = 2 "
+        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        (kind, key),
+    ).fetchone()
+    if not conn.autocommit:
+        conn.commit()
+    holder = "a session that has just ended"
+    if row is not None:
+        pid, app, addr, since = row
+        where = addr or "a local socket"
+        holder = f"{app or 'a session'} (pid {pid}, from {where}, since {since:%Y-%m-%d %H:%M:%S})"
+    raise InUse(f"{what} {name!r} is in use by {holder}; stop that sidecar, or give this one another {option}")
 
 
 @dataclass
@@ -53,10 +89,12 @@ class Target:
         self.temp: dict[str, str] = {}  # view -> its session's change table
 
     def connect(self) -> None:
-        self.conn = psycopg.connect(self.dsn, application_name="ivm sidecar target")
+        """Connect and become the one writer of the schema (``InUse`` naming the sidecar that is)."""
+        self.conn = psycopg.connect(self.dsn, application_name=f"ivm sidecar (slot {self.slot})")
         self.conn.execute("SET TimeZone = 'UTC'")
         self.conn.execute("SET DateStyle = 'ISO'")
         self.conn.commit()
+        take_lock(self.conn, TARGET_LOCK, self.schema, "target schema", "--schema")
 
     def close(self) -> None:
         if self.conn is not None:
@@ -81,10 +119,10 @@ class Target:
         c.commit()
         return None if row is None else row[0]
 
-    def replace_all(self, views: list[ViewTarget], contents: dict, lsn: str) -> None:
+    def replace_all(self, views: list[ViewTarget], contents: dict, lsn: str, failed: dict[str, str]) -> None:
         """In one transaction: create what is missing (recreating a table whose columns changed), make every
-        view's table hold exactly its ``contents`` ``(rows, counts)`` and record ``lsn``. Readers see the old or
-        the new contents."""
+        view's table hold exactly its ``contents`` ``(rows, counts)``, mark the ``failed`` views (name -> why;
+        their tables keep their contents) and record ``lsn``. Readers see the old or the new contents."""
         c = self.conn
         s = quote(self.schema)
         c.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
@@ -96,10 +134,23 @@ class Target:
             f"CREATE TABLE IF NOT EXISTS {s}._ivm_status (view text PRIMARY KEY, state text NOT NULL, "
             "error text, changed_at timestamptz NOT NULL DEFAULT now())"
         )
+        for (slot,) in c.execute(
+            f"DELETE FROM {s}._ivm_progress WHERE slot <> %s RETURNING slot", (self.slot,)
+        ).fetchall():
+            log.warning(
+                "target schema %s was written through slot %r until now; if that slot still exists on its "
+                "source and nothing else reads it, drop it (SELECT pg_drop_replication_slot('%s')) so that it "
+                "does not hold back WAL",
+                self.schema,
+                slot,
+                slot,
+            )
         for i, v in enumerate(views):
             if self._signature(v.name) != (v.columns, v.pg_types, [v.columns[k] for k in v.key or ()]):
                 c.execute(f"DROP TABLE IF EXISTS {self._t(v.name)}")
                 c.execute(v.ddl(self.schema))
+            if not v.key:  # deletes stay possible should a publication of this database include the table
+                c.execute(f"ALTER TABLE {self._t(v.name)} REPLICA IDENTITY FULL")
             chg = f"_ivm_chg_{i}"
             c.execute(f"DROP TABLE IF EXISTS pg_temp.{chg}")
             c.execute(f"CREATE TEMP TABLE {chg} (LIKE {self._t(v.name)}) ON COMMIT DELETE ROWS")
@@ -109,6 +160,13 @@ class Target:
                 f"INSERT INTO {s}._ivm_status VALUES (%s, 'running', NULL, now()) ON CONFLICT (view) DO UPDATE "
                 "SET state = 'running', error = NULL, changed_at = now()",
                 (v.name,),
+            )
+        for name, err in failed.items():
+            c.execute(
+                f"INSERT INTO {s}._ivm_status VALUES (%s, 'failed', %s, now()) ON CONFLICT (view) DO UPDATE "
+                "SET state = 'failed', error = excluded.error, changed_at = now() "
+                "WHERE _ivm_status.state <> 'failed'",
+                (name, err),
             )
         self.views = {v.name: v for v in views}
         statements = []

@@ -22,6 +22,7 @@ def _update(ch: RelationChanges, values: list) -> None:
 
 def test_unsent_toasted_values_come_from_the_rows_latest_version():
     table = SourceTable(
+        "public",
         "toast",
         1,
         [
@@ -34,7 +35,7 @@ def test_unsent_toasted_values_come_from_the_rows_latest_version():
     )
     db = ivm.connect()
     db.execute(table.engine_ddl())
-    db.execute("INSERT INTO toast VALUES (1, 1, 'committed'), (2, 2, 'kept')")
+    db.execute("""INSERT INTO "public.toast" VALUES (1, 1, 'committed'), (2, 2, 'kept')""")
     feed = TableFeed(table)
     ch = RelationChanges(3)
     _update(ch, [1, 10, "written in this transaction"])
