@@ -21,7 +21,7 @@ import pyarrow.csv as pacsv
 from psycopg.conninfo import make_conninfo
 
 from connectors.postgres._catalog import SourceTable
-from connectors.postgres.target import quote
+from connectors.postgres.target import SLOT_LOCK, quote, take_lock
 
 __all__ = ["Source", "SlotInUse"]
 
@@ -40,8 +40,11 @@ class Source:
         self.conn: psycopg.Connection | None = None
 
     def connect(self) -> None:
-        self.conn = psycopg.connect(self.dsn, autocommit=True, application_name="ivm sidecar source")
+        """Connect and become the one user of the slot (``InUse`` naming the sidecar that is)."""
+        name = f"ivm sidecar (slot {self.slot})"
+        self.conn = psycopg.connect(self.dsn, autocommit=True, application_name=name)
         _session(self.conn)
+        take_lock(self.conn, SLOT_LOCK, self.slot, "replication slot", "--slot")
 
     def close(self) -> None:
         if self.conn is not None:
