@@ -21,7 +21,7 @@ import pyarrow.csv as pacsv
 from psycopg.conninfo import make_conninfo
 
 from connectors.postgres._catalog import SourceTable
-from connectors.postgres.target import SLOT_LOCK, quote, take_lock
+from connectors.postgres.target import SLOT_LOCK, quote, release_locks, take_lock
 
 __all__ = ["Source", "SlotInUse"]
 
@@ -49,6 +49,7 @@ class Source:
     def close(self) -> None:
         if self.conn is not None:
             try:
+                release_locks(self.conn)
                 self.conn.close()
             finally:
                 self.conn = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import logging
+import time
 import zlib
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ from connectors.postgres._pgoutput import parse_lsn
 
 log = logging.getLogger("ivm.sidecar")
 
-__all__ = ["ViewTarget", "Target", "quote", "take_lock", "InUse"]
+__all__ = ["ViewTarget", "Target", "quote", "take_lock", "release_locks", "InUse"]
 
 TARGET_LOCK, SLOT_LOCK = 0x69766D74, 0x69766D73  # advisory lock classes: a target schema, a slot
 
@@ -39,11 +40,13 @@ def take_lock(conn, kind: int, name: str, what: str, option: str) -> None:
     """Take the session-level advisory lock of ``name`` (a target schema or a slot) on ``conn``, or raise
     ``InUse`` naming the session that holds it."""
     key = zlib.crc32(name.encode()) & 0x7FFFFFFF
-    got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (kind, key)).fetchone()[0]
-    if not conn.autocommit:
-        conn.commit()
-    if got:
-        return
+    for _ in range(20):  # a session that has just closed may not have released its locks yet
+        got = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (kind, key)).fetchone()[0]
+        if not conn.autocommit:
+            conn.commit()
+        if got:
+            return
+        time.sleep(0.1)
     row = conn.execute(
         "SELECT a.pid, a.application_name, a.client_addr, a.backend_start FROM pg_locks l "
         "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
@@ -59,6 +62,20 @@ def take_lock(conn, kind: int, name: str, what: str, option: str) -> None:
         where = addr or "a local socket"
         holder = f"{app or 'a session'} (pid {pid}, from {where}, since {since:%Y-%m-%d %H:%M:%S})"
     raise InUse(f"{what} {name!r} is in use by {holder}; stop that sidecar, or give this one another {option}")
+
+
+def release_locks(conn) -> None:
+    """Release the session's advisory locks before closing it (the server may take a moment to end it)."""
+    if conn.closed or conn.broken:
+        return
+    try:
+        if not conn.autocommit:
+            conn.rollback()
+        conn.execute("SELECT pg_advisory_unlock_all()")
+        if not conn.autocommit:
+            conn.commit()
+    except psycopg.Error:
+        pass  # a connection that fails here ends, and its locks with it
 
 
 @dataclass
@@ -99,6 +116,7 @@ class Target:
     def close(self) -> None:
         if self.conn is not None:
             try:
+                release_locks(self.conn)
                 self.conn.close()
             finally:
                 self.conn = None
