@@ -477,9 +477,29 @@ def _diffs(sub) -> tuple[pa.Table, np.ndarray]:
 
 
 # -- command line -------------------------------------------------------------------------------------------
+_EPILOG = """\
+connection strings: libpq key=value or URI, e.g. "host=db.example port=5432 dbname=shop user=ivm" or
+  postgresql://ivm@db.example/shop (a password from PGPASSWORD or ~/.pgpass).
+prerequisites: pip install 'ivm[postgres]'; on the source wal_level = logical (postgresql.conf, restart)
+  and a role with the REPLICATION attribute that can read the tables (and create the publication, or
+  create it yourself: CREATE PUBLICATION ivm FOR TABLE ...); on the target, a role that can create the schema.
+tables: views name source tables as in PostgreSQL: unqualified on the source role's search_path,
+  schema.table for others, "Quoted" names keep their case. Views cannot read the target schema.
+exit status: 0 when stopped (SIGTERM, SIGINT), 1 for a problem only the operator can fix (bad views file,
+  unknown database or role, wal_level, missing privilege, another sidecar on the same --schema or --slot).
+  Lost connections are retried with backoff; a dropped slot or a changed source table is taken up from a
+  new snapshot.
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="ivm sidecar", description=__doc__.split("\n\n")[0])
-    p.add_argument("--source", required=True, help="source database connection string")
+    p = argparse.ArgumentParser(
+        prog="ivm sidecar",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_EPILOG,
+    )
+    p.add_argument("--source", required=True, help="source database connection string (DSN, see below)")
     p.add_argument("--views", required=True, help="file of CREATE MATERIALIZED VIEW / CREATE INDEX statements")
     p.add_argument("--target", help="target database (default: the source)")
     p.add_argument("--slot", default="ivm", help="logical replication slot name (default ivm)")
