@@ -161,16 +161,18 @@ def _shown(ref: Ref) -> str:
 
 
 def resolve_tables(
-    conn, views: ViewsFile, target_schema: str | None = None
+    conn, views: ViewsFile, target_schema: str | None = None, tolerant: bool = False
 ) -> tuple[dict[Ref, SourceTable], list[str], dict[str, str]]:
     """Each table the views name, as the source resolves the name (on the connection's search path when it
     has no schema): its columns, key and replica identity. ``ConfigError`` listing every table that cannot be
     followed and why, or that lies in ``target_schema`` (the sidecar's own output, when it writes into the
-    source database). Also returns the engine statements: the views with each table named as the engine
-    names it, and the views that read a column ivm cannot represent, with a message."""
+    source database) -- unless ``tolerant``, when the views reading such a table are reported instead. Also
+    returns the engine statements: the views with each table named as the engine names it, and the views
+    that cannot run (they read a column ivm cannot represent, or with ``tolerant`` such a table), with why."""
     by_ref: dict[Ref, SourceTable] = {}
     by_oid: dict[int, SourceTable] = {}
-    problems: list[str] = []
+    problems: dict[Ref, str] = {}
+    unusable: dict[int, str] = {}
     for ref in views.refs:
         qualified = quote(ref[1]) if ref[0] is None else f"{quote(ref[0])}.{quote(ref[1])}"
         row = conn.execute(
@@ -180,22 +182,34 @@ def resolve_tables(
         ).fetchone()
         if row is None or row[4] not in ("r", "p"):
             where = "" if ref[0] else " on the search path"
-            problems.append(f"table {_shown(ref)!r} does not exist in the source database{where}")
+            problems[ref] = f"table {_shown(ref)!r} does not exist in the source database{where}"
             continue
         oid, schema, name, ident, _ = row
         if schema == target_schema:
-            problems.append(
+            problems[ref] = (
                 f"table {schema}.{name} is in {schema!r}, the schema the sidecar writes its views into: "
                 "a view cannot read the sidecar's own output (choose another --schema)"
             )
             continue
         if oid not in by_oid:
-            by_oid[oid] = _read_table(conn, oid, schema, name, ident, problems)
+            found: list[str] = []
+            by_oid[oid] = _read_table(conn, oid, schema, name, ident, found)
+            if found:
+                unusable[oid] = "; ".join(found)
+        if oid in unusable:
+            problems[ref] = unusable[oid]
+            continue
         by_ref[ref] = by_oid[oid]
-    if problems:
-        raise ConfigError("; ".join(problems))
+    if problems and not tolerant:
+        raise ConfigError("; ".join(dict.fromkeys(problems.values())))
+    failed: dict[str, str] = {}
+    for v in views.views:  # in file order: a view reads only views defined before it
+        why = [problems[r] for r in views.reads[v] if r in problems]
+        why += [failed[u] for u in views.uses[v] if u in failed]
+        if why:
+            failed[v] = f"view {v!r}: {why[0]}"
     statements = [_engine_statement(s, views, by_ref) for s in views.statements]
-    return by_ref, statements, _unrepresentable(views, by_ref)
+    return by_ref, statements, {**_unrepresentable(views, by_ref), **failed}
 
 
 def _read_table(conn, oid: int, schema: str, name: str, ident, problems: list[str]) -> SourceTable:
@@ -254,7 +268,7 @@ def columns_read(views: ViewsFile, tables: dict[Ref, SourceTable]) -> dict[str, 
     for v in views.views:
         names, star = views.columns[v]
         direct[v] = {}
-        for ref in views.reads[v]:
+        for ref in views.reads[v] & tables.keys():
             t = tables[ref]
             cols = {c for c, _, _ in t.columns if star or c in names}
             direct[v].setdefault(t.engine, set()).update(cols)
@@ -289,7 +303,7 @@ def _engine_statement(stmt: exp.Expression, views: ViewsFile, tables: dict[Ref, 
         for t in list(query.find_all(exp.Table)):
             schema = _fold(t.args["db"]) if t.args.get("db") else None
             name = _fold(t.this)
-            if schema is None and (name in ctes or name in views.views):
+            if (schema is None and (name in ctes or name in views.views)) or (schema, name) not in tables:
                 continue
             alias = t.args.get("alias") or exp.TableAlias(this=t.this.copy())
             engine = exp.to_identifier(tables[(schema, name)].engine, quoted=True)
@@ -349,13 +363,15 @@ def _key(plan: Plan, keys: dict[str, tuple[int, ...]]) -> tuple[int, ...] | None
     return None
 
 
-def view_pg_types(conn, views: ViewsFile) -> dict[str, list[str]] | None:
-    """Each view's column types as Postgres itself types the view's SQL over the source tables (temporary
-    views in a rolled-back transaction), or None when Postgres cannot run that SQL."""
+def view_pg_types(conn, views: ViewsFile, skip=()) -> dict[str, list[str]] | None:
+    """Each view's column types (but those of ``skip``) as Postgres itself types the view's SQL over the
+    source tables (temporary views in a rolled-back transaction), or None when Postgres cannot run that SQL."""
     out = {}
     try:
         with conn.transaction(force_rollback=True):
             for name, query in views.views.items():
+                if name in skip:
+                    continue
                 conn.execute(f"CREATE TEMP VIEW {quote(name)} AS {query}")
                 out[name] = [
                     r[0]

@@ -134,7 +134,8 @@ class Sidecar:
         self.on_batch = on_batch
         self.stopping = False
         self.started = False  # the target has been written once: a view that no longer works fails alone
-        self.failed: dict[str, str] = {}  # views that failed at a restart, with why
+        self.failed: dict[str, str] = {}  # views that cannot run since a change of the source, with why
+        self.missing: list[tuple[str | None, str]] = []  # tables views name that do not exist (now)
 
     def stop(self) -> None:
         """Stop after the batch in flight."""
@@ -201,12 +202,13 @@ class Sidecar:
                 src.connect()
                 same = _where(src.conn) == _where(tgt.conn)
                 tables, statements, problems = resolve_tables(
-                    src.conn, self.views_file, self.schema if same else None
+                    src.conn, self.views_file, self.schema if same else None, tolerant=self.started
                 )
                 if problems and not self.started:
                     raise ConfigError("; ".join(problems.values()))
                 self._fail(problems)
-                pg_types = view_pg_types(src.conn, self.views_file)
+                self.missing = [r for r in self.views_file.refs if r not in tables]
+                pg_types = view_pg_types(src.conn, self.views_file, self.failed)
             followed = list({t.oid: t for t in tables.values()}.values())
             db, views, feeds, subs = self._engine(tables, statements, pg_types)
             with SOURCE:
@@ -256,7 +258,8 @@ class Sidecar:
                 message = f"views file: {err} in {stmt.sql(dialect='postgres')[:80]!r}"
                 if not self.started:
                     raise ConfigError(message) from err
-                self._fail({name: message})
+                log.error("view %r stopped: %s", name, message)
+                self.failed[name] = message
         views, subs = {}, {}
         keys = {n: t.primary_key for n, t in db.catalog.tables.items() if t.primary_key}
         for name in self.views_file.views:
@@ -289,11 +292,12 @@ class Sidecar:
         return db, views, feeds, subs
 
     def _fail(self, problems: dict[str, str]) -> None:
-        """Views that no longer work after a change of the source: they stop, keeping their last contents."""
+        """The views that do not work after a change of the source (those of the previous start are
+        forgotten: a change may make them work again): they stop, keeping their last contents."""
+        before, self.failed = self.failed, dict(problems)
         for v, message in problems.items():
-            if v not in self.failed:
+            if before.get(v) != message:
                 log.error("view %r stopped: %s", v, message)
-                self.failed[v] = message
 
     def _errors(self, db, feeds: dict, subs: dict) -> dict[str, str]:
         """The views in error now: a value they cannot compute (the engine's), or a value of a column they
@@ -333,9 +337,9 @@ class Sidecar:
                     with SOURCE:
                         src.advance(before)
                     idle_since = time.monotonic()
-                if time.monotonic() - checked >= 5.0:  # a followed table dropped or replaced sends nothing
+                if time.monotonic() - checked >= 5.0:  # a table dropped, replaced or created sends nothing
                     with SOURCE:
-                        _check_tables(src.conn, feeds)
+                        _check_tables(src.conn, feeds, self.missing)
                     checked = time.monotonic()
                 self._sleep(0.05)
                 continue
@@ -424,12 +428,17 @@ def _check_relation(rel: Relation, feeds: dict) -> None:
         raise Resnapshot(f"source table {feed.table.engine} changed ({change})")
 
 
-def _check_tables(conn, feeds: dict) -> None:
-    """``Resnapshot`` when a followed table was dropped, renamed or replaced by another of its name."""
+def _check_tables(conn, feeds: dict, missing: list[tuple[str | None, str]]) -> None:
+    """``Resnapshot`` when a followed table was dropped, renamed or replaced by another of its name, or a
+    table a view names and that did not exist now does."""
     for feed in feeds.values():
         t = feed.table
         if conn.execute("SELECT to_regclass(%s)::oid", (t.sql,)).fetchone()[0] != t.oid:
             raise Resnapshot(f"source table {t.engine} was dropped, renamed or replaced")
+    for schema, name in missing:
+        qualified = quote(name) if schema is None else f"{quote(schema)}.{quote(name)}"
+        if conn.execute("SELECT to_regclass(%s)", (qualified,)).fetchone()[0] is not None:
+            raise Resnapshot(f"source table {name if schema is None else f'{schema}.{name}'} was created")
 
 
 def _groups(txns: list[Transaction]) -> list[list[Transaction]]:

@@ -313,3 +313,41 @@ def test_12_wal_level_replica_fails_fast_saying_what_to_set(tmp_path, capsys):
         path.write_text("CREATE MATERIALIZED VIEW v AS SELECT id FROM t")
         assert main(["--source", cluster.dsn, "--views", str(path)]) == 1
     assert "set wal_level = logical" in capsys.readouterr().err
+
+
+def test_13_a_table_dropped_stops_its_views_alone_and_created_again_brings_them_back(dsn, caplog):
+    views = (
+        MARKER_VIEW
+        + """
+CREATE MATERIALIZED VIEW on_a AS SELECT COUNT(*) AS n FROM a;
+CREATE MATERIALIZED VIEW on_b AS SELECT id, v FROM b;
+CREATE MATERIALIZED VIEW on_on_b AS SELECT COUNT(*) AS n FROM on_b;
+"""
+    )
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(MARKER + "CREATE TABLE a (id int PRIMARY KEY); CREATE TABLE b (id int PRIMARY KEY, v text);")
+        c.execute("INSERT INTO a VALUES (1); INSERT INTO b VALUES (1, 'x')")
+        with running(dsn, views):
+            c.execute("DROP TABLE b")
+            deadline = time.monotonic() + 60
+            while not _status(c).get("on_b", "").startswith("failed: "):
+                assert time.monotonic() < deadline, _status(c)
+                time.sleep(0.05)
+            st = _status(c)
+            assert "table 'b' does not exist" in st["on_b"] and st["on_on_b"].startswith("failed: "), st
+            c.execute("INSERT INTO a VALUES (2)")
+            wait_for_marker(dsn, bump_marker(dsn), timeout=60)
+            assert c.execute("SELECT n FROM ivm.on_a").fetchall() == [(2,)]
+            assert c.execute("SELECT * FROM ivm.on_b").fetchall() == [(1, "x")]  # its last contents
+            c.execute("CREATE TABLE b (id int PRIMARY KEY, v text); INSERT INTO b VALUES (7, 'new')")
+            deadline = time.monotonic() + 60
+            while set(_status(c).values()) != {"running: "}:
+                assert time.monotonic() < deadline, _status(c)
+                time.sleep(0.05)
+            c.execute("INSERT INTO b VALUES (8, 'newer')")
+            wait_for_marker(dsn, bump_marker(dsn), timeout=60)
+            assert sorted(c.execute("SELECT * FROM ivm.on_b").fetchall()) == [(7, "new"), (8, "newer")]
+            assert c.execute("SELECT n FROM ivm.on_on_b").fetchall() == [(2,)]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("source table public.b was dropped, renamed or replaced" in m for m in messages)
+    assert any("source table b was created" in m for m in messages)
