@@ -94,8 +94,11 @@ def sort_indices(columns: list[pa.Array], keys: list[tuple[int, bool, bool]]) ->
         if pa.types.is_dictionary(col.type):
             col = col.cast(col.type.value_type)
         cols[f"n{i}"] = pc.is_null(col)
-        cols[f"k{i}"] = col
         sort_keys += [(f"n{i}", "descending" if nulls_first else "ascending")]
+        if pa.types.is_floating(col.type):  # NaN above every other double, as in PostgreSQL
+            cols[f"f{i}"] = pc.is_nan(col).fill_null(False)
+            sort_keys += [(f"f{i}", "descending" if desc else "ascending")]
+        cols[f"k{i}"] = col
         sort_keys += [(f"k{i}", "descending" if desc else "ascending")]
     return pc.sort_indices(pa.table(cols), sort_keys=sort_keys)
 

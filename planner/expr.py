@@ -15,7 +15,7 @@ import numpy as np
 
 from ivm.operators.basic import EvaluationError
 from ivm.strings import POOL
-from planner.functions import FUNCTIONS, text_ranks
+from planner.functions import COMPARISONS, FUNCTIONS, compare_values, text_ranks
 from sql.logical import Call, ColRef, Const, Expr
 from sql.types import format_text, parse_text
 
@@ -174,26 +174,16 @@ def _no_least(e: Call, a: np.ndarray, m) -> None:
         raise EvaluationError("integer out of range" if e.type.kind == "int" else "numeric field overflow")
 
 
-_CMP = {
-    "eq": np.equal,
-    "ne": np.not_equal,
-    "lt": np.less,
-    "le": np.less_equal,
-    "gt": np.greater,
-    "ge": np.greater_equal,
-}
-
-
 def _compare(e: Call, cols, valid, n):
     if e.args[0].type.kind != "text" and not all(isinstance(a, Const) for a in e.args):
         (a, ma), (b, mb) = (_operand(x, cols, valid, n) for x in e.args)
-        return _CMP[e.op](a, b), _and_masks(ma, mb)
+        return compare_values(e.op, a, b), _and_masks(ma, mb)
     (a, ma), (b, mb) = _args(e, cols, valid, n)
     if e.args[0].type.kind == "text" and n:
         a, b = POOL.canonical(a), POOL.canonical(b)  # a table may store text under codes not canonical
         if e.op not in ("eq", "ne"):
             a, b = text_ranks([a, b])
-    return _CMP[e.op](a, b), _and_masks(ma, mb)
+    return COMPARISONS[e.op](a, b), _and_masks(ma, mb)
 
 
 def _truth(data: np.ndarray, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -569,6 +559,6 @@ _CALLS = {
     "fit_decimal": _fit_decimal,
     "is_true": _is_true,
     "is_false": _is_true,
-    **{k: _compare for k in _CMP},
+    **{k: _compare for k in COMPARISONS},
     **{op: _evaluated(fn) for op, fn in FUNCTIONS.items()},
 }

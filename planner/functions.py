@@ -58,6 +58,32 @@ def _round(e: Call, args: list[Value], n: int) -> Value:
     return q.astype(np.int64), m
 
 
+COMPARISONS = {
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+}
+
+
+def compare_values(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a op b`` elementwise, doubles in PostgreSQL's order: NaN equals NaN and is above every other value."""
+    if a.dtype.kind != "f" and b.dtype.kind != "f":
+        return COMPARISONS[op](a, b)
+    na, nb = np.isnan(a), np.isnan(b)
+    if not (na.any() or nb.any()):
+        return COMPARISONS[op](a, b)
+    if op in ("gt", "ge"):
+        a, b, na, nb, op = b, a, nb, na, "lt" if op == "gt" else "le"
+    eq = (a == b) | (na & nb)
+    if op in ("eq", "ne"):
+        return eq if op == "eq" else ~eq
+    less = (a < b) | (~na & nb)
+    return less if op == "lt" else less | eq
+
+
 def _floor_ceil(e: Call, args: list[Value], n: int) -> Value:
     ((a, m),) = args
     if a.dtype.kind == "f":
@@ -73,9 +99,9 @@ def _extreme(e: Call, args: list[Value], n: int) -> Value:
     data, mask = args[0][0].copy(), args[0][1]
     best = ranks[0].copy()
     mask = np.ones(n, dtype=bool) if mask is None else mask.copy()
-    better = np.greater if e.op == "greatest" else np.less
+    better = "gt" if e.op == "greatest" else "lt"
     for (v, vm), r in zip(args[1:], ranks[1:], strict=True):
-        take = better(r, best) | ~mask
+        take = compare_values(better, r, best) | ~mask
         if vm is not None:
             take &= vm
         data[take] = v[take]

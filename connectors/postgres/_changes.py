@@ -143,8 +143,10 @@ class TableFeed:
         sidecar starts a new engine step at each transaction with such updates, so that commit is the state
         just before the transaction."""
         by_col: dict[int, list[int]] = {}
-        for i, j in ch.unchanged:
-            by_col.setdefault(j, []).append(i)
+        held = {p: j for j, p in enumerate(self.positions)}  # the relation's column -> the engine's
+        for i, p in ch.unchanged:
+            if p in held:
+                by_col.setdefault(held[p], []).append(i)
         kcols = [f"k{i}" for i in range(len(self.key))]
         for j, idx_list in by_col.items():
             idx = np.array(sorted(set(idx_list)), dtype=np.int64)

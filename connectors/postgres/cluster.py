@@ -6,6 +6,7 @@ user is root the server runs as the ``postgres`` OS user (its data directory the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -84,6 +85,40 @@ class LocalCluster:
             self._run(["pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop"])
             self.running = False
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def database(self, name: str, timezone: str | None = None):
+        """A new empty database (with ``timezone`` as its default TimeZone); its DSN for the ``with`` block,
+        after which it is dropped together with its replication slots."""
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as c:
+            c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            c.execute(f"CREATE DATABASE {name}")
+            if timezone:
+                c.execute(f"ALTER DATABASE {name} SET TimeZone = '{timezone}'")
+        try:
+            yield self.dsn.replace("dbname=postgres", f"dbname={name}")
+        finally:
+            with psycopg.connect(self.dsn, autocommit=True) as c:
+                for (slot,) in c.execute(
+                    "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (name,)
+                ).fetchall():
+                    c.execute(
+                        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                        "WHERE slot_name = %s AND active_pid IS NOT NULL",
+                        (slot,),
+                    )
+                    deadline = time.monotonic() + 30
+                    while True:
+                        try:
+                            c.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                            break
+                        except psycopg.errors.ObjectInUse:
+                            if time.monotonic() > deadline:
+                                raise
+                            time.sleep(0.05)
+                c.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
     def __enter__(self) -> LocalCluster:
         return self.start()

@@ -286,9 +286,16 @@ def _extreme(x: np.ndarray, use: np.ndarray, starts: np.ndarray, kind: str) -> n
         info = np.iinfo(x.dtype)
         fill = info.max if kind == "min" else info.min
     xv = np.where(use, x, np.array(fill, dtype=x.dtype))
-    fn = np.minimum if kind == "min" else np.maximum
-    out = fn.reduceat(xv, starts)
-    return out
+    if x.dtype.kind == "f" and kind == "min":
+        # NaN is above every other double (as in PostgreSQL): the least is NaN only where all values are
+        nan = np.isnan(xv)
+        out = np.fmin.reduceat(xv, starts)
+        if nan.any():
+            only_nan = np.add.reduceat((use & ~nan).astype(np.int64), starts) == 0
+            out[only_nan & (np.add.reduceat(nan.astype(np.int64), starts) > 0)] = np.nan
+        return out
+    fn = np.minimum if kind == "min" else np.maximum  # np.maximum's NaN wins, as in PostgreSQL
+    return fn.reduceat(xv, starts)
 
 
 def _count_distinct(group: np.ndarray, x: np.ndarray, use: np.ndarray, starts: np.ndarray):
@@ -332,6 +339,10 @@ class TopK:
                 keys.append(m if first else ~m)  # a NULL's False sorts before every value's True
             # descending: negated doubles, complemented integers (~x reverses the order and, unlike -x, does
             # not wrap at the least 64-bit integer)
+            if x.dtype.kind == "f":
+                nan = np.isnan(x)
+                if nan.any():
+                    keys.append(~nan if desc else nan)  # NaN above every other double, as in PostgreSQL
             xk = (-x.astype(np.float64) if x.dtype.kind == "f" else ~x.astype(np.int64)) if desc else x
             keys.append(xk)
         keys += sort_keys(g.columns, g.valid, None)

@@ -390,3 +390,41 @@ def test_a_view_only_dropped_views_read_can_be_dropped():
         db.execute("DROP TABLE t1")
     db.execute("DROP VIEW v2")
     db.execute("DROP TABLE t1")
+
+
+def test_nan_equals_itself_and_is_above_every_other_double_as_in_postgresql():
+    """PostgreSQL orders doubles totally: NaN = NaN, NaN > Infinity; comparisons, MIN/MAX, GREATEST/LEAST,
+    ORDER BY (display and top-k, either direction), joins and DISTINCT all agree, in views as in queries."""
+    db = ivm.connect()
+    db.execute("CREATE TABLE f (id INTEGER PRIMARY KEY, d DOUBLE PRECISION)")
+    inf = float("inf")
+    db.execute(
+        "INSERT INTO f VALUES (1, CAST('NaN' AS DOUBLE PRECISION)), (2, CAST('NaN' AS DOUBLE PRECISION)), "
+        "(3, CAST('-Infinity' AS DOUBLE PRECISION)), (4, 1.0), (5, NULL)"
+    )
+    db.execute("CREATE MATERIALIZED VIEW top2 AS SELECT id FROM f ORDER BY d DESC NULLS LAST LIMIT 2")
+    db.execute("CREATE MATERIALIZED VIEW lo AS SELECT MIN(d) AS lo, MAX(d) AS hi FROM f WHERE id <> 3")
+
+    def rows(sql):
+        out = db.execute(sql).fetchall()
+        return [tuple("NaN" if isinstance(v, float) and v != v else v for v in r) for r in out]
+
+    assert rows("SELECT id, d > 0, d = d, d < CAST('Infinity' AS DOUBLE PRECISION) FROM f ORDER BY id") == [
+        (1, True, True, False),
+        (2, True, True, False),
+        (3, False, True, True),
+        (4, True, True, True),
+        (5, None, None, None),
+    ]
+    assert rows("SELECT MIN(d), MAX(d) FROM f") == [(-inf, "NaN")]
+    assert rows("SELECT MIN(d) FROM f WHERE id < 3") == [("NaN",)]
+    assert rows("SELECT id FROM f ORDER BY d DESC, id") == [(5,), (1,), (2,), (4,), (3,)]
+    assert rows("SELECT id FROM f ORDER BY d, id LIMIT 3") == [(3,), (4,), (1,)]
+    extremes = "SELECT GREATEST(d, 5.0), LEAST(d, 5.0) FROM f WHERE id IN (1, 4) ORDER BY id"
+    assert rows(extremes) == [("NaN", 5.0), (5.0, 1.0)]
+    assert rows("SELECT COUNT(DISTINCT d), COUNT(*) FROM f a JOIN f b USING (d)") == [(3, 6)]
+    assert rows("SELECT * FROM top2 ORDER BY id") == [(1,), (2,)]
+    assert rows("SELECT * FROM lo") == [(1.0, "NaN")]
+    db.execute("DELETE FROM f WHERE id IN (1, 2)")
+    assert rows("SELECT * FROM top2 ORDER BY id") == [(3,), (4,)]
+    assert rows("SELECT * FROM lo") == [(1.0, 1.0)]

@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from connectors.postgres.cluster import LocalCluster
@@ -27,33 +26,8 @@ def cluster():
 @pytest.fixture
 def dsn(cluster):
     """A new empty database on the session's cluster."""
-    name = f"t{next(_names)}"
-    with psycopg.connect(cluster.dsn, autocommit=True) as c:
-        c.execute(f"CREATE DATABASE {name}")
-    yield cluster.dsn.replace("dbname=postgres", f"dbname={name}")
-    with psycopg.connect(cluster.dsn, autocommit=True) as c:
-        for (slot,) in c.execute(
-            "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (name,)
-        ).fetchall():
-            c.execute(
-                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-                "WHERE slot_name = %s AND active_pid IS NOT NULL",
-                (slot,),
-            )
-            _drop_slot(c, slot)
-        c.execute(f"DROP DATABASE {name} WITH (FORCE)")
-
-
-def _drop_slot(c, slot: str) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            c.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            return
-        except psycopg.errors.ObjectInUse:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    with cluster.database(f"t{next(_names)}") as d:
+        yield d
 
 
 class SidecarProcess:
