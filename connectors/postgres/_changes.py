@@ -58,6 +58,12 @@ class TableFeed:
         self.bad.clear()
         raw = [c.combine_chunks() for c in cols]
         if self.key:
+            left_out = self._bad_key(bad, rows.num_rows)
+            if left_out.any():
+                self.bad.left_out(raw, np.flatnonzero(left_out), np.zeros(0, dtype=np.int64))
+                keep = np.flatnonzero(~left_out)
+                rows, bad = rows.take(keep), [None if b is None else b[keep] for b in bad]
+                raw = [r.take(keep) for r in raw]
             self.bad.set(rows, np.arange(rows.num_rows), bad, raw, self.positions)
         else:
             self.bad.count(bad, None, raw, self.positions, 1)
@@ -90,6 +96,11 @@ class TableFeed:
             out.append(_tagged(new.filter(pa.array(has_new)), 1, tx[has_new]))
             out.append(_tagged(old.filter(pa.array(has_old)), -1, tx[has_old]))
             return consolidate(*_join(out))
+        # a row whose key ivm cannot hold is left out (its views are in error while it exists)
+        bad_new, bad_old = self._bad_key(new_bad, len(has_new)), self._bad_key(old_bad, len(has_old))
+        if (bad_new & has_new).any() or (bad_old & has_old).any():
+            self.bad.left_out(ch, np.flatnonzero(has_new & bad_new), np.flatnonzero(has_old & bad_old))
+            has_new, has_old = has_new & ~bad_new, has_old & ~bad_old
         # events in order: the removal of an old key (seq 2i), then the setting of the new row (seq 2i + 1);
         # per key and transaction only the last one counts
         oi, ni = np.flatnonzero(has_old), np.flatnonzero(has_new)
@@ -124,6 +135,7 @@ class TableFeed:
         if current is None:
             firsts = last.filter(pa.array(~same))
             before = db.lookup_arrow(self.table.engine, firsts.select(kcols).rename_columns(self.key))
+            before = before.cast(new.schema)
             if before.num_rows:
                 # which transaction first touched each found key: match found rows to keys by a join
                 probe = firsts.select(kcols).append_column("i", pa.array(np.arange(firsts.num_rows)))
@@ -131,8 +143,17 @@ class TableFeed:
                 found = found.append_column("j", pa.array(np.arange(before.num_rows)))
                 m = found.join(probe, kcols, use_threads=False)
                 j, i = m.column("j").to_numpy(), m.column("i").to_numpy()
-                out.append(_tagged(before.cast(new.schema).take(j), -1, firsts.column("tx").to_numpy()[i]))
+                out.append(_tagged(before.take(j), -1, firsts.column("tx").to_numpy()[i]))
         return _join(out)
+
+    def _bad_key(self, bad: list, n: int) -> np.ndarray:
+        """Which rows hold a key value ivm cannot hold."""
+        out = np.zeros(n, dtype=bool)
+        for k in self.key:
+            b = bad[self.names.index(k)]
+            if b is not None:
+                out |= b
+        return out
 
     def _fill_unchanged(
         self, db, ch, new: pa.Table, old: pa.Table, has_new: np.ndarray, has_old: np.ndarray, tx: np.ndarray
@@ -195,12 +216,33 @@ class BadValues:
         self.key = key
         self.rows: pa.Table | None = None  # key columns, "column", "value"
         self.counts: dict[str, list] = {}  # column -> [count, an example value]
+        self.keys: dict[tuple, None] = {}  # raw keys of rows left out: their key cannot be held
 
     def __bool__(self) -> bool:
-        return bool((self.rows is not None and self.rows.num_rows) or any(c for c, _ in self.counts.values()))
+        counted = any(c for c, _ in self.counts.values())
+        return bool((self.rows is not None and self.rows.num_rows) or counted or self.keys)
 
     def clear(self) -> None:
-        self.rows, self.counts = None, {}
+        self.rows, self.counts, self.keys = None, {}, {}
+
+    def left_out(self, source, written: np.ndarray, removed: np.ndarray) -> None:
+        """Rows whose key cannot be held: ``written`` (events setting such a key, or snapshot rows when
+        ``source`` is a list of columns) and ``removed`` (events removing one), applied in event order."""
+        names = [c[0] for c in self.table.columns]
+        at = [names.index(k) for k in self.key]
+        if isinstance(source, list):  # the snapshot's text columns
+            for i in written.tolist():
+                self.keys[tuple(source[p][i].as_py() for p in at)] = None
+            return
+        sets = [(2 * i + 1, i, True) for i in written.tolist()]
+        events = sorted(sets + [(2 * i, i, False) for i in removed.tolist()])
+        for _, i, writes in events:  # only the events of such rows: they are rare
+            cols = source.new if writes else source.old
+            key = tuple(_as_text(cols[p][i]) for p in at)
+            if writes:
+                self.keys[key] = None
+            else:
+                self.keys.pop(key, None)
 
     def forget(self, keys: pa.Table) -> None:
         """Drop the entries of rows whose key was written or deleted."""
@@ -255,6 +297,13 @@ class BadValues:
                     f"table {t.engine}, row ({', '.join(self.key)})=({key}): column {name} holds "
                     f"{first['value']!r}, which ivm cannot hold as {types[name].shown}{more}"
                 )
+        if self.keys:
+            key = ", ".join(str(v) for v in next(iter(self.keys)))
+            more = f" (and {len(self.keys) - 1} more rows)" if len(self.keys) > 1 else ""
+            out["*"] = (
+                f"table {t.engine}, row ({', '.join(self.key)})=({key}): its primary key cannot be held by ivm "
+                f"({', '.join(types[k].shown for k in self.key)}); the row is left out{more}"
+            )
         for name, (n, example) in self.counts.items():
             if n > 0:
                 out[name] = (
@@ -262,6 +311,10 @@ class BadValues:
                     f"as {types[name].shown}"
                 )
         return out
+
+
+def _as_text(value) -> str | None:
+    return value.decode() if isinstance(value, (bytes, bytearray, memoryview)) else value
 
 
 def _text(values) -> pa.Array:

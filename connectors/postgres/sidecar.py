@@ -308,7 +308,9 @@ class Sidecar:
             if v not in subs or v in out:
                 continue
             for table, cols in bad.items():
-                hit = sorted(set(cols) & reads.get(table, set()))
+                if table not in reads:
+                    continue
+                hit = sorted(set(cols) & reads[table]) or (["*"] if "*" in cols else [])
                 if hit:
                     out[v] = cols[hit[0]]
                     break

@@ -351,3 +351,38 @@ CREATE MATERIALIZED VIEW on_on_b AS SELECT COUNT(*) AS n FROM on_b;
     messages = [r.getMessage() for r in caplog.records]
     assert any("source table public.b was dropped, renamed or replaced" in m for m in messages)
     assert any("source table b was created" in m for m in messages)
+
+
+def test_6_a_row_whose_key_ivm_cannot_hold_is_left_out_and_its_views_in_error(dsn):
+    views = (
+        MARKER_VIEW
+        + """
+CREATE MATERIALIZED VIEW counted AS SELECT COUNT(*) AS n FROM k;
+CREATE MATERIALIZED VIEW labels AS SELECT id, label FROM k;
+CREATE MATERIALIZED VIEW other AS SELECT n FROM marker;
+"""
+    )
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(
+            MARKER + "CREATE TABLE k (id numeric(6,2) PRIMARY KEY, label text);"
+            "INSERT INTO k VALUES ('NaN', 'snapshot'), (1, 'one')"
+        )
+        with running(dsn, views):
+            wait_for_marker(dsn, bump_marker(dsn), timeout=60)
+            st = _status(c)
+            said = "table public.k, row (id)=(NaN): its primary key cannot be held by ivm (numeric(6,2))"
+            assert st["counted"] == st["labels"] == f"error: {said}; the row is left out", st
+            assert st["other"] == "running: "
+            c.execute("DELETE FROM k WHERE id = 'NaN'")
+            c.execute("INSERT INTO k VALUES (2, 'two')")
+            _sync(dsn, views)
+            assert set(_status(c).values()) == {"running: "}
+            with c.transaction():  # in and out within a batch, then in again
+                c.execute("INSERT INTO k VALUES ('NaN', 'a')")
+                c.execute("UPDATE k SET id = 3 WHERE id = 'NaN'")
+                c.execute("UPDATE k SET id = 'NaN' WHERE id = 2")
+            wait_for_marker(dsn, bump_marker(dsn), timeout=60)
+            assert _status(c)["counted"].startswith("error: "), _status(c)
+            c.execute("UPDATE k SET id = 4 WHERE id = 'NaN'")
+            _sync(dsn, views)
+            assert set(_status(c).values()) == {"running: "}
