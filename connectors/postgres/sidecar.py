@@ -90,11 +90,13 @@ class _Side:
         if not isinstance(err, psycopg.Error):
             return False
         text = str(err).strip()
-        if (
-            self.side == "source"
-            and "replication slot" in text
-            and (isinstance(err, psycopg.errors.UndefinedObject) or "invalidated" in text or "removed" in text)
-        ):
+        detail = (err.diag.message_detail or "").strip()
+        if detail:
+            text = f"{text} ({detail})"
+        lost = isinstance(err, psycopg.errors.UndefinedObject) or any(
+            w in text for w in ("invalidated", "removed", "no longer get changes")
+        )
+        if self.side == "source" and "replication slot" in text and lost:
             raise Resnapshot(f"source: {text}") from err
         if isinstance(err, psycopg.errors.InsufficientPrivilege) or _PERMANENT.search(text):
             hint = ""

@@ -386,3 +386,39 @@ CREATE MATERIALIZED VIEW other AS SELECT n FROM marker;
             c.execute("UPDATE k SET id = 4 WHERE id = 'NaN'")
             _sync(dsn, views)
             assert set(_status(c).values()) == {"running: "}
+
+
+def test_8_a_slot_that_lost_its_wal_is_taken_up_from_a_new_snapshot(tmp_path, caplog):
+    """With ``max_slot_wal_keep_size`` a slot held back too long is invalidated at a checkpoint: the sidecar
+    says so and takes a new snapshot."""
+    views = MARKER_VIEW + "CREATE MATERIALIZED VIEW s AS SELECT SUM(v) AS v FROM t;\n"
+    settings = {"max_slot_wal_keep_size": "1MB", "wal_keep_size": "0", "min_wal_size": "32MB"}
+    with (
+        LocalCluster(settings=settings) as cluster,
+        cluster.database("lost") as dsn,
+        psycopg.connect(dsn, autocommit=True) as c,
+    ):
+        c.execute(MARKER + "CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t VALUES (1, 1)")
+        with running(dsn, views), psycopg.connect(dsn) as blocker:
+            blocker.execute("LOCK TABLE ivm.s IN ACCESS EXCLUSIVE MODE")  # the next batch waits
+            c.execute("INSERT INTO t VALUES (2, 41)")
+            deadline = time.monotonic() + 60
+            while not c.execute(  # the sidecar waits on the target, the slot is idle
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND application_name LIKE 'ivm sidecar%'"
+            ).fetchone()[0]:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            for _ in range(4):  # WAL beyond what the slot may keep, then a checkpoint
+                c.execute(
+                    "CREATE TABLE filler AS SELECT g FROM generate_series(1, 100000) g; DROP TABLE filler"
+                )
+                c.execute("SELECT pg_switch_wal()")
+            c.execute("CHECKPOINT")
+            assert c.execute("SELECT wal_status FROM pg_replication_slots").fetchone()[0] == "lost"
+            blocker.rollback()
+            c.execute("INSERT INTO t VALUES (3, 100)")
+            _sync(dsn, views)
+            assert c.execute("SELECT v FROM ivm.s").fetchall() == [(142,)]
+    said = [r.getMessage() for r in caplog.records if "taking a new snapshot" in r.getMessage()]
+    assert said and "replication slot" in said[0], said
