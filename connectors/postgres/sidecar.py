@@ -138,6 +138,7 @@ class Sidecar:
         self.started = False  # the target has been written once: a view that no longer works fails alone
         self.failed: dict[str, str] = {}  # views that cannot run since a change of the source, with why
         self.missing: list[tuple[str | None, str]] = []  # tables views name that do not exist (now)
+        self.unwritable: dict[str, list] = {}  # view -> [rows its target cannot hold, an example]
 
     def stop(self) -> None:
         """Stop after the batch in flight."""
@@ -230,7 +231,8 @@ class Sidecar:
                 if rows.num_rows:
                     db.insert_arrow(t.engine, rows)
             db.execute("COMMIT")
-            contents = {name: _diffs(sub) for name, sub in subs.items()}
+            self.unwritable = {}
+            contents = {name: self._writable(views[name], _diffs(sub)) for name, sub in subs.items()}
             with TARGET:
                 tgt.replace_all(list(views.values()), contents, lsn, self.failed)
             self.started = True
@@ -301,10 +303,38 @@ class Sidecar:
             if before.get(v) != message:
                 log.error("view %r stopped: %s", v, message)
 
+    def _writable(self, view: ViewTarget, change: tuple[pa.Table, np.ndarray]) -> tuple[pa.Table, np.ndarray]:
+        """A view's change without the rows whose value its target column cannot hold: Postgres computes the
+        view's smallint and integer columns in that width and fails where ivm's 64 bits do not. The view is
+        in error while such rows are in it (counted, as they come and go)."""
+        rows, diff = change
+        bad = np.zeros(rows.num_rows, dtype=bool)
+        what = None
+        for j, t in enumerate(view.pg_types):
+            bits = {"smallint": 15, "integer": 31}.get(t)
+            if bits is None or rows.num_rows == 0:
+                continue
+            col = rows.column(j).to_numpy(zero_copy_only=False)
+            valid = ~np.asarray(rows.column(j).is_null().to_numpy(zero_copy_only=False), dtype=bool)
+            out = valid & ((np.nan_to_num(col) < -(2**bits)) | (np.nan_to_num(col) >= 2**bits))
+            if out.any():
+                what = what or f"{t} out of range in column {view.columns[j]!r}: {int(col[out][0])}"
+                bad |= out
+        if not bad.any():
+            return change
+        entry = self.unwritable.setdefault(view.name, [0, what])
+        entry[0] += int(diff[bad].sum())
+        entry[1] = what
+        keep = np.flatnonzero(~bad)
+        return rows.take(keep), diff[keep]
+
     def _errors(self, db, feeds: dict, subs: dict) -> dict[str, str]:
-        """The views in error now: a value they cannot compute (the engine's), or a value of a column they
-        read that ivm cannot hold."""
+        """The views in error now: a value they cannot compute (the engine's), a value of a column they
+        read that ivm cannot hold, or a value their target cannot hold."""
         out = {v: e for v, e in db.view_errors().items() if v in subs}
+        for v, (n, what) in self.unwritable.items():
+            if n > 0 and v in subs and v not in out:
+                out[v] = f"{what} (the target column cannot hold it; Postgres fails the same way)"
         bad = {f.table.engine: f.bad.columns() for f in feeds.values() if f.bad}
         for v, reads in self.reads.items():
             if v not in subs or v in out:
@@ -373,7 +403,7 @@ class Sidecar:
                     newly_failed[v] = msg
                     db.execute(f"DROP VIEW {quote(v)}")
                     del subs[v]
-            diffs = {name: _diffs(sub) for name, sub in subs.items()}
+            diffs = {name: self._writable(tgt.views[name], _diffs(sub)) for name, sub in subs.items()}
             lsn = format_lsn(max(seen, txns[-1].end_lsn))
             now = self._errors(db, feeds, subs)
             changed = {v: now.get(v) for v in {*now, *in_error} if now.get(v) != in_error.get(v)}

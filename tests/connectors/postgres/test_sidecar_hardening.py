@@ -422,3 +422,27 @@ def test_8_a_slot_that_lost_its_wal_is_taken_up_from_a_new_snapshot(tmp_path, ca
             assert c.execute("SELECT v FROM ivm.s").fetchall() == [(142,)]
     said = [r.getMessage() for r in caplog.records if "taking a new snapshot" in r.getMessage()]
     assert said and "replication slot" in said[0], said
+
+
+def test_5_an_integer_result_beyond_its_postgres_width_is_an_error_of_the_view(dsn):
+    """Postgres computes ``a * b`` of integers as integer and fails past 2^31; the view is in error while such
+    a row is in it (the target column is integer), and the sidecar goes on."""
+    views = (
+        MARKER_VIEW
+        + """
+CREATE MATERIALIZED VIEW products AS SELECT id, a * b AS p FROM t;
+CREATE MATERIALIZED VIEW sums AS SELECT SUM(a) AS s FROM t;
+"""
+    )
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(MARKER + "CREATE TABLE t (id int PRIMARY KEY, a int, b int); INSERT INTO t VALUES (1, 2, 3)")
+        with running(dsn, views):
+            c.execute("INSERT INTO t VALUES (2, 65536, 65536), (3, 4, 5)")
+            wait_for_marker(dsn, bump_marker(dsn), timeout=60)
+            st = _status(c)
+            assert st["products"].startswith("error: integer out of range in column 'p': 4294967296"), st
+            assert st["sums"] == "running: "
+            assert sorted(c.execute("SELECT * FROM ivm.products").fetchall()) == [(1, 6), (3, 20)]
+            c.execute("UPDATE t SET b = 2 WHERE id = 2")
+            _sync(dsn, views)
+            assert set(_status(c).values()) == {"running: "}
