@@ -15,7 +15,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from connectors.postgres._types import PgType, UnsupportedType, pg_type
+from connectors.postgres._types import TIMESTAMPTZ, PgType, UnsupportedType, pg_type
 from connectors.postgres.target import quote
 from sql.logical import Aggregate, Canon, ColRef, Distinct, Filter, Plan, Project, Scan, TopK
 
@@ -161,14 +161,16 @@ def _shown(ref: Ref) -> str:
 
 
 def resolve_tables(
-    conn, views: ViewsFile, target_schema: str | None = None, tolerant: bool = False
+    conn, views: ViewsFile, target_schema: str | None = None, tolerant: bool = False, zone: str | None = None
 ) -> tuple[dict[Ref, SourceTable], list[str], dict[str, str]]:
     """Each table the views name, as the source resolves the name (on the connection's search path when it
     has no schema): its columns, key and replica identity. ``ConfigError`` listing every table that cannot be
     followed and why, or that lies in ``target_schema`` (the sidecar's own output, when it writes into the
     source database) -- unless ``tolerant``, when the views reading such a table are reported instead. Also
     returns the engine statements: the views with each table named as the engine names it, and the views
-    that cannot run (they read a column ivm cannot represent, or with ``tolerant`` such a table), with why."""
+    that cannot run (they read a column ivm cannot represent, or with ``tolerant`` such a table, or compute
+    with a timestamptz column where Postgres' answer depends on the source's time ``zone`` when it is not
+    UTC), with why."""
     by_ref: dict[Ref, SourceTable] = {}
     by_oid: dict[int, SourceTable] = {}
     problems: dict[Ref, str] = {}
@@ -209,7 +211,8 @@ def resolve_tables(
         if why:
             failed[v] = f"view {v!r}: {why[0]}"
     statements = [_engine_statement(s, views, by_ref) for s in views.statements]
-    return by_ref, statements, {**_unrepresentable(views, by_ref), **failed}
+    zoned = _zone_dependent(views, by_ref, zone) if zone else {}
+    return by_ref, statements, {**zoned, **_unrepresentable(views, by_ref), **failed}
 
 
 def _read_table(conn, oid: int, schema: str, name: str, ident, problems: list[str]) -> SourceTable:
@@ -278,6 +281,58 @@ def columns_read(views: ViewsFile, tables: dict[Ref, SourceTable]) -> dict[str, 
         for u in views.uses[v]:
             for t, c in out[u].items():
                 out[v].setdefault(t, set()).update(c)
+    return out
+
+
+_INSTANT_SAFE = (
+    exp.Select,
+    exp.Alias,
+    exp.Count,
+    exp.Min,
+    exp.Max,
+    exp.Group,
+    exp.Ordered,
+    exp.Is,
+    exp.Distinct,
+)
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
+
+
+def _zone_dependent(views: ViewsFile, tables: dict[Ref, SourceTable], zone: str) -> dict[str, str]:
+    """Views that compute with a timestamptz column in a way whose answer depends on the session's time zone
+    (a cast to date or text, EXTRACT, date_trunc, a comparison with a literal, arithmetic): ivm holds such
+    values in UTC, Postgres evaluates them in ``zone``. Projecting, grouping, ordering, MIN/MAX/COUNT and
+    comparing two such columns depend on the instant alone."""
+    out = {}
+    for stmt, v in zip(views.statements, views.owners, strict=True):
+        if v not in views.views or not isinstance(stmt, exp.Create):
+            continue
+        zoned = {
+            c: t.engine
+            for ref in views.reads[v] & tables.keys()
+            for t in [tables[ref]]
+            for c, typ, _ in t.columns
+            if typ.oid == TIMESTAMPTZ and c not in t.unsupported
+        }
+        for col in stmt.expression.find_all(exp.Column):
+            name = _fold(col.this)
+            if name not in zoned:
+                continue
+            parent = col.parent
+            if isinstance(parent, _INSTANT_SAFE):
+                continue
+            if isinstance(parent, _COMPARISONS) and all(
+                isinstance(side, exp.Column) and _fold(side.this) in zoned
+                for side in (parent.this, parent.expression)
+            ):
+                continue
+            out[v] = (
+                f"view {v!r} computes with column {zoned[name]}.{name} (timestamp with time zone) in "
+                f"{parent.sql(dialect='postgres')[:60]!r}, which Postgres evaluates in the source's time zone "
+                f"{zone!r} and ivm in UTC; set the source database's TimeZone to UTC (ALTER DATABASE ... SET "
+                "TimeZone = 'UTC') or leave the column as it is in the view"
+            )
+            break
     return out
 
 

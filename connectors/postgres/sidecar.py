@@ -205,7 +205,7 @@ class Sidecar:
                 src.connect()
                 same = _where(src.conn) == _where(tgt.conn)
                 tables, statements, problems = resolve_tables(
-                    src.conn, self.views_file, self.schema if same else None, tolerant=self.started
+                    src.conn, self.views_file, self.schema if same else None, self.started, src.zone
                 )
                 if problems and not self.started:
                     raise ConfigError("; ".join(problems.values()))

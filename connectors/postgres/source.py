@@ -38,11 +38,19 @@ class Source:
         self.slot = slot
         self.publication = publication
         self.conn: psycopg.Connection | None = None
+        self.zone: str | None = None
 
     def connect(self) -> None:
         """Connect and become the one user of the slot (``InUse`` naming the sidecar that is)."""
         name = f"ivm sidecar (slot {self.slot})"
         self.conn = psycopg.connect(self.dsn, autocommit=True, application_name=name)
+        # the time zone the source's own sessions compute in, unless it is UTC at every date
+        self.zone = self.conn.execute(
+            "SELECT CASE WHEN (TIMESTAMPTZ '2024-01-15 12:00+00' AT TIME ZONE z, "
+            "TIMESTAMPTZ '2024-07-15 12:00+00' AT TIME ZONE z) = ('2024-01-15 12:00', '2024-07-15 12:00') "
+            "THEN NULL ELSE z END "
+            "FROM current_setting('TimeZone') AS z"
+        ).fetchone()[0]
         _session(self.conn)
         take_lock(self.conn, SLOT_LOCK, self.slot, "replication slot", "--slot")
 

@@ -446,3 +446,33 @@ CREATE MATERIALIZED VIEW sums AS SELECT SUM(a) AS s FROM t;
             c.execute("UPDATE t SET b = 2 WHERE id = 2")
             _sync(dsn, views)
             assert set(_status(c).values()) == {"running: "}
+
+
+def test_a_view_computing_with_timestamptz_in_a_source_zone_other_than_utc_is_refused(dsn, tmp_path, capsys):
+    """ivm holds timestamptz in UTC; where the source's sessions compute in another zone, a view whose answer
+    depends on the zone (a cast to date, EXTRACT, a comparison with a literal) is refused naming the column;
+    one that only carries, groups or compares instants runs and equals Postgres."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(f"ALTER DATABASE {c.info.dbname} SET TimeZone = 'America/New_York'")
+        c.execute(MARKER + "CREATE TABLE e (id int PRIMARY KEY, at timestamptz, until timestamptz)")
+        c.execute("INSERT INTO e VALUES (1, '2024-03-10 03:30+00', '2024-03-11 00:00+00'), (2, NULL, NULL)")
+    path = tmp_path / "views.sql"
+    for query in [
+        "SELECT id, at::date AS d FROM e",
+        "SELECT id FROM e WHERE at > '2024-03-10'",
+        "SELECT EXTRACT(hour FROM at) AS h FROM e",
+    ]:
+        path.write_text(f"CREATE MATERIALIZED VIEW v AS {query}")
+        assert main(["--source", dsn, "--views", str(path)]) == 1
+        err = capsys.readouterr().err
+        assert "column public.e.at (timestamp with time zone)" in err and "'America/New_York'" in err, err
+    views = (
+        MARKER_VIEW
+        + """
+CREATE MATERIALIZED VIEW carried AS SELECT id, at, at < until AS before FROM e;
+CREATE MATERIALIZED VIEW extremes AS SELECT MIN(at) AS lo, MAX(until) AS hi, COUNT(at) AS n FROM e;
+"""
+    )
+    with running(dsn, views), psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("INSERT INTO e VALUES (3, '2024-11-03 05:30+00', '2024-11-03 06:30+00')")
+        _sync(dsn, views)
