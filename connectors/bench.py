@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import sys
 
+from ivm.allocator import tune_allocator
+
 
 def main(argv: list[str] | None = None) -> int:
+    tune_allocator()  # a long-running command: freed memory is kept for the next merge
     argv = list(sys.argv[1:] if argv is None else argv)
     which = argv.pop(0) if argv else ""
     if which == "postgres":

@@ -6,8 +6,10 @@ map and zero its output; and it returns freed heap memory to the system eagerly,
 back in. The engine asks instead that arrays up to 32 MB come from the heap and that freed memory be kept for
 reuse (up to 1 GB beyond what is in use), as databases usually keep their memory.
 
-Applied once per process when the first engine starts; left alone when the process set its own ``MALLOC_*``
-variables, when ``IVM_TUNE_MALLOC=0``, or when the C library is not glibc.
+Applied once per process by the commands and benchmarks that run long (``ivm``, ``python -m ... bench``,
+the sidecar), never by merely creating an engine: a library's host process keeps its own settings. Left
+alone when the process set its own ``MALLOC_*`` variables, when ``IVM_TUNE_MALLOC=0``, or when the C
+library is not glibc.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ import importlib
 import os
 import sys
 
+from ivm.allocator import tune_allocator
+
 __all__ = ["main", "COMMANDS"]
 
 # subcommand -> (module whose main(argv) runs it, one line of help)
@@ -25,6 +27,7 @@ USAGE = "usage: ivm [COMMAND] [options]\n\ncommands:\n" + "\n".join(
 
 def main(argv: list[str] | None = None) -> int:
     """Dispatch to a subcommand; returns the exit status."""
+    tune_allocator()  # a long-running command: freed memory is kept for the next merge
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         argv = ["shell"]

@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ivm.allocator import tune_allocator
 from ivm.batch import Batch, Mask
 from ivm.lattice import Antichain
 from ivm.operators.arrange import ArrangeOp, ImportOp, lift_times
@@ -54,7 +53,6 @@ class Engine:
     """Dataflows that run together and may read each other's arrangements."""
 
     def __init__(self) -> None:
-        tune_allocator()
         self.dataflows: list[Dataflow] = []
         self.failed: list[Dataflow] = []
         self.crashed: Dataflow | None = None  # the dataflow an unexpected exception stopped in its step

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 
 import ivm
 from ivm import render
+from ivm.allocator import tune_allocator
 from ivm.introspect import row_count
 from tpch import SCHEMA
 from tpch.bench import _apply as apply_transaction
@@ -44,6 +45,7 @@ BASE = "tables"  # the dataflow holding the tables' arrangements, which every vi
 
 def main(argv: list[str] | None = None) -> int:
     """Run the demonstration; returns the exit status (1 if a view differs from DuckDB's result)."""
+    tune_allocator()  # a long-running command: freed memory is kept for the next merge
     ap = argparse.ArgumentParser(
         prog="ivm demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -86,10 +86,6 @@ class Antichain:
             return np.zeros(t.shape[:-1], dtype=bool)
         return less_equal(self.elements, t[..., None, :]).any(axis=-1)
 
-    def dominates(self, other: Antichain) -> bool:
-        """Whether every time allowed by ``other`` is allowed by ``self`` (``self <= other`` as frontiers)."""
-        return bool(np.all(self.less_equal(other.elements))) if len(other) else True
-
     def meet(self, other: Antichain) -> Antichain:
         """The frontier allowing the union of the times allowed by both."""
         return Antichain(np.concatenate([self.elements, other.elements]), dim=self.dim)

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from ivm.allocator import tune_allocator
 from ivm.session import Session
 from ivm.statements import Splitter
 
@@ -118,6 +119,7 @@ class Shell:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the shell on standard input; returns the exit status."""
+    tune_allocator()  # a long-running command: freed memory is kept for the next merge
     import argparse
 
     ap = argparse.ArgumentParser(prog="ivm shell", description=__doc__)

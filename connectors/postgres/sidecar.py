@@ -40,6 +40,7 @@ from connectors.postgres._changes import TableFeed, consolidate
 from connectors.postgres._pgoutput import Decoder, Relation, Transaction, format_lsn, parse_lsn
 from connectors.postgres.source import SlotInUse, Source
 from connectors.postgres.target import InUse, Target, ViewTarget, quote
+from ivm.allocator import tune_allocator
 from sql.arrow import to_arrow_column
 from sql.errors import SqlError
 
@@ -536,6 +537,7 @@ exit status: 0 when stopped (SIGTERM, SIGINT), 1 for a problem only the operator
 
 
 def main(argv: list[str] | None = None) -> int:
+    tune_allocator()  # a long-running command: freed memory is kept for the next merge
     p = argparse.ArgumentParser(
         prog="ivm sidecar",
         description=__doc__.split("\n\n")[0],

@@ -25,6 +25,7 @@ from connectors.spark._outputs import ParquetContents
 from connectors.spark._sink import view_sink
 from connectors.spark.local import local_session
 from connectors.spark.tpch_stream import ChangeFiles, spark_query
+from ivm.allocator import tune_allocator
 from tpch import SCHEMA
 from tpch.data import TABLES, generate, refresh_stream
 from tpch.queries import query
@@ -107,6 +108,7 @@ def _recompute(spark, files: ChangeFiles, queries: list[str]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    tune_allocator()  # a long-running command: freed memory is kept for the next merge
     parser = argparse.ArgumentParser(
         prog="python -m connectors.bench spark", description=__doc__.split("\n")[0]
     )

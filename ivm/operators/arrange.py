@@ -13,7 +13,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from ivm.batch import Batch
-from ivm.lattice import Antichain
 from ivm.scope import Operator, Point, Scope
 from ivm.trace import Spine, TraceBatch, TraceHandle
 
@@ -42,11 +41,6 @@ class ArrangeOp(Operator):
 
     def insert(self, updates: Batch) -> None:
         tb = TraceBatch.from_updates(updates, self.nkey)
-        if len(tb):
-            self.trace.insert(tb)
-            self.emit(tb)
-
-    def insert_sorted(self, tb: TraceBatch) -> None:
         if len(tb):
             self.trace.insert(tb)
             self.emit(tb)
@@ -111,7 +105,3 @@ def lift_times(times: np.ndarray, dim: int) -> np.ndarray:
         return times
     pad = np.zeros((times.shape[0], dim - times.shape[1]), dtype=np.int64)
     return np.hstack([times, pad])
-
-
-def lift_frontier(frontier: Antichain, dim: int) -> Antichain:
-    return Antichain(lift_times(frontier.elements, dim))

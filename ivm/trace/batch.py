@@ -69,10 +69,6 @@ class TraceBatch:
             return TraceBatch(out, key_hash(*out.select(range(nkey)), len(out)), nkey)
         return TraceBatch(out, hashes[index], nkey)
 
-    @staticmethod
-    def from_sorted(updates: Batch, hashes: np.ndarray, nkey: int) -> TraceBatch:
-        return TraceBatch(updates, hashes, nkey)
-
     def key_columns(self, index: np.ndarray | slice | None = None):
         cols, valid = self.updates.select(range(self.nkey))
         if index is None:
