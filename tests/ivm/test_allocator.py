@@ -1,4 +1,5 @@
-"""The engine's allocator settings: applied once per process on glibc, left alone when the process asks."""
+"""The allocator settings the commands ask for: applied once per process on glibc, left alone when the process
+asks; never by creating an engine."""
 
 import os
 import platform
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 
-PROBE = "import ivm; ivm.Engine(); from ivm.allocator import tune_allocator; print(tune_allocator())"
+PROBE = "from ivm.allocator import tune_allocator; print(tune_allocator())"
 
 
 def _run(**env: str) -> str:
@@ -25,3 +26,11 @@ def test_applied_by_default_on_glibc():
 def test_left_alone_when_asked():
     assert _run(IVM_TUNE_MALLOC="0") == "False"
     assert _run(MALLOC_ARENA_MAX="2") == "False"
+
+
+def test_not_applied_by_creating_an_engine():
+    """A library user's process keeps its own settings: only the commands and benchmarks ask."""
+    probe = "import ivm, ivm.allocator as a; ivm.connect().execute('SELECT 1'); print(a._applied)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "None"
