@@ -313,8 +313,6 @@ def _sorted_unique_keys(tb: TraceBatch) -> tuple:
 
 def _unique_keys(b: Batch, nkey: int) -> tuple:
     """Distinct keys of ``b`` (hash, columns, validity) with the least epoch each was triggered at."""
-    from ivm.batch import key_hash
-
     h = key_hash(b.columns, b.valid, len(b))
     epochs = b.times[:, 0]
     kk = [h] + sort_keys(b.columns, b.valid, None)
