@@ -9,6 +9,7 @@ statement (inside a transaction, the whole transaction) and leaves every table a
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import warnings
 from collections.abc import Sequence
@@ -114,6 +115,7 @@ class Connection:
         # dropped views whose dataflows keep running because live views read arrangements they built, by
         # owner name in the registry; each goes once nothing reads them any more
         self.retained: dict[str, _ViewState] = {}
+        self._serial = itertools.count(1)  # tells apart queries' dataflows and dropped views of one name
         self.time = 1  # time 0 holds what exists before any transaction (a global aggregate's row)
         self.in_transaction = False
         self.implicit = False  # the transaction is that of a string of statements, not a BEGIN ... block
@@ -856,7 +858,7 @@ class Connection:
             return _contents(st.arranged, self.pending.get(plan.table, ()), st.table)
         if any(self.pending.values()):
             plan = substitute(plan, self._with_pending)
-        name = f"__query{self.time}_{id(plan)}"
+        name = f"__query{next(self._serial)}"
         df, arranged, _ = compile_view(self.engine, self.registry, name, plan)
         try:
             df.step()
@@ -937,7 +939,7 @@ class Connection:
             for k, e in self.registry.entries.items()
             if not (isinstance(k[0], Scan) and k[0].table == name)
         }
-        owner = f"{name}#{id(st)}"  # a new view may take the name
+        owner = f"{name} (dropped, #{next(self._serial)})"  # a new view may take the name
         for e in self.registry.entries.values():
             if e.built_by == name:
                 e.built_by = owner
