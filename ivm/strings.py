@@ -391,6 +391,18 @@ class StringPool:
         vals = np.array([fn(s) for s in self.decode(uniq)], dtype=dtype)
         return vals[inv.reshape(-1)]
 
+    def compute(self, codes: np.ndarray, fn: Callable[[pa.Array], pa.Array], dtype=None) -> np.ndarray:
+        """``fn`` (Arrow compute) over the distinct strings of ``codes``: the codes of the strings it returns,
+        or with ``dtype`` its values."""
+        if len(codes) == 0:
+            return codes if dtype is None else np.zeros(0, dtype=dtype)
+        uniq, inv = np.unique(codes, return_inverse=True)
+        out = fn(self.strings(uniq))
+        if dtype is not None:
+            return np.asarray(out.to_numpy(zero_copy_only=False), dtype)[inv.reshape(-1)]
+        vals = self.encode_arrow(out)
+        return vals[inv.reshape(-1)]
+
     def map_codes(self, codes: np.ndarray, fn: Callable[[str], str]) -> np.ndarray:
         """Codes of ``fn`` of each code's string, evaluated once per distinct code."""
         if len(codes) == 0:

@@ -8,10 +8,10 @@ operation works on whole arrays; text functions run once per distinct string cod
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Sequence
 
 import numpy as np
+import pyarrow.compute as pc
 
 from ivm.operators.basic import EvaluationError
 from ivm.strings import POOL
@@ -240,8 +240,8 @@ def _evaluated(fn):
 
 def _like(e: Call, cols, valid, n):
     a, m = evaluate(e.args[0], cols, valid, n)
-    rx = re.compile(e.param, re.DOTALL)
-    return POOL.apply(a, lambda s: rx.fullmatch(s) is not None, bool), m
+    pattern = f"(?s)^(?:{e.param})$"
+    return POOL.compute(a, lambda s: pc.match_substring_regex(s, pattern=pattern), bool), m
 
 
 def _case(e: Call, cols, valid, n):

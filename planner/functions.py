@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ivm.strings import POOL
 from sql.logical import Call
@@ -139,49 +141,86 @@ def _applied(fn_of: Callable[[Call], Callable[[str], object]], dtype):
     return evaluate
 
 
-def _trimmer(e: Call) -> Callable[[str], str]:
+def _computed(fn_of: Callable[[Call], Callable[[pa.Array], pa.Array]], dtype=None):
+    """A function of text as Arrow compute over the distinct strings met: to text (``dtype`` None), numbers
+    or truth values."""
+
+    def evaluate(e: Call, args: list[Value], n: int) -> Value:
+        ((a, m),) = args
+        return POOL.compute(a, fn_of(e), dtype), m
+
+    return evaluate
+
+
+def _slice(start: int, stop: int | None = None) -> Callable[[pa.Array], pa.Array]:
+    """Characters ``[start:stop]`` of each string, as Python slices them."""
+    if stop is None:
+        return lambda a: pc.utf8_slice_codeunits(a, start=start)
+    return lambda a: pc.utf8_slice_codeunits(a, start=start, stop=stop)
+
+
+def _upper(a: pa.Array) -> pa.Array:
+    """Upper case, character by character as PostgreSQL's UTF-8 locales do: 'ß' stays 'ß' (Unicode's simple
+    mapping, which Arrow follows elsewhere, would give 'ẞ')."""
+    if not pc.any(pc.match_substring(a, "ß")).as_py():
+        return pc.utf8_upper(a)
+    parts = pc.split_pattern(a, "ß")
+    upper = type(parts).from_arrays(parts.offsets, pc.utf8_upper(parts.flatten()))
+    return pc.binary_join(upper, pa.scalar("ß", a.type))
+
+
+def _trimmer(e: Call) -> Callable[[pa.Array], pa.Array]:
     side, chars = e.param
-    if side == "LEADING":
-        return lambda s: s.lstrip(chars)
-    if side == "TRAILING":
-        return lambda s: s.rstrip(chars)
-    return lambda s: s.strip(chars)
+    trim = {"LEADING": pc.utf8_ltrim, "TRAILING": pc.utf8_rtrim}.get(side, pc.utf8_trim)
+    return lambda a: trim(a, characters=chars)
 
 
-def _substring(e: Call) -> Callable[[str], str]:
+def _substring(e: Call) -> Callable[[pa.Array], pa.Array]:
     start, length = e.param
     lo = max(start - 1, 0)
-    hi = None if length is None else max(start - 1 + length, 0)
-    return lambda s: s[lo:hi]
+    return _slice(lo, None if length is None else max(start - 1 + length, lo))
 
 
-def _left(e: Call) -> Callable[[str], str]:
-    k = e.param  # a negative count: all but the last -k characters
-    return lambda s: s[:k] if k >= 0 else s[: max(len(s) + k, 0)]
+def _left(e: Call) -> Callable[[pa.Array], pa.Array]:
+    return _slice(0, e.param)  # a negative count: all but the last -k characters, as s[:k]
 
 
-def _right(e: Call) -> Callable[[str], str]:
+def _right(e: Call) -> Callable[[pa.Array], pa.Array]:
     k = e.param  # a negative count: all but the first -k characters
-    return lambda s: (s[len(s) - k :] if k <= len(s) else s) if k >= 0 else s[-k:]
+    if k == 0:
+        return lambda a: pc.utf8_slice_codeunits(a, start=0, stop=0)
+    return _slice(-k)  # the last k characters; or all from character -k on
 
 
-def _replace(e: Call) -> Callable[[str], str]:
+def _replace(e: Call) -> Callable[[pa.Array], pa.Array]:
     old, new = e.param
-    return (lambda s: s) if old == "" else (lambda s: s.replace(old, new))
+    return (lambda a: a) if old == "" else (lambda a: pc.replace_substring(a, pattern=old, replacement=new))
 
 
-def _pad(e: Call) -> Callable[[str], str]:
+def _pad(e: Call) -> Callable[[pa.Array], pa.Array]:
+    """LPAD/RPAD: cut to ``width`` characters, else filled with ``fill`` repeated (cut) on one side."""
     width, fill, left = e.param
+    cut = _slice(0, max(width, 0))
+    if not fill or width <= 0:
+        return cut
+    if len(fill) == 1:
+        pad = pc.utf8_lpad if left else pc.utf8_rpad
+        return lambda a: pad(cut(a), width=width, padding=fill)
+    filler = (fill * width)[:width]
+    data = np.frombuffer(filler.encode(), dtype=np.uint8)
+    ends = np.concatenate(([0], np.cumsum([len(ch.encode()) for ch in filler])))  # bytes of k characters
 
-    def pad(s: str) -> str:
-        if width <= len(s):
-            return s[: max(width, 0)]
-        if not fill:
-            return s
-        extra = (fill * (width - len(s)))[: width - len(s)]
-        return extra + s if left else s + extra
+    def pad_with(a: pa.Array) -> pa.Array:
+        a = cut(a)
+        need = width - np.asarray(pc.utf8_length(a).to_numpy(zero_copy_only=False), dtype=np.int64)
+        size = ends[need]  # each row's padding: the first ``need`` characters of the repeated fill
+        offsets = np.concatenate(([0], np.cumsum(size))).astype(np.int64)
+        at = np.arange(offsets[-1]) - np.repeat(offsets[:-1], size)
+        chars = pa.py_buffer(data[at].tobytes())
+        extra = pa.LargeStringArray.from_buffers(len(a), pa.py_buffer(offsets), chars)
+        return pc.binary_join_element_wise(*((extra, a) if left else (a, extra)), pa.scalar("", a.type))
 
-    return pad
+    return pad_with
 
 
 def _split_part(e: Call) -> Callable[[str], str]:
@@ -225,18 +264,18 @@ FUNCTIONS: dict[str, Callable[[Call, list[Value], int], Value]] = {
     "ceil": _floor_ceil,
     "greatest": _extreme,
     "least": _extreme,
-    "length": _applied(lambda e: len, np.int64),
-    "upper": _mapped(lambda e: str.upper),
-    "lower": _mapped(lambda e: str.lower),
-    "reverse": _mapped(lambda e: lambda s: s[::-1]),
-    "trim": _mapped(_trimmer),
-    "substring": _mapped(_substring),
-    "left": _mapped(_left),
-    "right": _mapped(_right),
-    "replace": _mapped(_replace),
-    "pad": _mapped(_pad),
+    "length": _computed(lambda e: pc.utf8_length, np.int64),
+    "upper": _computed(lambda e: _upper),
+    "lower": _computed(lambda e: pc.utf8_lower),
+    "reverse": _computed(lambda e: pc.utf8_reverse),
+    "trim": _computed(_trimmer),
+    "substring": _computed(_substring),
+    "left": _computed(_left),
+    "right": _computed(_right),
+    "replace": _computed(_replace),
+    "pad": _computed(_pad),
     "split_part": _mapped(_split_part),
     "position": _applied(lambda e: lambda s: s.find(e.param) + 1, np.int64),
-    "starts_with": _applied(lambda e: lambda s: s.startswith(e.param), bool),
+    "starts_with": _computed(lambda e: lambda a: pc.starts_with(a, pattern=e.param), bool),
     "concat_all": _concat_all,
 }

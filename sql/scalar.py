@@ -519,7 +519,11 @@ def _fits(src: SqlType, t: SqlType) -> bool:
     return False
 
 
+_REGEX_META = frozenset("\\.^$|?*+()[]{}")
+
+
 def _like_regex(pattern: str) -> str:
+    """A LIKE pattern as a regular expression both Python's and RE2's (Arrow's) syntax read alike."""
     out = []
     for ch in pattern:
         if ch == "%":
@@ -527,5 +531,5 @@ def _like_regex(pattern: str) -> str:
         elif ch == "_":
             out.append(".")
         else:
-            out.append(re.escape(ch))
+            out.append("\\" + ch if ch in _REGEX_META else ch)
     return "".join(out)

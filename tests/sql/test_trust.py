@@ -322,6 +322,13 @@ LEAST = -(2**63)
         ([], "SELECT COUNT(*), SUM(c) FROM n", [(0, None)]),
         (["INSERT INTO n VALUES (1), (1)"], "SELECT c, COUNT(*) FROM n GROUP BY c -- a comment", [(1, 2)]),
         (["INSERT INTO n VALUES (1)"], "SELECT c /* here */, COUNT(*) FROM n GROUP BY c", [(1, 1)]),
+        # case mapping character by character, as PostgreSQL's UTF-8 locales (not Python's str.upper/lower)
+        ([], "SELECT upper('straße'), lower('ΌΣΟΣ'), lower('İ')", [("STRAßE", "όσοσ", "i")]),
+        (
+            [],
+            "SELECT lpad('ab', 7, 'é🙂z'), rpad('abc', 2, 'xy'), 'a.b' LIKE 'a_b', 'a\nb' LIKE 'a%'",
+            [("é🙂zé🙂ab", "ab", True, True)],
+        ),
     ],
 )
 def test_answers_as_postgresql(setup, sql, expected):
