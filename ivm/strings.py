@@ -403,14 +403,6 @@ class StringPool:
         vals = self.encode_arrow(out)
         return vals[inv.reshape(-1)]
 
-    def map_codes(self, codes: np.ndarray, fn: Callable[[str], str]) -> np.ndarray:
-        """Codes of ``fn`` of each code's string, evaluated once per distinct code."""
-        if len(codes) == 0:
-            return codes
-        uniq, inv = np.unique(codes, return_inverse=True)
-        vals = self.encode([fn(s) for s in self.decode(uniq)])
-        return vals[inv.reshape(-1)]
-
 
 _active: ContextVar[StringPool] = ContextVar("string_pool")
 

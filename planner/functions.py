@@ -121,26 +121,6 @@ def text_ranks(codes: list[np.ndarray]) -> list[np.ndarray]:
     return np.split(rank[inv.reshape(-1)], np.cumsum([len(c) for c in codes])[:-1])
 
 
-def _mapped(fn_of: Callable[[Call], Callable[[str], str]]):
-    """A text-to-text function applied once per distinct code."""
-
-    def evaluate(e: Call, args: list[Value], n: int) -> Value:
-        ((a, m),) = args
-        return POOL.map_codes(a, fn_of(e)), m
-
-    return evaluate
-
-
-def _applied(fn_of: Callable[[Call], Callable[[str], object]], dtype):
-    """A function of text to numbers or truth values, once per distinct code."""
-
-    def evaluate(e: Call, args: list[Value], n: int) -> Value:
-        ((a, m),) = args
-        return POOL.apply(a, fn_of(e), dtype), m
-
-    return evaluate
-
-
 def _computed(fn_of: Callable[[Call], Callable[[pa.Array], pa.Array]], dtype=None):
     """A function of text as Arrow compute over the distinct strings met: to text (``dtype`` None), numbers
     or truth values."""
@@ -223,15 +203,35 @@ def _pad(e: Call) -> Callable[[pa.Array], pa.Array]:
     return pad_with
 
 
-def _split_part(e: Call) -> Callable[[str], str]:
+def _split_part(e: Call) -> Callable[[pa.Array], pa.Array]:
+    """SPLIT_PART: the index-th field (from the end when negative), '' past the last."""
     sep, index = e.param
+    if not sep:
+        return (lambda a: a) if index in (1, -1) else (lambda a: pc.utf8_slice_codeunits(a, start=0, stop=0))
 
-    def part(s: str) -> str:
-        parts = s.split(sep) if sep else [s]
-        i = index - 1 if index > 0 else len(parts) + index
-        return parts[i] if 0 <= i < len(parts) else ""
+    def part(a: pa.Array) -> pa.Array:
+        parts = pc.split_pattern(a, sep)
+        count = np.diff(np.asarray(parts.offsets))
+        i = np.full(len(a), index - 1) if index > 0 else count + index
+        inside = (i >= 0) & (i < count)
+        at = np.asarray(parts.offsets)[:-1] + np.where(inside, i, 0)
+        fields = parts.flatten().take(pa.array(np.where(inside, at, 0)))
+        return pc.if_else(pa.array(inside), fields, pa.scalar("", a.type)) if len(a) else a
 
     return part
+
+
+def _position(e: Call) -> Callable[[pa.Array], pa.Array]:
+    """POSITION: the first match's place in characters from 1, or 0."""
+    if not e.param:
+        return lambda a: pa.array(np.ones(len(a), dtype=np.int64))
+
+    def position(a: pa.Array) -> pa.Array:
+        found = np.asarray(pc.find_substring(a, e.param).to_numpy(zero_copy_only=False)) >= 0
+        before = pc.utf8_length(pc.list_element(pc.split_pattern(a, e.param, max_splits=1), 0))
+        return pa.array(np.where(found, np.asarray(before.to_numpy(zero_copy_only=False)) + 1, 0))
+
+    return position
 
 
 def _concat_all(e: Call, args: list[Value], n: int) -> Value:
@@ -246,17 +246,17 @@ def _concat_all(e: Call, args: list[Value], n: int) -> Value:
     return codes[inv.reshape(-1)], None
 
 
-def _clipper(e: Call) -> Callable[[str], str]:
+def _clipper(e: Call) -> Callable[[pa.Array], pa.Array]:
     """CAST to VARCHAR(n) keeps the first n characters; to CHAR(n) also drops trailing spaces (see
     ``sql.types.Domain``)."""
     n, padded = e.param
     if padded:
-        return lambda s: s[:n].rstrip(" ")
-    return lambda s: s[:n]
+        return lambda a: pc.utf8_rtrim(pc.utf8_slice_codeunits(a, start=0, stop=n), characters=" ")
+    return _slice(0, n)
 
 
 FUNCTIONS: dict[str, Callable[[Call, list[Value], int], Value]] = {
-    "clip_text": _mapped(_clipper),
+    "clip_text": _computed(_clipper),
     "abs": _abs,
     "sign": _sign,
     "round": _round,
@@ -274,8 +274,8 @@ FUNCTIONS: dict[str, Callable[[Call, list[Value], int], Value]] = {
     "right": _computed(_right),
     "replace": _computed(_replace),
     "pad": _computed(_pad),
-    "split_part": _mapped(_split_part),
-    "position": _applied(lambda e: lambda s: s.find(e.param) + 1, np.int64),
+    "split_part": _computed(_split_part),
+    "position": _computed(_position, np.int64),
     "starts_with": _computed(lambda e: lambda a: pc.starts_with(a, pattern=e.param), bool),
     "concat_all": _concat_all,
 }
