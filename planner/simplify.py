@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from planner.expr import fallible
+from planner.properties import Keys, join_key, rows_of
 from sql.logical import (
     Aggregate,
     Call,
@@ -39,7 +40,6 @@ from sql.logical import (
     Plan,
     Positive,
     Project,
-    Scan,
     SemiJoin,
     TopK,
     UnionAll,
@@ -47,7 +47,6 @@ from sql.logical import (
 
 __all__ = ["simplify", "column_picks", "renames", "Keys"]
 
-Keys = Callable[[str], tuple[int, ...]]  # a relation's name -> the positions of its primary key, if any
 
 # calls whose value is NULL when any argument is
 _STRICT = frozenset(
@@ -106,8 +105,8 @@ class _Simplifier:
 
     def _semijoin(self, left: Plan, right: Plan, anti: bool) -> Plan:
         n = len(left.columns)
-        key = _key(left, self.keys)
-        if key is None or _rows_of(right, left) != tuple(range(n)):
+        key = join_key(left, self.keys)
+        if key is None or rows_of(right, left) != tuple(range(n)):
             return SemiJoin(left, right, anti)
         # a row of ``right`` is a row of ``left``: one with the same key is the same row
         while isinstance(right, Distinct):  # the distinct keys of distinct rows: those of the rows
@@ -215,66 +214,6 @@ def _tighten(plan: Plan, rejects: Callable[[frozenset[int]], bool]) -> Plan:
         rhs = _tighten(plan.right, lambda cols: rejects(frozenset(nl + j for j in cols)))
         return _join(kind, lhs, rhs, plan.left_keys, plan.right_keys)
     return plan
-
-
-def _key(plan: Plan, keys: Keys) -> tuple[int, ...] | None:
-    """Positions of columns of ``plan`` that are never NULL and determine the rest of each row (rows equal on
-    them are equal), when known."""
-    if isinstance(plan, Scan):
-        return keys(plan.table) or None
-    if isinstance(plan, (Filter, Canon)):
-        return _key(plan.input, keys)
-    if isinstance(plan, Project):
-        return _carried(plan, _key(plan.input, keys))
-    if isinstance(plan, Join) and plan.kind == "inner":
-        nl = len(plan.left.columns)
-        kl, kr = _key(plan.left, keys), _key(plan.right, keys)
-        if kl is not None and _one_partner(plan.right, plan.right_keys, kr):
-            return kl
-        if kr is not None and _one_partner(plan.left, plan.left_keys, kl):
-            return tuple(nl + j for j in kr)
-        if kl is not None and kr is not None:
-            return kl + tuple(nl + j for j in kr)
-    return None
-
-
-def _one_partner(side: Plan, on: tuple[int, ...], key: tuple[int, ...] | None) -> bool:
-    """Whether a join on ``side``'s columns ``on`` meets at most one of its rows per row of the other side."""
-    if key is not None and set(key) <= set(on):
-        return True
-    return isinstance(side, Distinct) and set(on) == set(range(len(side.columns)))
-
-
-def _rows_of(plan: Plan, base: Plan) -> tuple[int, ...] | None:
-    """Positions in ``plan``'s rows that hold a row of ``base`` (each of ``plan``'s rows, read at them, is one
-    of ``base``'s rows), when the plan's shape shows it."""
-    if plan == base:
-        return tuple(range(len(base.columns)))
-    if isinstance(plan, (Filter, Canon, Distinct)):
-        return _rows_of(plan.input, base)
-    if isinstance(plan, Project):
-        return _carried(plan, _rows_of(plan.input, base))
-    if isinstance(plan, SemiJoin):
-        return _rows_of(plan.left, base)
-    if isinstance(plan, Join):
-        if plan.kind in ("inner", "left"):
-            found = _rows_of(plan.left, base)
-            if found is not None:
-                return found
-        if plan.kind in ("inner", "right"):
-            found = _rows_of(plan.right, base)
-            if found is not None:
-                return tuple(len(plan.left.columns) + j for j in found)
-    return None
-
-
-def _carried(plan: Project, positions: tuple[int, ...] | None) -> tuple[int, ...] | None:
-    """Where a projection's output holds the input columns at ``positions`` (the first place it picks each),
-    when it picks them all."""
-    if positions is None:
-        return None
-    at = {e.index: k for k, e in reversed(list(enumerate(plan.exprs))) if isinstance(e, ColRef)}
-    return tuple(at[i] for i in positions) if all(i in at for i in positions) else None
 
 
 def _project(inner: Plan, exprs: tuple[Expr, ...], columns) -> Plan:

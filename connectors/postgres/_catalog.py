@@ -17,7 +17,6 @@ from sqlglot import exp
 
 from connectors.postgres._types import TIMESTAMPTZ, PgType, UnsupportedType, pg_type
 from connectors.postgres.target import quote
-from sql.logical import Aggregate, Canon, ColRef, Distinct, Filter, Plan, Project, Scan, TopK
 
 __all__ = [
     "ConfigError",
@@ -26,7 +25,6 @@ __all__ = [
     "parse_views",
     "resolve_tables",
     "columns_read",
-    "unique_key",
     "view_pg_types",
 ]
 
@@ -368,54 +366,6 @@ def _engine_statement(stmt: exp.Expression, views: ViewsFile, tables: dict[Ref, 
                 c.set("db", None)
                 c.set("catalog", None)
     return stmt.sql(dialect="postgres")
-
-
-def unique_key(plan: Plan, keys: dict[str, tuple[int, ...]] | None = None) -> tuple[int, ...] | None:
-    """Output positions that are a unique, non-NULL key of a view's rows, when the plan shows one: GROUP BY
-    columns, DISTINCT, or the primary key of a table it only filters and projects (``keys`` maps relation
-    names to their keys); else None."""
-    key = _key(plan, keys or {})
-    if not key or not all(_non_null(plan, i) for i in key):
-        return None
-    return key
-
-
-def _non_null(plan: Plan, pos: int) -> bool:
-    """Whether output column ``pos`` is never NULL: it comes unchanged from a NOT NULL table column (or is a
-    count). The SQL layer's own flags are conservative after projections."""
-    if isinstance(plan, Scan):
-        return not plan.columns[pos].nullable
-    if isinstance(plan, (Filter, TopK, Distinct, Canon)):
-        return _non_null(plan.input, pos)
-    if isinstance(plan, Project):
-        e = plan.exprs[pos]
-        return isinstance(e, ColRef) and _non_null(plan.input, e.index)
-    if isinstance(plan, Aggregate):
-        if pos < len(plan.group):
-            return _non_null(plan.input, plan.group[pos])
-        return plan.aggs[pos - len(plan.group)].func in ("count", "count_star")
-    return False
-
-
-def _key(plan: Plan, keys: dict[str, tuple[int, ...]]) -> tuple[int, ...] | None:
-    if isinstance(plan, Scan):
-        return keys.get(plan.table) or None
-    if isinstance(plan, Aggregate):
-        return tuple(range(len(plan.group))) if plan.group else None
-    if isinstance(plan, Distinct):
-        return tuple(range(len(plan.columns)))
-    if isinstance(plan, (Filter, TopK, Canon)):
-        return _key(plan.input, keys)
-    if isinstance(plan, Project):
-        inner = _key(plan.input, keys)
-        if inner is None:
-            return None
-        pos: dict[int, int] = {}
-        for i, e in enumerate(plan.exprs):
-            if isinstance(e, ColRef) and e.index not in pos:
-                pos[e.index] = i
-        return tuple(pos[k] for k in inner) if all(k in pos for k in inner) else None
-    return None
 
 
 def view_pg_types(conn, views: ViewsFile, skip=()) -> dict[str, list[str]] | None:

@@ -219,7 +219,7 @@ class BadValues:
         self.keys: dict[tuple, None] = {}  # raw keys of rows left out: their key cannot be held
 
     def __bool__(self) -> bool:
-        counted = any(c for c, _ in self.counts.values())
+        counted = any(c > 0 for c, _ in self.counts.values())
         return bool((self.rows is not None and self.rows.num_rows) or counted or self.keys)
 
     def clear(self) -> None:

@@ -33,7 +33,6 @@ from connectors.postgres._catalog import (
     columns_read,
     parse_views,
     resolve_tables,
-    unique_key,
     view_pg_types,
 )
 from connectors.postgres._changes import TableFeed, consolidate
@@ -41,6 +40,7 @@ from connectors.postgres._pgoutput import Decoder, Relation, Transaction, format
 from connectors.postgres.source import SlotInUse, Source
 from connectors.postgres.target import InUse, Target, ViewTarget, quote
 from ivm.allocator import tune_allocator
+from planner.properties import unique_key
 from sql.arrow import to_arrow_column
 from sql.errors import SqlError
 
