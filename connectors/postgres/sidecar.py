@@ -8,6 +8,11 @@ It then follows the slot: each batch of source transactions goes into the engine
 time, and the views' net changes go into the target in one transaction with the LSN reached; only then is the
 slot advanced. A reader of the target sees whole source transactions only, and a crash at any moment leaves
 the target at a committed LSN that the next start replaces atomically.
+
+When a followed table is altered, dropped or created, only the views naming it (and the views over those) are
+rebuilt: the changed tables are read again from a snapshot of a temporary slot, the stream is read up to that
+snapshot (the changed tables' changes it holds are skipped), and one target transaction then takes every view
+from the state before to the state at the snapshot, the rebuilt ones replaced whole. Other views go on.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import psycopg
@@ -36,7 +42,7 @@ from connectors.postgres._catalog import (
     view_pg_types,
 )
 from connectors.postgres._changes import TableFeed, consolidate
-from connectors.postgres._pgoutput import Decoder, Relation, Transaction, format_lsn, parse_lsn
+from connectors.postgres._pgoutput import Decoder, Transaction, format_lsn, parse_lsn
 from connectors.postgres.source import SlotInUse, Source
 from connectors.postgres.target import InUse, Target, ViewTarget, quote
 from ivm.allocator import tune_allocator
@@ -204,17 +210,20 @@ class Sidecar:
                 tgt.connect()  # first of all: one sidecar per target schema
             with SOURCE:
                 src.connect()
-                same = _where(src.conn) == _where(tgt.conn)
-                tables, statements, problems = resolve_tables(
-                    src.conn, self.views_file, self.schema if same else None, self.started, src.zone
-                )
+                self.own_schema = self.schema if _where(src.conn) == _where(tgt.conn) else None
+                tables, statements, problems = self._resolve(src)
                 if problems and not self.started:
                     raise ConfigError("; ".join(problems.values()))
                 self._fail(problems)
-                self.missing = [r for r in self.views_file.refs if r not in tables]
                 pg_types = view_pg_types(src.conn, self.views_file, self.failed)
+            self._adopt(tables, problems)
             followed = list({t.oid: t for t in tables.values()}.values())
-            db, views, feeds, subs = self._engine(tables, statements, pg_types)
+            db = ivm.connect()
+            feeds = {}
+            for t in followed:
+                db.execute(t.engine_ddl())
+                feeds[t.oid] = TableFeed(t)
+            views, subs = self._create_views(db, statements, pg_types, set(self.views_file.views), {})
             with SOURCE:
                 src.ensure_publication(followed)
             with TARGET:
@@ -226,12 +235,7 @@ class Sidecar:
             if snap is None:
                 return
             lsn, data = snap
-            db.execute("BEGIN")
-            for t in followed:
-                rows = feeds[t.oid].snapshot(data[t.engine])
-                if rows.num_rows:
-                    db.insert_arrow(t.engine, rows)
-            db.execute("COMMIT")
+            self._load(db, feeds, followed, data)
             self.unwritable = {}
             contents = {name: self._writable(views[name], _diffs(sub)) for name, sub in subs.items()}
             with TARGET:
@@ -247,15 +251,37 @@ class Sidecar:
             src.close()
             tgt.close()
 
+    def _resolve(self, src) -> tuple[dict, list[str], dict[str, str]]:
+        """The views' source tables as the source has them now (see ``resolve_tables``)."""
+        return resolve_tables(src.conn, self.views_file, self.own_schema, self.started, src.zone)
+
+    def _adopt(self, tables: dict, problems: dict[str, str]) -> None:
+        """Take ``tables`` (by the name views give them) as the ones followed from now on."""
+        self.tables, self.problems = tables, problems
+        self.missing = [r for r in self.views_file.refs if r not in tables]
+        self.reads = columns_read(self.views_file, tables)
+
+    @staticmethod
+    def _load(db, feeds: dict, tables: list[SourceTable], data: dict[str, pa.Table]) -> None:
+        """Tables' snapshot contents into their (empty) engine tables, in one transaction."""
+        db.execute("BEGIN")
+        for t in tables:
+            rows = feeds[t.oid].snapshot(data[t.engine])
+            if rows.num_rows:
+                db.insert_arrow(t.engine, rows)
+        db.execute("COMMIT")
+
     # -- engine ---------------------------------------------------------------------------------------------
-    def _engine(self, tables: dict, statements: list[str], pg_types: dict[str, list[str]] | None):
-        db = ivm.connect()
-        for t in {t.oid: t for t in tables.values()}.values():
-            db.execute(t.engine_ddl())
+    def _create_views(
+        self, db, statements: list[str], pg_types: dict[str, list[str]] | None, only: set[str], keys: dict
+    ) -> tuple[dict[str, ViewTarget], dict]:
+        """Create the views of ``only`` that have not failed (in file order, with their indexes), each with
+        its target table and a subscription to its changes (its contents first); ``keys`` are the unique
+        keys of views not created again. A view that does not work after the first start fails alone."""
         for stmt, name, engine_sql in zip(
             self.views_file.statements, self.views_file.owners, statements, strict=True
         ):
-            if name in self.failed:
+            if name in self.failed or name not in only:
                 continue
             try:
                 db.execute(engine_sql)
@@ -266,9 +292,9 @@ class Sidecar:
                 log.error("view %r stopped: %s", name, message)
                 self.failed[name] = message
         views, subs = {}, {}
-        keys = {n: t.primary_key for n, t in db.catalog.tables.items() if t.primary_key}
+        keys = {**{n: t.primary_key for n, t in db.catalog.tables.items() if t.primary_key}, **keys}
         for name in self.views_file.views:
-            if name in self.failed:
+            if name in self.failed or name not in only:
                 continue
             v = db.views[name].view
             names = [c.name for c in v.columns]
@@ -291,10 +317,8 @@ class Sidecar:
             views[name] = ViewTarget(name, names, types, unique_key(v.plan, keys))
             if views[name].key:
                 keys[name] = views[name].key
-            subs[name] = db.subscribe(name, snapshot=False)
-        self.reads = columns_read(self.views_file, tables)
-        feeds = {t.oid: TableFeed(t) for t in tables.values()}
-        return db, views, feeds, subs
+            subs[name] = db.subscribe(name, snapshot=True)
+        return views, subs
 
     def _fail(self, problems: dict[str, str]) -> None:
         """The views that do not work after a change of the source (those of the previous start are
@@ -361,89 +385,198 @@ class Sidecar:
                 tgt.set_errors(in_error)
         committed = start_lsn
         idle_since = checked = time.monotonic()
+        pending: _Rebuilding | None = None
         while not self.stopping:
+            why = None
+            if time.monotonic() - checked >= 5.0:  # a table dropped, altered or created may send nothing
+                with SOURCE:
+                    why = self._source_changed(src)
+                checked = time.monotonic()
             with SOURCE:
                 before = src.position()
                 msgs = src.peek(self.batch_changes)
-            if not msgs:
-                # nothing published committed before ``before``: the slot may release the WAL up to there
-                # (at most once a second), so a source busy only with other tables does not fill its disk
-                if time.monotonic() - idle_since >= 1.0 and parse_lsn(before) > committed:
-                    with SOURCE:
-                        src.advance(before)
-                    idle_since = time.monotonic()
-                if time.monotonic() - checked >= 5.0:  # a table dropped, replaced or created sends nothing
-                    with SOURCE:
-                        _check_tables(src.conn, feeds, self.missing)
-                    checked = time.monotonic()
-                self._sleep(0.05)
-                continue
-            idle_since = time.monotonic()
-            txns, seen = [], committed
-            for m in msgs:
-                t = decoder.feed(m)
-                for rel in decoder.new_relations:
-                    _check_relation(rel, feeds)
-                decoder.new_relations.clear()
-                if t is not None:
-                    seen = max(seen, t.end_lsn)
-                    # transactions of tables not followed (a FOR ALL TABLES publication, the target's own
-                    # writes) are passed over
-                    if t.end_lsn > committed and any(r in feeds for r in t.changes):
-                        txns.append(t)
-            if not txns:  # nothing for the views: only the slot is behind
-                with SOURCE:
-                    src.advance(format_lsn(seen))
-                committed = seen
-                continue
+            txns, seen, changed = _decode(decoder, msgs, feeds, committed, pending)
+            why = why or changed
+            # every published transaction that ends at or before ``reached`` has been read
+            reached = seen if msgs else max(parse_lsn(before), committed)
+            finish = pending is not None and reached >= pending.lsn
             rows_in = sum(t.rows for t in txns)
             for group in _groups(txns):
-                for v in self._apply(db, feeds, group):
+                for v in self._apply(db, feeds, group, pending):
                     msg = f"view {v!r} stopped: {db.views[v].error}"
                     log.error(msg)
                     newly_failed[v] = msg
                     db.execute(f"DROP VIEW {quote(v)}")
                     del subs[v]
-            diffs = {name: self._writable(tgt.views[name], _diffs(sub)) for name, sub in subs.items()}
-            lsn = format_lsn(max(seen, txns[-1].end_lsn))
-            now = self._errors(db, feeds, subs)
-            changed = {v: now.get(v) for v in {*now, *in_error} if now.get(v) != in_error.get(v)}
-            for v, e in changed.items():
-                if e is None:
-                    log.info("view %r recovered", v)
-                else:
-                    log.error("view %r is in error: %s", v, e)
-            in_error = now
-            with TARGET:
-                tgt.apply(diffs, lsn, len(txns), newly_failed, changed)
-            done = time.time()
-            newly_failed = {}
-            with SOURCE:
-                src.advance(lsn)
-            committed = parse_lsn(lsn)
-            lag = done - txns[-1].commit_ts_us / 1e6
-            log.info(
-                "batch lsn=%s txns=%d rows_in=%d rows_out=%d lag=%.3fs",
-                lsn,
-                len(txns),
-                rows_in,
-                sum(int(abs(d).sum()) for _, d in diffs.values()),
-                lag,
-            )
-            if self.on_batch is not None:
-                self.on_batch(txns, done)
+                    if pending is not None:
+                        pending.views.pop(v, None)
+            if pending is not None and not finish:
+                if reached > committed:
+                    # reading up to a rebuild's snapshot: the target waits, to go from one whole state to the
+                    # next (the slot goes on: a restart takes a new snapshot anyway)
+                    with SOURCE:
+                        src.advance(format_lsn(reached))
+                    committed = reached
+            elif txns or finish:
+                replaced = {}
+                if finish:
+                    newly_failed.update(pending.failed)
+                    for v, target in pending.views.items():
+                        self.unwritable.pop(v, None)
+                        if v in subs:
+                            replaced[v] = (target, self._writable(target, _diffs(subs[v])))
+                    pending = None
+                diffs = {
+                    name: self._writable(tgt.views[name], _diffs(sub))
+                    for name, sub in subs.items()
+                    if name not in replaced
+                }
+                lsn = format_lsn(reached)
+                now = self._errors(db, feeds, subs)
+                changed = {v: now.get(v) for v in {*now, *in_error} if now.get(v) != in_error.get(v)}
+                for v, e in changed.items():
+                    if e is None:
+                        log.info("view %r recovered", v)
+                    else:
+                        log.error("view %r is in error: %s", v, e)
+                in_error = now
+                with TARGET:
+                    tgt.apply(diffs, lsn, len(txns), newly_failed, changed, replaced)
+                done = time.time()
+                newly_failed = {}
+                with SOURCE:
+                    src.advance(lsn)
+                committed = reached
+                if replaced:
+                    log.info("views %s rebuilt and written at %s", ", ".join(replaced), lsn)
+                if txns:
+                    log.info(
+                        "batch lsn=%s txns=%d rows_in=%d rows_out=%d lag=%.3fs",
+                        lsn,
+                        len(txns),
+                        rows_in,
+                        sum(int(abs(d).sum()) for _, d in diffs.values()),
+                        done - txns[-1].commit_ts_us / 1e6,
+                    )
+                    if self.on_batch is not None:
+                        self.on_batch(txns, done)
+            elif msgs and seen > committed:  # nothing for the views: only the slot is behind
+                with SOURCE:
+                    src.advance(format_lsn(seen))
+                committed = seen
+            elif not msgs and time.monotonic() - idle_since >= 1.0 and parse_lsn(before) > committed:
+                # nothing published committed before ``before``: the slot may release the WAL up to there
+                # (at most once a second), so a source busy only with other tables does not fill its disk
+                with SOURCE:
+                    src.advance(before)
+                idle_since = time.monotonic()
+            if msgs:
+                idle_since = time.monotonic()
+            if why is not None:
+                if pending is not None:
+                    raise Resnapshot(f"{why}, while views were being rebuilt")
+                keys = {n: v.key for n, v in tgt.views.items() if v.key}
+                pending = self._rebuild(why, src, db, feeds, subs, keys, committed)
+                if pending is not None:  # their statuses are written whole with them
+                    in_error = {v: e for v, e in in_error.items() if v not in pending.views}
+            elif not msgs:
+                self._sleep(0.05)
         log.info("stopped at %s", format_lsn(committed))
 
-    def _apply(self, db, feeds: dict, txns) -> list[str]:
-        """Consecutive source transactions into the engine in one step, each its own logical time; the views
-        that could not go on (a recursion past its limit, a sum past 64 bits)."""
+    def _source_changed(self, src) -> str | None:
+        """What changed in the source's tables since they were read (dropped, replaced, altered or created
+        where a view names one), or None."""
+        tables, _, problems = self._resolve(src)
+        if tables == self.tables and problems == self.problems:
+            return None
+        return _what_changed(self.tables, tables) or "the source's tables changed"
+
+    def _rebuild(
+        self, why: str, src, db, feeds: dict, subs: dict, keys: dict, committed: int
+    ) -> _Rebuilding | None:
+        """Follow the source's tables as they are now. The views naming a table that changed, appeared or went
+        (and the views over them) are created again, over a new snapshot of the tables that changed; those
+        that cannot run any more fail alone; the others go on untouched. None when asked to stop."""
+        with SOURCE:
+            tables, statements, problems = self._resolve(src)
+        vf = self.views_file
+        changed = {r for r in {*self.tables, *tables} if self.tables.get(r) != tables.get(r)}
+        redo: set[str] = set()
+        for v in vf.views:  # in file order: a view reads only views defined before it
+            if vf.reads[v] & changed or vf.uses[v] & redo or problems.get(v) != self.problems.get(v):
+                redo.add(v)
+        by_oid = {t.oid: t for t in tables.values()}
+        stale = [oid for oid, f in feeds.items() if by_oid.get(oid) != f.table]
+        fresh = [t for oid, t in by_oid.items() if oid not in feeds or oid in stale]
+        for v in reversed(vf.views):
+            if v in redo and v in db.views:
+                db.execute(f"DROP VIEW {quote(v)}")
+                del subs[v]
+        for oid in stale:
+            db.execute(f"DROP TABLE {quote(feeds.pop(oid).table.engine)}")
+        self._adopt(tables, problems)
+        before = dict(self.failed)
+        for v in redo:
+            self.failed.pop(v, None)
+            if v in problems:
+                self.failed[v] = problems[v]
+        for t in fresh:
+            db.execute(t.engine_ddl())
+            feeds[t.oid] = TableFeed(t)
+        lsn = format_lsn(committed)
+        if fresh:
+            with SOURCE:
+                src.ensure_publication(fresh)
+                snap = src.snapshot(fresh, lambda: self.stopping, again=True)
+            if snap is None:
+                return None
+            lsn, data = snap
+            self._load(db, feeds, fresh, data)
+        with SOURCE:
+            skip = [v for v in vf.views if v not in redo or v in self.failed]
+            pg_types = view_pg_types(src.conn, vf, skip)
+        views, new_subs = self._create_views(db, statements, pg_types, redo, keys)
+        subs.update(new_subs)
+        failed = {v: self.failed[v] for v in redo if v in self.failed}
+        for v, message in failed.items():
+            if before.get(v) != message:
+                log.error("view %r stopped: %s", v, message)
+        log.warning(
+            "%s; %s",
+            why,
+            f"rebuilding views {', '.join(views)} from a new snapshot of {', '.join(t.engine for t in fresh)} "
+            f"at {lsn}"
+            if views
+            else "no view is rebuilt",
+        )
+        return _Rebuilding(parse_lsn(lsn), {t.oid for t in fresh}, views, failed)
+
+    def _apply(self, db, feeds: dict, txns, pending: _Rebuilding | None) -> list[str]:
+        """Consecutive source transactions into the engine in one step, each its own logical time (but the
+        changes a rebuild's snapshot holds); the views that could not go on (a recursion past its limit, a
+        sum past 64 bits)."""
         parts: dict[int, list] = {}
         for i, txn in enumerate(txns):
             for relid, ch in txn.changes.items():
+                if pending is not None and relid in pending.tables and txn.end_lsn <= pending.lsn:
+                    continue
                 if relid in feeds:
                     parts.setdefault(relid, []).append((i, ch))
         changes = {feeds[r].table.engine: feeds[r].changes(db, p) for r, p in parts.items()}
         return db.apply_changes_arrow(changes, len(txns))
+
+
+@dataclass
+class _Rebuilding:
+    """Views created again over ``tables`` read from a snapshot at ``lsn``: the changes of those tables in
+    transactions ending at or before ``lsn`` are in the snapshot, not applied again. The target is written
+    once the stream has passed ``lsn``, in one transaction: the other views' changes, the ``views`` (name ->
+    target) replacing their tables whole, and the ``failed`` views (name -> why) marked."""
+
+    lsn: int
+    tables: set[int]
+    views: dict[str, ViewTarget]
+    failed: dict[str, str]
 
 
 def _where(conn) -> tuple:
@@ -453,27 +586,51 @@ def _where(conn) -> tuple:
     ).fetchone()
 
 
-def _check_relation(rel: Relation, feeds: dict) -> None:
-    """A Relation message of a followed table that differs from the table read at start: ``Resnapshot``."""
-    feed = feeds.get(rel.oid)
-    if feed is None:
-        return
-    change = _describe_change(feed.table, rel)
-    if change is not None:
-        raise Resnapshot(f"source table {feed.table.engine} changed ({change})")
+def _decode(
+    decoder: Decoder, msgs: list[bytes], feeds: dict, committed: int, pending: _Rebuilding | None
+) -> tuple[list[Transaction], int, str | None]:
+    """The whole transactions in ``msgs`` ending after ``committed`` that change followed tables, the end of
+    the last one read, and why the stream cannot go on past it: a followed table changed (the transaction
+    showing it, and those after, are left for after the table is read again)."""
+    txns, seen = [], committed
+    for m in msgs:
+        t = decoder.feed(m)
+        if t is None:
+            continue
+        relations, decoder.new_relations = decoder.new_relations, []
+        if t.end_lsn <= committed:
+            continue
+        for rel in relations:
+            feed = feeds.get(rel.oid)
+            if feed is None or pending is not None and rel.oid in pending.tables and t.end_lsn <= pending.lsn:
+                continue  # not followed, or its changes are in the snapshot just read
+            change = _describe_change(feed.table, rel.schema, rel.name, [c[:3] for c in rel.columns])
+            if change is not None:
+                return txns, seen, f"source table {feed.table.engine} changed ({change})"
+        seen = max(seen, t.end_lsn)
+        # transactions of tables not followed (a FOR ALL TABLES publication, the target's own writes) are
+        # passed over
+        if any(r in feeds for r in t.changes):
+            txns.append(t)
+    return txns, seen, None
 
 
-def _check_tables(conn, feeds: dict, missing: list[tuple[str | None, str]]) -> None:
-    """``Resnapshot`` when a followed table was dropped, renamed or replaced by another of its name, or a
-    table a view names and that did not exist now does."""
-    for feed in feeds.values():
-        t = feed.table
-        if conn.execute("SELECT to_regclass(%s)::oid", (t.sql,)).fetchone()[0] != t.oid:
-            raise Resnapshot(f"source table {t.engine} was dropped, renamed or replaced")
-    for schema, name in missing:
-        qualified = quote(name) if schema is None else f"{quote(schema)}.{quote(name)}"
-        if conn.execute("SELECT to_regclass(%s)", (qualified,)).fetchone()[0] is not None:
-            raise Resnapshot(f"source table {name if schema is None else f'{schema}.{name}'} was created")
+def _what_changed(old: dict, new: dict) -> str:
+    """The tables views name that differ between ``old`` and ``new`` (by name as views give them), and how."""
+    said = []
+    for ref in dict.fromkeys([*old, *new]):
+        a, b = old.get(ref), new.get(ref)
+        if a == b:
+            continue
+        if a is None:
+            said.append(f"source table {ref[1] if ref[0] is None else f'{ref[0]}.{ref[1]}'} was created")
+        elif b is None or a.oid != b.oid:
+            said.append(f"source table {a.engine} was dropped, renamed or replaced")
+        else:
+            cols = [(n, t.oid, t.typmod) for n, t, _ in b.columns]
+            change = _describe_change(a, b.schema, b.name, cols) or "key, NOT NULL or replica identity"
+            said.append(f"source table {a.engine} changed ({change})")
+    return "; ".join(dict.fromkeys(said))
 
 
 def _groups(txns: list[Transaction]) -> list[list[Transaction]]:
@@ -491,17 +648,19 @@ def _groups(txns: list[Transaction]) -> list[list[Transaction]]:
     return [g for g in out if g]
 
 
-def _describe_change(t: SourceTable, rel: Relation) -> str | None:
-    if (rel.schema, rel.name) != (t.schema, t.name):
-        return f"renamed to {rel.schema}.{rel.name}"
+def _describe_change(t: SourceTable, schema: str, name: str, columns: list[tuple[str, int, int]]) -> str | None:
+    """How a table read as ``t`` differs from one named ``schema.name`` with ``columns`` (name, type oid,
+    typmod), or None."""
+    if (schema, name) != (t.schema, t.name):
+        return f"renamed to {schema}.{name}"
     before = {n: typ for n, typ, _ in t.columns}
-    after = {n: (oid, mod) for n, oid, mod, _ in rel.columns}
+    after = {n: (oid, mod) for n, oid, mod in columns}
     parts = [f"column {n} added" for n in after if n not in before]
     parts += [f"column {n} dropped" for n in before if n not in after]
     for n, (oid, mod) in after.items():
         if n in before and (before[n].oid, before[n].typmod) != (oid, mod):
             parts.append(f"column {n} changed type")
-    if not parts and [n for n, *_ in t.columns] != [c[0] for c in rel.columns]:
+    if not parts and [n for n, *_ in t.columns] != [c[0] for c in columns]:
         parts.append("columns reordered")
     return "; ".join(parts) or None
 
@@ -531,8 +690,8 @@ tables: views name source tables as in PostgreSQL: unqualified on the source rol
   schema.table for others, "Quoted" names keep their case. Views cannot read the target schema.
 exit status: 0 when stopped (SIGTERM, SIGINT), 1 for a problem only the operator can fix (bad views file,
   unknown database or role, wal_level, missing privilege, another sidecar on the same --schema or --slot).
-  Lost connections are retried with backoff; a dropped slot or a changed source table is taken up from a
-  new snapshot.
+  Lost connections are retried with backoff; a dropped slot is taken up from a new snapshot. A source
+  table altered, dropped or created rebuilds only the views naming it, from a new snapshot of that table.
 """
 
 

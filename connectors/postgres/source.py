@@ -104,16 +104,20 @@ class Source:
             raise SlotInUse(str(err).strip()) from err
 
     def snapshot(
-        self, tables: list[SourceTable], stopping: Callable[[], bool]
+        self, tables: list[SourceTable], stopping: Callable[[], bool], again: bool = False
     ) -> tuple[str, dict[str, pa.Table]] | None:
         """A new slot and the tables' contents at its consistent point: (LSN, engine name -> the table's text
-        values, every column as strings), or None when asked to stop on the way."""
-        self.drop_slot()
+        values, every column as strings), or None when asked to stop on the way. ``again`` reads tables while
+        the slot stays where it is (through a temporary slot): the contents are those of every transaction
+        that ends at or before the LSN, the slot's stream has the others."""
+        if not again:
+            self.drop_slot()
         repl = psycopg.connect(make_conninfo(self.dsn, replication="database"), autocommit=True)
         reader = None
         try:
+            name, temporary = (f"{self.slot[:57]}_again", " TEMPORARY") if again else (self.slot, "")
             slot, lsn, snap, _ = repl.execute(
-                f"CREATE_REPLICATION_SLOT {quote(self.slot)} LOGICAL pgoutput (SNAPSHOT 'export')"
+                f"CREATE_REPLICATION_SLOT {quote(name)}{temporary} LOGICAL pgoutput (SNAPSHOT 'export')"
             ).fetchone()
             reader = psycopg.connect(self.dsn, application_name="ivm sidecar snapshot")
             _session(reader)

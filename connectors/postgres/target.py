@@ -15,6 +15,7 @@ import time
 import zlib
 from dataclasses import dataclass
 
+import numpy as np
 import psycopg
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -163,22 +164,8 @@ class Target:
                 slot,
                 slot,
             )
-        for i, v in enumerate(views):
-            if self._signature(v.name) != (v.columns, v.pg_types, [v.columns[k] for k in v.key or ()]):
-                c.execute(f"DROP TABLE IF EXISTS {self._t(v.name)}")
-                c.execute(v.ddl(self.schema))
-            if not v.key:  # deletes stay possible should a publication of this database include the table
-                c.execute(f"ALTER TABLE {self._t(v.name)} REPLICA IDENTITY FULL")
-            chg = f"_ivm_chg_{i}"
-            c.execute(f"DROP TABLE IF EXISTS pg_temp.{chg}")
-            c.execute(f"CREATE TEMP TABLE {chg} (LIKE {self._t(v.name)}) ON COMMIT DELETE ROWS")
-            c.execute(f"ALTER TABLE {chg} ADD COLUMN _ivm_n bigint NOT NULL")
-            self.temp[v.name] = chg
-            c.execute(
-                f"INSERT INTO {s}._ivm_status VALUES (%s, 'running', NULL, now()) ON CONFLICT (view) DO UPDATE "
-                "SET state = 'running', error = NULL, changed_at = now()",
-                (v.name,),
-            )
+        for v in views:
+            self._prepare(v)
         for name, err in failed.items():
             c.execute(
                 f"INSERT INTO {s}._ivm_status VALUES (%s, 'failed', %s, now()) ON CONFLICT (view) DO UPDATE "
@@ -187,15 +174,37 @@ class Target:
                 (name, err),
             )
         self.views = {v.name: v for v in views}
-        statements = []
-        for v in views:
-            rows, counts = contents[v.name]
-            statements.append(f"DELETE FROM {self._t(v.name)}")
-            if rows.num_rows:
-                self._copy(v, rows, counts)
-                statements.append(self._insert_sql(v))
+        statements = [s for v in views for s in self._replace(v, *contents[v.name])]
         c.execute(";\n".join([*statements, self._progress_sql(lsn, 0)]))
         c.commit()
+
+    def _prepare(self, v: ViewTarget) -> None:
+        """The view's table (created again when its columns or key changed), its session's change table, and
+        its status: running."""
+        c = self.conn
+        if self._signature(v.name) != (v.columns, v.pg_types, [v.columns[k] for k in v.key or ()]):
+            c.execute(f"DROP TABLE IF EXISTS {self._t(v.name)}")
+            c.execute(v.ddl(self.schema))
+        if not v.key:  # deletes stay possible should a publication of this database include the table
+            c.execute(f"ALTER TABLE {self._t(v.name)} REPLICA IDENTITY FULL")
+        chg = self.temp.get(v.name) or f"_ivm_chg_{len(self.temp)}"
+        c.execute(f"DROP TABLE IF EXISTS pg_temp.{chg}")
+        c.execute(f"CREATE TEMP TABLE {chg} (LIKE {self._t(v.name)}) ON COMMIT DELETE ROWS")
+        c.execute(f"ALTER TABLE {chg} ADD COLUMN _ivm_n bigint NOT NULL")
+        self.temp[v.name] = chg
+        c.execute(
+            f"INSERT INTO {self._t('_ivm_status')} VALUES (%s, 'running', NULL, now()) ON CONFLICT (view) "
+            "DO UPDATE SET state = 'running', error = NULL, changed_at = now()",
+            (v.name,),
+        )
+
+    def _replace(self, v: ViewTarget, rows: pa.Table, counts) -> list[str]:
+        """The statements that make the view's table hold exactly ``rows`` (each ``counts`` times), after
+        its change table is filled."""
+        if not rows.num_rows:
+            return [f"DELETE FROM {self._t(v.name)}"]
+        self._copy(v, rows, counts)
+        return [f"DELETE FROM {self._t(v.name)}", self._insert_sql(v)]
 
     def set_errors(self, errors: dict[str, str | None]) -> None:
         """Record which views are in error (name -> the error, or None once it is gone), in a transaction."""
@@ -217,14 +226,20 @@ class Target:
         txns: int,
         failed: dict[str, str],
         errors: dict[str, str | None] | None = None,
+        replaced: dict[str, tuple[ViewTarget, tuple[pa.Table, np.ndarray]]] | None = None,
     ) -> None:
         """One batch in one transaction: each view's consolidated changes ``(rows, diff)``, the views that
         stopped (name -> error), the views whose error changed (see ``set_errors``; a view in error leaves
-        out the rows it cannot compute) and the LSN. One COPY per changed view, then one round trip for all
-        the DELETEs and INSERTs and the LSN."""
+        out the rows it cannot compute), the views whose table is ``replaced`` by whole new contents (their
+        columns may have changed) and the LSN. One COPY per changed view, then one round trip for all the
+        DELETEs and INSERTs and the LSN."""
         c = self.conn
-        self._errors(errors or {})
         statements = []
+        for name, (v, contents) in (replaced or {}).items():
+            self._prepare(v)
+            self.views[name] = v
+            statements += self._replace(v, *contents)
+        self._errors(errors or {})
         for name, (rows, counts) in diffs.items():
             if rows.num_rows == 0:
                 continue

@@ -4,6 +4,7 @@ a slot dropped behind its back, a FOR ALL TABLES publication over its own output
 
 from __future__ import annotations
 
+import threading
 import time
 
 import psycopg
@@ -476,3 +477,71 @@ CREATE MATERIALIZED VIEW extremes AS SELECT MIN(at) AS lo, MAX(until) AS hi, COU
     with running(dsn, views), psycopg.connect(dsn, autocommit=True) as c:
         c.execute("INSERT INTO e VALUES (3, '2024-11-03 05:30+00', '2024-11-03 06:30+00')")
         _sync(dsn, views)
+
+
+def test_13_only_the_views_of_an_altered_table_are_rebuilt_while_writes_go_on(dsn, caplog):
+    """#13: ALTER TABLE while other transactions write: the views reading the altered table are rebuilt from
+    a new snapshot of it and equal PostgreSQL's answer after it; a view over another table is not rewritten
+    (its target rows keep their xmin); an ADD COLUMN ... DEFAULT that no later write shows is seen too."""
+    views = (
+        MARKER_VIEW
+        + """
+CREATE MATERIALIZED VIEW a_all AS SELECT * FROM a;
+CREATE MATERIALIZED VIEW a_sum AS SELECT g, SUM(v) AS s, COUNT(*) AS n FROM a GROUP BY g;
+CREATE MATERIALIZED VIEW ab AS SELECT a.id, a.v, b.x FROM a JOIN b ON a.id = b.id;
+CREATE MATERIALIZED VIEW b_all AS SELECT * FROM b;
+CREATE MATERIALIZED VIEW c_all AS SELECT * FROM c;
+"""
+    )
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(
+            MARKER
+            + "CREATE TABLE a (id int PRIMARY KEY, g int, v int); CREATE TABLE b (id int PRIMARY KEY, x int);"
+            "CREATE TABLE c (id int PRIMARY KEY, t text);"
+            "INSERT INTO a SELECT i, i % 5, i FROM generate_series(1, 200) i;"
+            "INSERT INTO b SELECT i, -i FROM generate_series(1, 200, 2) i;"
+            "INSERT INTO c VALUES (1, 'kept'), (2, 'as is')"
+        )
+        stop = threading.Event()
+
+        def write() -> None:
+            with psycopg.connect(dsn, autocommit=True) as w:
+                i = 0
+                while not stop.is_set():
+                    i += 1
+                    with w.transaction():
+                        w.execute("UPDATE a SET v = v + 1 WHERE id = %s", (i % 200 + 1,))
+                        w.execute("UPDATE b SET x = x - 1 WHERE id = %s", (i % 200 + 1,))
+                    w.execute("INSERT INTO a (id, g, v) VALUES (%s, 9, 1)", (1000 + i,))
+
+        with running(dsn, views):
+            xmin = c.execute("SELECT id, xmin::text FROM ivm.c_all ORDER BY id").fetchall()
+            writer = threading.Thread(target=write)
+            writer.start()
+            try:
+                time.sleep(0.3)
+                c.execute("ALTER TABLE a ADD COLUMN d int DEFAULT 7")
+                time.sleep(0.3)
+                c.execute("ALTER TABLE a ALTER COLUMN v TYPE bigint")
+                time.sleep(0.3)
+            finally:
+                stop.set()
+                writer.join()
+            _sync(dsn, views)
+            c.execute("ALTER TABLE b ADD COLUMN y text DEFAULT 'dflt'")  # no write to b after it
+            deadline = time.monotonic() + 60
+            while mismatches(dsn, parse_views(views).views):
+                assert time.monotonic() < deadline, mismatches(dsn, parse_views(views).views)
+                time.sleep(0.1)
+            assert c.execute("SELECT DISTINCT y FROM ivm.b_all").fetchall() == [("dflt",)]
+            assert set(_status(c).values()) == {"running: "}, _status(c)
+            assert c.execute("SELECT id, xmin::text FROM ivm.c_all ORDER BY id").fetchall() == xmin
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(
+        "source table public.a changed (column d added); rebuilding views a_all, a_sum, ab" in m
+        for m in messages
+    )
+    assert any(
+        "source table public.b changed (column y added); rebuilding views ab, b_all" in m for m in messages
+    )
+    assert not any("taking a new snapshot" in m for m in messages)
