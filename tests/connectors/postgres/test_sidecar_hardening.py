@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -304,6 +305,35 @@ def test_12_permanent_errors_fail_fast(dsn, tmp_path, capsys, change, said):
     err = capsys.readouterr().err
     assert said in err and "source:" in err, err
     assert time.monotonic() - start < 30  # no retries: a failure, not a backoff
+
+
+def test_12_a_wrong_password_fails_fast(dsn, tmp_path, capsys):
+    """A role that must give a password (scram-sha-256 in pg_hba.conf, for it alone) and gives a wrong one."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE t (id int PRIMARY KEY)")
+        c.execute("DROP ROLE IF EXISTS pw_user")
+        c.execute("CREATE ROLE pw_user LOGIN REPLICATION PASSWORD 'right'")
+        hba = Path(c.execute("SHOW hba_file").fetchone()[0])
+        before = hba.read_text()
+        hba.write_text("host all pw_user 127.0.0.1/32 scram-sha-256\n" + before)
+        try:
+            c.execute("SELECT pg_reload_conf()")
+            wrong = dsn.replace("user=postgres", "user=pw_user password=wrong")
+            with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+                psycopg.connect(wrong).close()
+            path = tmp_path / "views.sql"
+            path.write_text("CREATE MATERIALIZED VIEW v AS SELECT id FROM t")
+            start = time.monotonic()
+            assert main(["--source", wrong, "--target", dsn, "--views", str(path)]) == 1
+            assert time.monotonic() - start < 30  # no retries: a failure, not a backoff
+        finally:
+            hba.write_text(before)
+            c.execute("SELECT pg_reload_conf()")
+            c.execute("DROP ROLE pw_user")
+    err = capsys.readouterr().err
+    assert "source: connection failed" in err and 'password authentication failed for user "pw_user"' in err, (
+        err
+    )
 
 
 def test_12_wal_level_replica_fails_fast_saying_what_to_set(tmp_path, capsys):
