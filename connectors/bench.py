@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ivm.allocator import tune_allocator
+from ivm.engine.allocator import tune_allocator
 
 
 def main(argv: list[str] | None = None) -> int:

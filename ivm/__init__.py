@@ -1,11 +1,14 @@
 """ivm: incremental view maintenance on differential dataflow with shared arrangements.
 
-The engine (this package) is usable from Python without SQL: build dataflows over inputs, step them, and
-read exact output diffs at every logical time.
+``ivm.connect()`` opens an embedded database (PEP 249). The dataflow engine underneath is ``ivm.engine``,
+usable from Python without SQL; its main classes are also reachable here (``ivm.Engine``, ``ivm.Batch``, ...).
+Importing ``ivm`` loads only the exception tree: the rest loads on first use.
 """
 
-from ivm.batch import Batch
-from ivm.dataflow import Arranged, Capture, Collection, Dataflow, Engine, Input, Loop, Probe
+from __future__ import annotations
+
+import importlib
+
 from ivm.errors import (
     DatabaseError,
     DataError,
@@ -18,12 +21,8 @@ from ivm.errors import (
     ProgrammingError,
     Warning,
 )
-from ivm.lattice import Antichain
-from ivm.operators.basic import EvaluationError
-from ivm.operators.iterate import IterationLimitError
-from ivm.operators.reducers import Aggregate, Groups, Threshold, TopK, distinct
 
-__all__ = [
+_ENGINE = (
     "Engine",
     "Dataflow",
     "Collection",
@@ -41,6 +40,10 @@ __all__ = [
     "distinct",
     "IterationLimitError",
     "EvaluationError",
+)
+
+__all__ = [
+    *_ENGINE,
     "connect",
     "apilevel",
     "threadsafety",
@@ -67,3 +70,9 @@ def connect():
     from ivm.connection import connect as _connect
 
     return _connect()
+
+
+def __getattr__(name: str):
+    if name in _ENGINE:
+        return getattr(importlib.import_module("ivm.engine"), name)
+    raise AttributeError(f"module 'ivm' has no attribute {name!r}")

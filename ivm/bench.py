@@ -20,8 +20,8 @@ import time
 import numpy as np
 
 import ivm
-from ivm.allocator import tune_allocator
-from ivm.batch import Batch
+from ivm.engine.allocator import tune_allocator
+from ivm.engine.batch import Batch
 
 __all__ = ["Reachability", "build_reachability", "reachable_naive", "main"]
 

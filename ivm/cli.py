@@ -7,7 +7,7 @@ import importlib
 import os
 import sys
 
-from ivm.allocator import tune_allocator
+from ivm.engine.allocator import tune_allocator
 
 __all__ = ["main", "COMMANDS"]
 

@@ -23,8 +23,11 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
-from ivm.batch import Batch, consolidate, key_hash, rows_equal
-from ivm.dataflow import Arranged, Dataflow, Engine, Input
+from ivm.engine.batch import Batch, consolidate, key_hash, rows_equal
+from ivm.engine.dataflow import Arranged, Dataflow, Engine, Input
+from ivm.engine.operators.basic import EvaluationError
+from ivm.engine.operators.iterate import IterationLimitError
+from ivm.engine.strings import FEW, POOL, StringPool
 from ivm.errors import (
     DataError,
     Error,
@@ -35,10 +38,7 @@ from ivm.errors import (
     ProgrammingError,
     Warning,
 )
-from ivm.operators.basic import EvaluationError
-from ivm.operators.iterate import IterationLimitError
 from ivm.ordering import display_order, sort_indices
-from ivm.strings import FEW, POOL, StringPool
 from planner.canon import arranged_form, canonicalize
 from planner.compile import Registry, compile_view
 from planner.prune import prune

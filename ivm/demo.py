@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 import ivm
 from ivm import render
-from ivm.allocator import tune_allocator
+from ivm.engine.allocator import tune_allocator
 from ivm.introspect import row_count
 from tpch import SCHEMA
 from tpch.bench import _apply as apply_transaction

@@ -14,7 +14,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from ivm.connection import Connection
-    from ivm.trace.spine import Spine
+    from ivm.engine.trace.spine import Spine
 
 __all__ = ["RelationInfo", "ArrangementInfo", "relations", "arrangements", "trace_bytes", "row_count"]
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from ivm.allocator import tune_allocator
+from ivm.engine.allocator import tune_allocator
 from ivm.session import Session
 from ivm.statements import Splitter
 

@@ -1,8 +1,8 @@
 """Canonical text where text is compared: a plan rewritten so that stored codes meet no comparison.
 
 A table keyed by other columns stores its columns of mostly distinct text (comments, names, addresses) under
-codes that equal strings need not share (``ivm.strings``): loading them then takes no lookup. Reading, moving
-and joining such columns by other keys is as cheap as before; what compares their codes is not. Grouping,
+codes that equal strings need not share (``ivm.engine.strings``): loading them then takes no lookup. Reading,
+moving and joining such columns by other keys is as cheap as before; what compares their codes is not. Grouping,
 join keys, DISTINCT, set operations, top-k and a view's own result (arranged by all its columns) compare
 codes, so ``canonicalize`` puts a ``Canon`` step below each of them for the columns that may still hold stored
 codes there. Filters and projections in between pass such columns along: their own comparisons of text

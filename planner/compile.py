@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import ivm
-from ivm.dataflow import Arranged, Collection, Dataflow, Loop
-from ivm.operators.arrange import ArrangeOp
-from ivm.operators.reducers import distinct
-from ivm.strings import POOL
+from ivm.engine.dataflow import Arranged, Collection, Dataflow, Loop
+from ivm.engine.operators.arrange import ArrangeOp
+from ivm.engine.operators.reducers import distinct
+from ivm.engine.strings import POOL
 from planner.expr import compile_exprs, compile_predicate
 from planner.simplify import column_picks, renames
 from sql.logical import (

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow.compute as pc
 
-from ivm.operators.basic import EvaluationError
-from ivm.strings import POOL
+from ivm.engine.operators.basic import EvaluationError
+from ivm.engine.strings import POOL
 from planner.functions import COMPARISONS, FUNCTIONS, compare_values, text_ranks
 from sql.logical import Call, ColRef, Const, Expr
 from sql.types import format_text, parse_text

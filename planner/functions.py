@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ivm.strings import POOL
+from ivm.engine.strings import POOL
 from sql.logical import Call
 
 __all__ = ["FUNCTIONS", "text_ranks"]

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ivm.strings import POOL
+from ivm.engine.strings import POOL
 from sql.errors import DataError
 from sql.types import SqlType
 

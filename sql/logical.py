@@ -218,8 +218,8 @@ class TopK:
 @dataclass(frozen=True)
 class Canon:
     """``input`` with the text of the columns at ``positions`` under canonical codes. A table may store text
-    under codes that equal strings do not share (``ivm.strings``); what compares such text reads it through
-    this step."""
+    under codes that equal strings do not share (the engine's string pool); what compares such text reads it
+    through this step."""
 
     input: Plan
     positions: tuple[int, ...]

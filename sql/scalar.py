@@ -399,7 +399,7 @@ def _typed_literal(node: exp.Expression, e: Expr, other: SqlType) -> Expr:
         return e
     if other.kind not in ("date", "timestamp"):
         return e
-    from ivm.strings import POOL
+    from ivm.engine.strings import POOL
 
     text = POOL.decode(np.array([e.value]))[0]
     try:
@@ -477,7 +477,7 @@ def assigned(node: exp.Expression, e: Expr, t: SqlType, column: str) -> Expr:
 def cast_to(node: exp.Expression, e: Expr, t: SqlType) -> Expr:
     """``CAST(e AS t)``."""
     if isinstance(e, Const) and e.type.kind == "text" and e.value is not None and t.kind != "text":
-        from ivm.strings import POOL
+        from ivm.engine.strings import POOL
 
         text = POOL.decode(np.array([e.value]))[0]
         try:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from sqlglot import exp
 
-from ivm.strings import POOL
+from ivm.engine.strings import POOL
 from sql.errors import DataError, UnsupportedError
 
 __all__ = [

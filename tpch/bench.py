@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 import ivm
-from ivm.allocator import tune_allocator
+from ivm.engine.allocator import tune_allocator
 from tpch import SCHEMA
 from tpch.data import TABLES, generate, refresh_stream
 from tpch.queries import QUERIES, query

@@ -45,7 +45,7 @@ from connectors.postgres._changes import TableFeed, consolidate
 from connectors.postgres._pgoutput import Decoder, Transaction, format_lsn, parse_lsn
 from connectors.postgres.source import SlotInUse, Source
 from connectors.postgres.target import InUse, Target, ViewTarget, quote
-from ivm.allocator import tune_allocator
+from ivm.engine.allocator import tune_allocator
 from planner.properties import unique_key
 from sql.arrow import to_arrow_column
 from sql.errors import SqlError

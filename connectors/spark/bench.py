@@ -25,7 +25,7 @@ from connectors.spark._outputs import ParquetContents
 from connectors.spark._sink import view_sink
 from connectors.spark.local import local_session
 from connectors.spark.tpch_stream import ChangeFiles, spark_query
-from ivm.allocator import tune_allocator
+from ivm.engine.allocator import tune_allocator
 from tpch import SCHEMA
 from tpch.data import TABLES, generate, refresh_stream
 from tpch.queries import query

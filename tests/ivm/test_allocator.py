@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-PROBE = "from ivm.allocator import tune_allocator; print(tune_allocator())"
+PROBE = "from ivm.engine.allocator import tune_allocator; print(tune_allocator())"
 
 
 def _run(**env: str) -> str:
@@ -30,7 +30,7 @@ def test_left_alone_when_asked():
 
 def test_not_applied_by_creating_an_engine():
     """A library user's process keeps its own settings: only the commands and benchmarks ask."""
-    probe = "import ivm, ivm.allocator as a; ivm.connect().execute('SELECT 1'); print(a._applied)"
+    probe = "import ivm, ivm.engine.allocator as a; ivm.connect().execute('SELECT 1'); print(a._applied)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "None"

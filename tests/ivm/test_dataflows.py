@@ -3,8 +3,8 @@
 import numpy as np
 
 import ivm
-from ivm import stats
-from ivm.batch import Batch
+from ivm.engine import stats
+from ivm.engine.batch import Batch
 
 
 def _send(inp, cols, t):

@@ -4,9 +4,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ivm.batch import LOW_BITS, Batch, key_hash
-from ivm.operators.running import RunningStates
-from ivm.trace import TraceBatch
+from ivm.engine.batch import LOW_BITS, Batch, key_hash
+from ivm.engine.operators.running import RunningStates
+from ivm.engine.trace import TraceBatch
 
 ROWS = st.lists(
     st.tuples(st.integers(-(2**40), 2**40), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=True)),

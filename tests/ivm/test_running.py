@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ivm
-from ivm import stats
-from ivm.operators.running import RunningStates
+from ivm.engine import stats
+from ivm.engine.operators.running import RunningStates
 
 KEYS = st.lists(
     st.tuples(st.integers(-3, 3), st.one_of(st.none(), st.floats(allow_nan=True, width=32))), max_size=30

@@ -4,8 +4,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ivm.trace import seek
-from ivm.trace.seek import DirectIndex, Fence, Filter, build_index, seek_ranges
+from ivm.engine.trace import seek
+from ivm.engine.trace.seek import DirectIndex, Fence, Filter, build_index, seek_ranges
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 

@@ -4,12 +4,12 @@ import doctest
 
 import numpy as np
 
-import ivm.dataflow
+import ivm.engine.dataflow
 from ivm.bench import build_reachability, reachable_naive
 
 
 def test_dataflow_doctest():
-    result = doctest.testmod(ivm.dataflow)
+    result = doctest.testmod(ivm.engine.dataflow)
     assert result.attempted > 0 and result.failed == 0
 
 

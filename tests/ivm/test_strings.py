@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import ivm.strings as strings
-from ivm.strings import StringPool
+import ivm.engine.strings as strings
+from ivm.engine.strings import StringPool
 
 TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
 

@@ -5,9 +5,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ivm
-from ivm.batch import Batch
-from ivm.lattice import Antichain, advance, join, less_equal, meet
-from ivm.trace import Spine, TraceBatch
+from ivm.engine.batch import Batch
+from ivm.engine.lattice import Antichain, advance, join, less_equal, meet
+from ivm.engine.trace import Spine, TraceBatch
 
 times2 = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=6)
 
@@ -105,7 +105,7 @@ def test_tiered_merges_keep_every_update_and_readers_see_the_contents(sizes, nke
     keys = sorted({k[:nkey] for k, v in live.items() if v})
     if keys:
         kc = tuple(np.array([k[i] for k in keys], dtype=np.int64) for i in range(nkey))
-        from ivm.batch import key_hash
+        from ivm.engine.batch import key_hash
 
         kh = key_hash(kc, (None,) * nkey)
         order = np.argsort(kh)
@@ -116,7 +116,7 @@ def test_tiered_merges_keep_every_update_and_readers_see_the_contents(sizes, nke
 def _insert_sizes(sizes, seed=3):
     """A spine fed batches of the given sizes (random keys, one time each): the spine, the updates merged
     (beyond their first insertion) and the most small batches it held at once."""
-    from ivm.trace.spine import MIN_CHUNK
+    from ivm.engine.trace.spine import MIN_CHUNK
 
     spine = Spine(1, (np.dtype(np.int64),) * 2, 1)
     h = spine.handle(Antichain([0]))
@@ -137,7 +137,7 @@ def test_small_batches_merge_in_doubling_runs_and_stay_few():
     """Small insertions (small transactions) merge at the tail: a larger batch there is merged again only once
     the batches after it hold as many updates (not at every merge of the tail), and however their sizes run
     the tail stays short."""
-    from ivm.trace.spine import TAIL_BATCHES
+    from ivm.engine.trace.spine import TAIL_BATCHES
 
     _, merged, most = _insert_sizes([600] + [5] * 200)
     assert merged < 6000  # merging the whole tail every TAIL_BATCHES insertions re-merges the 600 rows 25 times
@@ -149,7 +149,7 @@ def test_small_batches_merge_in_doubling_runs_and_stay_few():
 def test_count_sums_the_updates_of_matching_rows():
     """``Spine.count``: per query row, the summed diffs of stored updates whose leading columns equal it
     (NULL equal to NULL), across batches, and nothing for rows that differ beyond the key."""
-    from ivm.batch import key_hash
+    from ivm.engine.batch import key_hash
 
     dtypes = (np.dtype(np.int64),) * 3
     spine = Spine(2, dtypes, 1)
@@ -221,7 +221,7 @@ def test_a_join_delta_meets_the_trace_consolidated_across_batches():
     """``matching``: the batches holding a delta's keys; when several do, one batch of their matching updates
     consolidated as of the reader's frontier, so a row inserted and deleted in batches not merged yet pairs
     with nothing."""
-    from ivm.operators.join import join_batches, matching
+    from ivm.engine.operators.join import join_batches, matching
 
     spine = Spine(1, (np.dtype(np.int64), np.dtype(np.int64)), 1)
     spine.handle(Antichain([0]))

@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ivm.batch import Batch, Mask
-from ivm.lattice import Antichain
-from ivm.operators.arrange import ArrangeOp, ImportOp, lift_times
-from ivm.operators.basic import (
+from ivm.engine.batch import Batch, Mask
+from ivm.engine.lattice import Antichain
+from ivm.engine.operators.arrange import ArrangeOp, ImportOp, lift_times
+from ivm.engine.operators.basic import (
     CaptureOp,
     ConcatOp,
     EvaluationError,
@@ -39,12 +39,12 @@ from ivm.operators.basic import (
     ProjectOp,
     takes_rows,
 )
-from ivm.operators.iterate import EnterOp, IterationLimitError, LeaveOp, LoopOp, VariableOp
-from ivm.operators.join import JoinOp
-from ivm.operators.reduce import ReduceOp, streams
-from ivm.operators.reducers import Aggregate, Reducer, Threshold, TopK, distinct
-from ivm.scope import Operator, Point, Scope
-from ivm.trace import Spine, TraceBatch, TraceHandle
+from ivm.engine.operators.iterate import EnterOp, IterationLimitError, LeaveOp, LoopOp, VariableOp
+from ivm.engine.operators.join import JoinOp
+from ivm.engine.operators.reduce import ReduceOp, streams
+from ivm.engine.operators.reducers import Aggregate, Reducer, Threshold, TopK, distinct
+from ivm.engine.scope import Operator, Point, Scope
+from ivm.engine.trace import Spine, TraceBatch, TraceHandle
 
 __all__ = ["Engine", "Dataflow", "Collection", "Arranged", "Input", "Loop", "Capture", "Probe"]
 
@@ -651,7 +651,7 @@ class Capture:
 
     def updates(self) -> Batch:
         """All captured updates, consolidated."""
-        from ivm.batch import consolidate
+        from ivm.engine.batch import consolidate
 
         if not self.op.batches:
             return Batch.empty(self.dtypes, self.op.scope.dim)

@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ivm.batch import Batch, Mask
-from ivm.scope import Operator, Point, Scope
+from ivm.engine.batch import Batch, Mask
+from ivm.engine.scope import Operator, Point, Scope
 
 __all__ = [
     "EvaluationError",

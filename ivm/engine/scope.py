@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from ivm.dataflow import Dataflow
+    from ivm.engine.dataflow import Dataflow
 
 __all__ = ["Scope", "Queue", "Operator", "points_of", "split_by_point"]
 

@@ -18,13 +18,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ivm.batch import Batch, group_starts, key_hash, lexsort, sort_keys
-from ivm.operators.arrange import ArrangeOp
-from ivm.operators.reducers import Aggregate, Groups, Reducer
-from ivm.operators.running import RunningStates
-from ivm.scope import Operator, Point, Scope
-from ivm.trace import Spine, TraceBatch
-from ivm.trace.batch import expand_ranges, identity_hash
+from ivm.engine.batch import Batch, group_starts, key_hash, lexsort, sort_keys
+from ivm.engine.operators.arrange import ArrangeOp
+from ivm.engine.operators.reducers import Aggregate, Groups, Reducer
+from ivm.engine.operators.running import RunningStates
+from ivm.engine.scope import Operator, Point, Scope
+from ivm.engine.trace import Spine, TraceBatch
+from ivm.engine.trace.batch import expand_ranges, identity_hash
 
 __all__ = ["ReduceOp", "streams"]
 
@@ -280,7 +280,7 @@ class ReduceOp(Operator):
             times,
             np.ones(len(fut), dtype=np.int64),
         )
-        from ivm.scope import split_by_point
+        from ivm.engine.scope import split_by_point
 
         for p, sel in split_by_point(times):
             self.pending.setdefault(p, []).append(trig_batch if sel is None else trig_batch.take(sel))

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ivm.lattice import Antichain
+from ivm.engine.lattice import Antichain
 
 if TYPE_CHECKING:
-    from ivm.trace.spine import Spine
+    from ivm.engine.trace.spine import Spine
 
 __all__ = ["TraceHandle"]
 

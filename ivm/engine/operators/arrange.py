@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ivm.batch import Batch
-from ivm.scope import Operator, Point, Scope
-from ivm.trace import Spine, TraceBatch, TraceHandle
+from ivm.engine.batch import Batch
+from ivm.engine.scope import Operator, Point, Scope
+from ivm.engine.trace import Spine, TraceBatch, TraceHandle
 
 __all__ = ["ArrangeOp", "ImportOp"]
 

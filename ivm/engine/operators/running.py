@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ivm.batch import Mask, rows_equal
-from ivm.trace.batch import identity_hash
+from ivm.engine.batch import Mask, rows_equal
+from ivm.engine.trace.batch import identity_hash
 
 __all__ = ["RunningStates"]
 

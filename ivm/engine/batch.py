@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ivm import stats
+from ivm.engine import stats
 
 __all__ = [
     "Batch",
@@ -192,7 +192,7 @@ def key_hash(columns: Sequence[np.ndarray], valid: Sequence[Mask], n: int | None
     so hashes follow the first column as keys arriving in its order (new orders' line items) lie past every
     older batch, which readers then skip without a search. An empty key hashes every row to 0. The hash of a
     key never depends on the other rows of its batch. Hashes are not spread evenly: a table addressed by them
-    takes the top bits of their product with the golden ratio (``ivm.operators.running``).
+    takes the top bits of their product with the golden ratio (``ivm.engine.operators.running``).
     """
     if not columns:
         return np.zeros(n or 0, dtype=np.int64)

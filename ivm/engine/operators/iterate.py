@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ivm.batch import Batch
-from ivm.scope import Operator, Point, Scope
+from ivm.engine.batch import Batch
+from ivm.engine.scope import Operator, Point, Scope
 
 __all__ = ["EnterOp", "LeaveOp", "VariableOp", "LoopOp", "IterationLimitError"]
 

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ivm.batch import Batch, rows_equal
-from ivm.lattice import Antichain
-from ivm.operators.arrange import lift_times
-from ivm.scope import Operator, Point, Scope
-from ivm.trace import Spine, TraceBatch
-from ivm.trace.batch import expand_ranges
+from ivm.engine.batch import Batch, rows_equal
+from ivm.engine.lattice import Antichain
+from ivm.engine.operators.arrange import lift_times
+from ivm.engine.scope import Operator, Point, Scope
+from ivm.engine.trace import Spine, TraceBatch
+from ivm.engine.trace.batch import expand_ranges
 
 __all__ = ["JoinOp", "join_batches"]
 

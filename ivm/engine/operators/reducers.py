@@ -13,9 +13,9 @@ from typing import Protocol
 
 import numpy as np
 
-from ivm.batch import Mask, lexsort, sort_keys
-from ivm.operators.basic import EvaluationError
-from ivm.strings import POOL
+from ivm.engine.batch import Mask, lexsort, sort_keys
+from ivm.engine.operators.basic import EvaluationError
+from ivm.engine.strings import POOL
 
 __all__ = ["Groups", "Reducer", "Aggregate", "Threshold", "TopK", "distinct"]
 

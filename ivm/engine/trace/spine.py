@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ivm.batch import Batch, rows_equal
-from ivm.lattice import Antichain
-from ivm.trace.batch import TraceBatch, consolidation, expand_ranges, identity_hash
-from ivm.trace.handle import TraceHandle
+from ivm.engine.batch import Batch, rows_equal
+from ivm.engine.lattice import Antichain
+from ivm.engine.trace.batch import TraceBatch, consolidation, expand_ranges, identity_hash
+from ivm.engine.trace.handle import TraceHandle
 
 __all__ = ["Spine"]
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ivm import stats
-from ivm.batch import (
+from ivm.engine import stats
+from ivm.engine.batch import (
     NULL_HASH,
     SMALL_SORT,
     Batch,
@@ -25,7 +25,7 @@ from ivm.batch import (
     sort_keys,
     sorted_runs,
 )
-from ivm.trace.seek import DirectIndex, Fence, Filter, build_index, seek_ranges, wants_filter
+from ivm.engine.trace.seek import DirectIndex, Fence, Filter, build_index, seek_ranges, wants_filter
 
 __all__ = ["TraceBatch", "expand_ranges"]
 
