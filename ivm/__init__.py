@@ -66,8 +66,8 @@ paramstyle = "pyformat"  # %s and %(name)s; ? and $1 are understood too
 
 
 def connect():
-    """A new in-memory database (see ``ivm.connection``)."""
-    from ivm.connection import connect as _connect
+    """A new in-memory database (see ``ivm.db.connection``)."""
+    from ivm.db.connection import connect as _connect
 
     return _connect()
 

@@ -78,7 +78,7 @@ def memory_bytes(db) -> int:
     return total
 
 
-def _new_db(queries) -> ivm.connection.Connection:
+def _new_db(queries) -> ivm.db.connection.Connection:
     db = ivm.connect()
     db.execute(SCHEMA)
     for q in queries:

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from ivm.demo import run_reachability, run_tpch
+from ivm.cli.demo import run_reachability, run_tpch
 from tpch.queries import QUERIES
 
 

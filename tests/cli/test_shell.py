@@ -10,8 +10,8 @@ import subprocess
 import sys
 import time
 
-from ivm.session import Session
-from ivm.shell import Shell
+from ivm.cli.session import Session
+from ivm.cli.shell import Shell
 
 
 def shell(text: str) -> tuple[str, str]:

@@ -1,7 +1,7 @@
 """Statement splitting: ``;`` ends a statement only as a token, backslash commands are lines of their own,
 and every item knows the input line where it starts."""
 
-from ivm.statements import Item, Splitter, split
+from ivm.cli.statements import Item, Splitter, split
 
 
 def test_semicolons_in_strings_quoted_names_and_comments_do_not_end_statements():

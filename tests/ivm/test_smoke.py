@@ -5,7 +5,7 @@ import doctest
 import numpy as np
 
 import ivm.engine.dataflow
-from ivm.bench import build_reachability, reachable_naive
+from ivm.bench.engine import build_reachability, reachable_naive
 
 
 def test_dataflow_doctest():
@@ -23,7 +23,7 @@ def test_reachability_matches_bfs_after_updates():
 
 
 def test_recursion_benchmark_runs_small_and_reports_its_keys():
-    from ivm.bench_recursion import run
+    from ivm.bench.recursion import run
 
     res = run(quick=True, samples=5)
     assert set(res["workloads"]) == {

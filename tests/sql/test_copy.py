@@ -1,4 +1,4 @@
-"""``ivm.copying.read_copy`` against a real PostgreSQL: the same table, options and file bytes go to
+"""``ivm.db.copying.read_copy`` against a real PostgreSQL: the same table, options and file bytes go to
 PostgreSQL's ``COPY ... FROM STDIN`` and to ``read_copy``; both must hold the same rows, or both must fail
 on the same file line and column with PostgreSQL's message. Parquet, options PostgreSQL lacks and file
 errors are checked on ivm's side alone."""
@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import sqlglot
 
-from ivm.copying import read_copy
+from ivm.db.copying import read_copy
 from ivm.errors import DataError, NotSupportedError, OperationalError, ProgrammingError
 from sql.arrow import arrow_type
 from sql.catalog import Table

@@ -12,7 +12,7 @@ import argparse
 import sys
 import time
 
-from ivm.session import Session
+from ivm.cli.session import Session
 
 __all__ = ["main"]
 

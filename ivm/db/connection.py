@@ -23,6 +23,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
+from ivm.db.ordering import display_order, sort_indices
 from ivm.engine.batch import Batch, consolidate, key_hash, rows_equal
 from ivm.engine.dataflow import Arranged, Dataflow, Engine, Input
 from ivm.engine.operators.basic import EvaluationError
@@ -38,7 +39,6 @@ from ivm.errors import (
     ProgrammingError,
     Warning,
 )
-from ivm.ordering import display_order, sort_indices
 from planner.canon import arranged_form, canonicalize
 from planner.compile import Registry, compile_view
 from planner.prune import prune
@@ -54,8 +54,8 @@ from sql.translate import translate_query
 from sql.types import TEXT, SqlType, column_from_values, parse_text, to_engine_value, to_python
 
 if TYPE_CHECKING:
-    from ivm.cursor import Cursor
-    from ivm.introspect import ArrangementInfo, RelationInfo
+    from ivm.db.cursor import Cursor
+    from ivm.db.introspect import ArrangementInfo, RelationInfo
 
 __all__ = ["connect", "Connection", "Subscription", "SqlError", "UnsupportedError"]
 
@@ -375,22 +375,22 @@ class Connection:
 
     @_pooled
     def relations(self) -> list[RelationInfo]:
-        """Tables, views and indexes with row counts and stored sizes (``ivm.introspect.RelationInfo``)."""
-        from ivm.introspect import relations
+        """Tables, views and indexes with row counts and stored sizes (``ivm.db.introspect.RelationInfo``)."""
+        from ivm.db.introspect import relations
 
         return relations(self)
 
     @_pooled
     def arrangements(self, view: str) -> list[ArrangementInfo]:
         """The arrangements view ``view`` reads, each built or reused, with who else reads it
-        (``ivm.introspect.ArrangementInfo``)."""
-        from ivm.introspect import arrangements
+        (``ivm.db.introspect.ArrangementInfo``)."""
+        from ivm.db.introspect import arrangements
 
         return arrangements(self, view)
 
     def cursor(self) -> Cursor:
         """A new cursor: it keeps the result of its own statements apart from other cursors'."""
-        from ivm.cursor import Cursor
+        from ivm.db.cursor import Cursor
 
         self._usable()
         return Cursor(self)
@@ -805,8 +805,8 @@ class Connection:
 
     def _copy(self, stmt: exp.Copy) -> None:
         """COPY table [(columns)] FROM 'file' [WITH] (options): load a file as PostgreSQL's COPY reads it
-        (text or CSV), or a Parquet file (see ``ivm.copying``)."""
-        from ivm.copying import read_copy
+        (text or CSV), or a Parquet file (see ``ivm.db.copying``)."""
+        from ivm.db.copying import read_copy
 
         target = stmt.this.this if isinstance(stmt.this, exp.Schema) else stmt.this
         if target.name not in self.tables:
@@ -817,7 +817,7 @@ class Connection:
         self.statusmessage = f"COPY {data.num_rows}"
 
     def _query(self, stmt: exp.Expression) -> None:
-        """A query's rows, in its ORDER BY order (see ``ivm.ordering``)."""
+        """A query's rows, in its ORDER BY order (see ``ivm.db.ordering``)."""
         from sql.arrow import to_arrow_column
 
         order = display_order(stmt)

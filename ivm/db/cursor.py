@@ -16,7 +16,7 @@ import pyarrow as pa
 from ivm.errors import InterfaceError, ProgrammingError
 
 if TYPE_CHECKING:
-    from ivm.connection import Connection
+    from ivm.db.connection import Connection
 
 __all__ = ["Cursor"]
 

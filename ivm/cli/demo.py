@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import ivm
-from ivm import render
+from ivm.cli import render
+from ivm.db.introspect import row_count
 from ivm.engine.allocator import tune_allocator
-from ivm.introspect import row_count
 from tpch import SCHEMA
 from tpch.bench import _apply as apply_transaction
 from tpch.bench import _duckdb as duckdb_recompute_ms
@@ -363,7 +363,7 @@ def _check(db, final: dict[str, pa.Table], queries: list[str]) -> list[str]:
 def run_reachability(nodes: int = 1000, edges: int = 2000, updates: int = 2000) -> int:
     """Reachability from 10 roots over a random graph whose oldest edge is replaced at every logical time,
     checked against a recomputation from scratch."""
-    from ivm.bench import build_reachability, reachable_naive
+    from ivm.bench.engine import build_reachability, reachable_naive
 
     rng = np.random.default_rng(7)
     print(f"reachability from 10 roots over {nodes} nodes, {edges} edges")
@@ -388,7 +388,3 @@ def run_reachability(nodes: int = 1000, edges: int = 2000, updates: int = 2000) 
     ok = r.current() == reachable_naive(r.edge_list(), r.roots)
     print(f"  result equals a recomputation from scratch: {ok}")
     return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

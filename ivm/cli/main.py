@@ -13,10 +13,10 @@ __all__ = ["main", "COMMANDS"]
 
 # subcommand -> (module whose main(argv) runs it, one line of help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "shell": ("ivm.shell", "interactive SQL shell on an in-memory database (the default)"),
-    "run": ("ivm.script", "run SQL scripts: ivm run FILE.sql ... [--keep-going] [--until-quiet]"),
-    "demo": ("ivm.demo", "TPC-H: 22 views maintained under refresh batches against DuckDB's recompute"),
-    "bench": ("ivm.bench", "the engine's benchmarks"),
+    "shell": ("ivm.cli.shell", "interactive SQL shell on an in-memory database (the default)"),
+    "run": ("ivm.cli.script", "run SQL scripts: ivm run FILE.sql ... [--keep-going] [--until-quiet]"),
+    "demo": ("ivm.cli.demo", "TPC-H: 22 views maintained under refresh batches against DuckDB's recompute"),
+    "bench": ("ivm.bench.engine", "the engine's benchmarks"),
     "sidecar": ("connectors.postgres.sidecar", "maintain views over Postgres logical replication"),
 }
 
@@ -50,7 +50,3 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     return status if isinstance(status, int) else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

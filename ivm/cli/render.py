@@ -96,7 +96,7 @@ def _token_start(statement: str, line: int, col: int) -> int:
     end of the unexpected token, names at their start; the caret goes under the token's first character."""
     from sqlglot.errors import TokenError
 
-    from ivm.statements import tokens
+    from ivm.cli.statements import tokens
 
     try:
         toks = tokens(statement)

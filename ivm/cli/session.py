@@ -20,10 +20,10 @@ import pyarrow as pa
 from sqlglot.tokens import TokenType
 
 import ivm
-from ivm import render
-from ivm.connection import Connection, Subscription
-from ivm.ordering import sorted_table
-from ivm.statements import Item, split, tokens
+from ivm.cli import render
+from ivm.cli.statements import Item, split, tokens
+from ivm.db.connection import Connection, Subscription
+from ivm.db.ordering import sorted_table
 from sql.errors import SqlError, UnsupportedError
 
 __all__ = ["Session", "HELP"]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from ivm.connection import Connection
+    from ivm.db.connection import Connection
     from ivm.engine.trace.spine import Spine
 
 __all__ = ["RelationInfo", "ArrangementInfo", "relations", "arrangements", "trace_bytes", "row_count"]

@@ -1,5 +1,5 @@
 """Engine benchmarks, on one core: ``python -m ivm.bench [--json] [--quick]``; recursive views with
-``python -m ivm.bench recursion`` (see ``ivm.bench_recursion``).
+``python -m ivm.bench recursion`` (see ``ivm.bench.recursion``).
 
 (a) arrange + count: 10M updates over 1M keys in batches of 100k.
 (b) join: 100k-row deltas against a 10M-row arrangement.
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     for v in _ONE_CORE_VARS:
         os.environ.setdefault(v, "1")
     if recursion:
-        from ivm.bench_recursion import report, run
+        from ivm.bench.recursion import report, run
 
         res = run(quick=args.quick)
         if args.json:
@@ -327,7 +327,3 @@ def main(argv: list[str] | None = None) -> None:
             f"    late/early: p50 {r['reach_p50_late_over_early']:.2f}x, p99 "
             f"{r['reach_p99_late_over_early']:.2f}x (target <= 1.5x)"
         )
-
-
-if __name__ == "__main__":
-    main()

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from ivm.cli.session import Session
+from ivm.cli.statements import Splitter
 from ivm.engine.allocator import tune_allocator
-from ivm.session import Session
-from ivm.statements import Splitter
 
 __all__ = ["main", "Shell"]
 

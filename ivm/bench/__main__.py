@@ -1,0 +1,3 @@
+from ivm.bench.engine import main
+
+main()

@@ -1,0 +1,3 @@
+from ivm.cli.main import main
+
+raise SystemExit(main())
