@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-import ivm
+from ivm import engine as ivm
 from ivm.engine.dataflow import Arranged, Collection, Dataflow, Loop
 from ivm.engine.operators.arrange import ArrangeOp
 from ivm.engine.operators.reducers import distinct
