@@ -19,6 +19,7 @@ from ivm.engine.operators.reducers import distinct
 from ivm.engine.strings import POOL
 from planner.expr import compile_exprs, compile_predicate
 from planner.simplify import column_picks, renames
+from planner.values import encode
 from sql.logical import (
     Aggregate,
     Canon,
@@ -179,7 +180,8 @@ class _Compiler:
         if isinstance(plan, RecRef):
             return self.bindings[plan.name]
         if isinstance(plan, Values):
-            return _constant_rows(self.df, [c.type.dtype for c in plan.columns], list(plan.rows))
+            rows = [tuple(encode(v, c.type) for v, c in zip(r, plan.columns, strict=True)) for r in plan.rows]
+            return _constant_rows(self.df, [c.type.dtype for c in plan.columns], rows)
         if isinstance(plan, FixpointResult):
             return self._fixpoint(plan.fixpoint)[plan.index]
         if isinstance(plan, Scan):

@@ -29,6 +29,7 @@ from sql.logical import (
     TopK,
     UnionAll,
 )
+from sql.types import sql_literal
 
 __all__ = ["explain"]
 
@@ -168,7 +169,7 @@ def _expr(e: Expr, src: Plan) -> str:
     if isinstance(e, ColRef):
         return src.columns[e.index].name
     if isinstance(e, Const):
-        return "NULL" if e.value is None else repr(e.value)
+        return sql_literal(e.value, e.type)
     if isinstance(e, Call):
         args = ", ".join(_expr(a, src) for a in e.args)
         return f"{e.op}({args})"

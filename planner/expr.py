@@ -16,8 +16,9 @@ import pyarrow.compute as pc
 from ivm.engine.operators.basic import EvaluationError
 from ivm.engine.strings import POOL
 from planner.functions import COMPARISONS, FUNCTIONS, compare_values, text_ranks
+from planner.values import encode, parse_engine, to_python
 from sql.logical import Call, ColRef, Const, Expr
-from sql.types import format_text, parse_text
+from sql.types import format_text
 
 __all__ = ["compile_exprs", "compile_predicate", "evaluate", "fold", "fallible"]
 
@@ -58,14 +59,14 @@ def fold(e: Expr) -> Expr:
         data, mask = evaluate(e, (), (), 1)
     except Exception:  # noqa: BLE001 - whatever stops it now is for the rows to meet, as without folding
         return e
-    return Const(None if mask is not None and not mask[0] else data[0].item(), e.type)
+    return Const(None if mask is not None and not mask[0] else to_python(data[:1], None, e.type)[0], e.type)
 
 
 def _operand(e: Expr, cols, valid, n: int) -> Value:
     """An argument's value; a constant that is not NULL as a 0-d array (it broadcasts), which saves filling
     an array of n copies where the operation combines it with a column."""
     if isinstance(e, Const) and e.value is not None:
-        return np.asarray(e.value, dtype=e.type.dtype), None
+        return np.asarray(encode(e.value, e.type), dtype=e.type.dtype), None
     return evaluate(e, cols, valid, n)
 
 
@@ -83,7 +84,7 @@ def evaluate(e: Expr, cols, valid, n: int) -> Value:
     if isinstance(e, Const):
         if e.value is None:
             return np.zeros(n, dtype=e.type.dtype), np.zeros(n, dtype=bool)
-        return np.full(n, e.value, dtype=e.type.dtype), None
+        return np.full(n, encode(e.value, e.type), dtype=e.type.dtype), None
     return _CALLS[e.op](e, cols, valid, n)
 
 
@@ -497,7 +498,7 @@ def _from_text(e: Call, cols, valid, n):
 
     def parse(text: str):
         try:
-            return parse_text(text, t)
+            return parse_engine(text, t)
         except ValueError as err:
             raise EvaluationError(str(err)) from None
 
@@ -512,7 +513,7 @@ def _to_text(e: Call, cols, valid, n):
     out = np.zeros(n, dtype=np.int64)
     sel = np.flatnonzero(m) if m is not None else slice(None)
     uniq, inv = np.unique(a[sel], return_inverse=True)
-    codes = POOL.encode(format_text(v, src) for v in uniq)
+    codes = POOL.encode(format_text(v, src) for v in to_python(uniq, None, src))
     out[sel] = codes[inv.reshape(-1)] if len(uniq) else 0
     return out, m
 

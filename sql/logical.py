@@ -62,7 +62,7 @@ class ColRef:
 
 @dataclass(frozen=True)
 class Const:
-    """A constant in the engine's representation (``None`` is NULL)."""
+    """A constant: an SQL value (see ``sql.types.sql_value``; ``None`` is NULL)."""
 
     value: object
     type: SqlType
@@ -231,7 +231,7 @@ class Canon:
 
 @dataclass(frozen=True)
 class Values:
-    """A constant relation: ``rows`` of values in the engine's representation (``None`` is NULL)."""
+    """A constant relation: ``rows`` of SQL values (``None`` is NULL)."""
 
     rows: tuple[tuple, ...]
     columns: tuple[Column, ...]

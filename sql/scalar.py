@@ -8,11 +8,12 @@ first.
 
 from __future__ import annotations
 
+import calendar
+import datetime as dt
 import decimal
 import re
 from collections.abc import Callable
 
-import numpy as np
 from sqlglot import exp
 
 from sql.allow import sql_name
@@ -32,7 +33,7 @@ from sql.types import (
     domain_of,
     from_sqlglot,
     parse_text,
-    to_engine_value,
+    sql_value,
     unsupported_type,
 )
 
@@ -236,7 +237,7 @@ def _interval(node: exp.Interval) -> Const:
 
 def _literal(node: exp.Literal) -> Const:
     if node.is_string:
-        return Const(to_engine_value(node.this, TEXT), TEXT)
+        return Const(node.this, TEXT)
     text = node.this
     if re.fullmatch(r"\d+", text) and int(text) < 2**63:
         return Const(int(text), INT)
@@ -251,7 +252,7 @@ def _literal(node: exp.Literal) -> Const:
     if width > 18:
         raise error_at(node, f"the numeric constant {text} has more than the 18 digits ivm holds", True)
     t = decimal_type(width, scale)
-    return Const(to_engine_value(d, t), t)
+    return Const(sql_value(d, t), t)
 
 
 def _need_numeric(node: exp.Expression, *args: Expr) -> None:
@@ -270,11 +271,11 @@ def coerce(node: exp.Expression, e: Expr, t: SqlType) -> Expr:
     s = e.type
     if isinstance(e, Const):
         if s.kind == "int" and t.kind == "decimal":
-            return Const(e.value * 10**t.scale, t)
+            return Const(decimal.Decimal(e.value), t)
         if s.kind == "decimal" and t.kind == "decimal" and t.scale >= s.scale:
-            return Const(e.value * 10 ** (t.scale - s.scale), t)
+            return Const(e.value, t)
         if s.kind in ("int", "decimal") and t.kind == "float":
-            return Const(e.value / 10**s.scale if s.kind == "decimal" else float(e.value), t)
+            return Const(float(e.value), t)
     if (s.kind, t.kind) in (("int", "decimal"), ("decimal", "decimal"), ("int", "float"), ("decimal", "float")):
         return Call("to_type", (e,), t, s)
     raise error_at(node, f"cannot use {s} as {t}")
@@ -360,18 +361,13 @@ def _timestamp_arith(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
     return Call("ts_add", (a,), TIMESTAMP, (months, days * DAY_MICROS + micros))
 
 
-def add_months_days(day: int, months: int, days: int) -> int:
-    """Days since 1970-01-01 after adding months (clamped to the month's end, as PostgreSQL) then days."""
-    import datetime as dt
-
-    d = dt.date(1970, 1, 1) + dt.timedelta(days=day)
+def add_months_days(d: dt.date, months: int, days: int) -> dt.date:
+    """A date after adding months (clamped to the month's end, as PostgreSQL) then days."""
     if months:
         m = d.month - 1 + months
         y, m = d.year + m // 12, m % 12 + 1
-        import calendar
-
         d = dt.date(y, m, min(d.day, calendar.monthrange(y, m)[1]))
-    return (d - dt.date(1970, 1, 1)).days + days
+    return d + dt.timedelta(days=days)
 
 
 def compare(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
@@ -399,11 +395,9 @@ def _typed_literal(node: exp.Expression, e: Expr, other: SqlType) -> Expr:
         return e
     if other.kind not in ("date", "timestamp"):
         return e
-    from ivm.engine.strings import POOL
-
-    text = POOL.decode(np.array([e.value]))[0]
+    text = e.value
     try:
-        return Const(to_engine_value(text, other), other)
+        return Const(sql_value(text, other), other)
     except (TypeError, ValueError) as err:
         raise error_at(node, f"invalid {other} literal {text!r}") from err
 
@@ -477,11 +471,8 @@ def assigned(node: exp.Expression, e: Expr, t: SqlType, column: str) -> Expr:
 def cast_to(node: exp.Expression, e: Expr, t: SqlType) -> Expr:
     """``CAST(e AS t)``."""
     if isinstance(e, Const) and e.type.kind == "text" and e.value is not None and t.kind != "text":
-        from ivm.engine.strings import POOL
-
-        text = POOL.decode(np.array([e.value]))[0]
         try:
-            return Const(parse_text(text, t), t)
+            return Const(parse_text(e.value, t), t)
         except ValueError as err:
             raise error_at(node, str(err), cls=DataError) from err
     if e.type == t:

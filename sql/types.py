@@ -1,4 +1,4 @@
-"""SQL types and how their values are held by the engine.
+"""SQL types, their values, and how the engine holds them (the encoding itself is ``planner.values``).
 
 | SQL | engine |
 | --- | --- |
@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-from collections.abc import Sequence
+import math
 from dataclasses import dataclass
 
 import numpy as np
 from sqlglot import exp
 
-from ivm.engine.strings import POOL
-from sql.errors import DataError, UnsupportedError
+from sql.errors import UnsupportedError
 
 __all__ = [
     "SqlType",
@@ -39,11 +38,11 @@ __all__ = [
     "domain_of",
     "from_sqlglot",
     "unsupported_type",
+    "sql_value",
+    "parse_text",
+    "format_text",
+    "sql_literal",
 ]
-
-EPOCH = dt.date(1970, 1, 1)
-EPOCH_TS = dt.datetime(1970, 1, 1)
-
 
 _DTYPES = {
     "int": np.dtype(np.int64),
@@ -194,8 +193,9 @@ def unsupported_type(dtype: exp.DataType) -> str:
     return f"type {text} is not supported"
 
 
-def to_engine_value(value: object, t: SqlType) -> object:
-    """One Python value as the engine holds it (raises ValueError/TypeError when it does not fit)."""
+def sql_value(value: object, t: SqlType) -> object:
+    """A Python value as the SQL value of type ``t`` (int, Decimal at the type's scale, float, str, date,
+    datetime, bool; None is NULL); TypeError or ValueError when it is not one or does not fit."""
     if value is None:
         return None
     k = t.kind
@@ -213,7 +213,7 @@ def to_engine_value(value: object, t: SqlType) -> object:
         scaled = d.scaleb(t.scale).quantize(decimal.Decimal(1), rounding=decimal.ROUND_HALF_UP)
         if abs(scaled) >= 10**t.precision:
             raise ValueError(f"{value} does not fit in {t}")
-        return int(scaled)
+        return scaled.scaleb(-t.scale)
     if k == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float, decimal.Decimal, np.number)):
             raise TypeError(f"{value!r} is not a number")
@@ -221,19 +221,19 @@ def to_engine_value(value: object, t: SqlType) -> object:
     if k == "text":
         if not isinstance(value, str):
             raise TypeError(f"{value!r} is not text")
-        return POOL.code(value)
+        return value
     if k == "date":
         if isinstance(value, str):
             value = dt.date.fromisoformat(value)
         if isinstance(value, dt.datetime) or not isinstance(value, dt.date):
             raise TypeError(f"{value!r} is not a date")
-        return (value - EPOCH).days
+        return value
     if k == "timestamp":
         if isinstance(value, str):
             value = dt.datetime.fromisoformat(value)
         if not isinstance(value, dt.datetime):
             raise TypeError(f"{value!r} is not a timestamp")
-        return (value - EPOCH_TS) // dt.timedelta(microseconds=1)
+        return value
     if k == "bool":
         if not isinstance(value, (bool, np.bool_)):
             raise TypeError(f"{value!r} is not a boolean")
@@ -241,48 +241,19 @@ def to_engine_value(value: object, t: SqlType) -> object:
     raise AssertionError(k)
 
 
-def column_from_values(values: Sequence[object], t: SqlType) -> tuple[np.ndarray, np.ndarray | None]:
-    """An engine column and validity mask from Python values already converted by ``to_engine_value``."""
-    mask = np.array([v is not None for v in values], dtype=bool)
-    data = np.array([0 if v is None else v for v in values], dtype=t.dtype)
-    return data, None if mask.all() else mask
-
-
-def to_python(data: np.ndarray, mask: np.ndarray | None, t: SqlType) -> list[object]:
-    """Python values of an engine column (for fetchall and display; not a hot path)."""
-    k = t.kind
-    if k == "text":
-        vals = list(POOL.decode(data))
-    elif k == "decimal":
-        vals = [decimal.Decimal(int(v)).scaleb(-t.scale) for v in data]
-    elif k in ("date", "timestamp"):
-        try:
-            if k == "date":
-                vals = [EPOCH + dt.timedelta(days=int(v)) for v in data]
-            else:
-                vals = [EPOCH_TS + dt.timedelta(microseconds=int(v)) for v in data]
-        except OverflowError:
-            raise DataError(f"a {t} beyond the year 9999 has no Python value (fetch_arrow gives it)") from None
-    else:
-        vals = data.tolist()
-    if mask is not None:
-        vals = [v if ok else None for v, ok in zip(vals, mask.tolist(), strict=True)]
-    return vals
-
-
 _TRUE = {"t", "true", "y", "yes", "on", "1"}
 _FALSE = {"f", "false", "n", "no", "off", "0"}
 
 
 def parse_text(text: str, t: SqlType) -> object:
-    """A text value read as type ``t`` the way PostgreSQL reads input (surrounding blanks ignored), in the
-    engine's representation; ValueError naming the text when it is not one."""
+    """A text value read as type ``t`` the way PostgreSQL reads input (surrounding blanks ignored), as an SQL
+    value; ValueError naming the text when it is not one."""
     s = text.strip()
     try:
         if t.kind == "int":
-            return to_engine_value(int(s), t)
+            return sql_value(int(s), t)
         if t.kind == "decimal":
-            return to_engine_value(decimal.Decimal(s), t)
+            return sql_value(decimal.Decimal(s), t)
         if t.kind == "float":
             return float(s)
         if t.kind == "bool":
@@ -291,35 +262,46 @@ def parse_text(text: str, t: SqlType) -> object:
                 return low in _TRUE
             raise ValueError
         if t.kind in ("date", "timestamp"):
-            return to_engine_value(s, t)
+            return sql_value(s, t)
     except (ValueError, ArithmeticError, TypeError):
         pass
     else:
         if t.kind == "text":
-            return POOL.code(text)
+            return text
     raise ValueError(f"invalid input for {t}: {text!r}")
 
 
 def format_text(value: object, t: SqlType) -> str:
-    """An engine value written as PostgreSQL writes it as text."""
+    """An SQL value written as PostgreSQL writes it as text."""
     if t.kind == "decimal":
-        return format(decimal.Decimal(int(value)).scaleb(-t.scale), "f")  # never in exponent notation
+        return format(value, "f")  # never in exponent notation
     if t.kind == "date":
-        return (EPOCH + dt.timedelta(days=int(value))).isoformat()
+        return value.isoformat()
     if t.kind == "timestamp":
-        text = (EPOCH_TS + dt.timedelta(microseconds=int(value))).isoformat(sep=" ")
+        text = value.isoformat(sep=" ")
         return text.rstrip("0") if "." in text else text  # fractional seconds without trailing zeros
     if t.kind == "bool":
         return "true" if value else "false"
     if t.kind == "float":
         f = float(value)
-        return (
-            "NaN"
-            if f != f
-            else "Infinity"
-            if f == float("inf")
-            else "-Infinity"
-            if f == -float("inf")
-            else repr(f)
-        )
-    return str(int(value))
+        if f != f:
+            return "NaN"
+        return "Infinity" if f == float("inf") else "-Infinity" if f == -float("inf") else repr(f)
+    return str(value)
+
+
+def sql_literal(value: object, t: SqlType) -> str:
+    """An SQL value written as a constant of SQL: 'BRASS', DATE '1995-03-15', 0.05, NULL."""
+    if value is None:
+        return "NULL"
+    if t.kind == "text":
+        return "'" + str(value).replace("'", "''") + "'"
+    if t.kind in ("date", "timestamp"):
+        return f"{t} '{format_text(value, t)}'"
+    if t.kind == "bool":
+        return "TRUE" if value else "FALSE"
+    if t.kind == "float" and not math.isfinite(value):
+        return f"'{format_text(value, t)}'::DOUBLE"
+    if t.kind in ("int", "decimal", "float"):
+        return format_text(value, t)
+    return repr(value)

@@ -24,13 +24,6 @@ ALLOWED = {
 }
 BOTTOM = "ivm.errors"
 
-# edges that still point the wrong way, each to be removed as it is fixed (the test fails on a stale entry)
-PENDING = {
-    ("sql.types", "ivm.engine.strings"),
-    ("sql.arrow", "ivm.engine.strings"),
-    ("sql.scalar", "ivm.engine.strings"),
-}
-
 
 def layer_of(module: str) -> str | None:
     if module == BOTTOM or module.startswith(BOTTOM + "."):
@@ -80,10 +73,7 @@ def upward_edges() -> set[tuple[str, str]]:
 
 def test_every_import_points_down():
     bad = upward_edges()
-    assert bad - PENDING == set(), "imports against the layers: " + ", ".join(
-        f"{a} -> {b}" for a, b in sorted(bad - PENDING)
-    )
-    assert PENDING - bad == set(), f"fixed, remove from PENDING: {sorted(PENDING - bad)}"
+    assert not bad, "imports against the layers: " + ", ".join(f"{a} -> {b}" for a, b in sorted(bad))
 
 
 def test_the_errors_module_imports_nothing_of_the_project():

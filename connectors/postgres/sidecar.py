@@ -45,9 +45,9 @@ from connectors.postgres._changes import TableFeed, consolidate
 from connectors.postgres._pgoutput import Decoder, Transaction, format_lsn, parse_lsn
 from connectors.postgres.source import SlotInUse, Source
 from connectors.postgres.target import InUse, Target, ViewTarget, quote
+from ivm.db.arrow import to_arrow_column
 from ivm.engine.allocator import tune_allocator
 from planner.properties import unique_key
-from sql.arrow import to_arrow_column
 from sql.errors import SqlError
 
 __all__ = ["Sidecar", "main"]

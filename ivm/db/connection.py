@@ -43,6 +43,7 @@ from planner.canon import arranged_form, canonicalize
 from planner.compile import Registry, compile_view
 from planner.prune import prune
 from planner.simplify import simplify
+from planner.values import column_from_values, parse_engine, to_engine_value, to_python
 from sql import allow
 from sql.catalog import Catalog, Table, View
 from sql.ddl import table_from_create
@@ -51,7 +52,7 @@ from sql.logical import Call, Canon, Column, Negate, Plan, Scan, UnionAll, Value
 from sql.recursive import attach_mutually_recursive, rewrite_mutually_recursive
 from sql.scalar import and_parts
 from sql.translate import translate_query
-from sql.types import TEXT, SqlType, column_from_values, parse_text, to_engine_value, to_python
+from sql.types import TEXT, SqlType
 
 if TYPE_CHECKING:
     from ivm.db.cursor import Cursor
@@ -179,7 +180,7 @@ class Connection:
     def fetch_arrow(self):
         """The rows of the last query as a ``pyarrow.Table``."""
 
-        from sql.arrow import to_arrow_column
+        from ivm.db.arrow import to_arrow_column
 
         if self._result is None:
             return pa.table({})
@@ -273,7 +274,7 @@ class Connection:
         names deleted rows by key alone (as Postgres replication does) finds the whole rows here: one seek
         per distinct key, no scan."""
 
-        from sql.arrow import to_arrow_column, to_engine_column
+        from ivm.db.arrow import to_arrow_column, to_engine_column
 
         if table not in self.tables:
             raise ProgrammingError(f"table {table!r} does not exist")
@@ -818,7 +819,7 @@ class Connection:
 
     def _query(self, stmt: exp.Expression) -> None:
         """A query's rows, in its ORDER BY order (see ``ivm.db.ordering``)."""
-        from sql.arrow import to_arrow_column
+        from ivm.db.arrow import to_arrow_column
 
         order = display_order(stmt)
         plan = self._plan(stmt if order is None else order.query)
@@ -886,12 +887,10 @@ class Connection:
             rep = np.repeat(np.arange(len(mine)), np.abs(mine.diffs))
             if not len(rep):
                 continue
-            cols = []
-            for c, m in zip(mine.columns, mine.valid, strict=True):
-                vals = c[rep].tolist()
-                if m is not None:
-                    vals = [v if ok else None for v, ok in zip(vals, m[rep].tolist(), strict=True)]
-                cols.append(vals)
+            cols = [
+                to_python(c[rep], None if m is None else m[rep], col.type)
+                for c, m, col in zip(mine.columns, mine.valid, plan.columns, strict=True)
+            ]
             rows = Values(tuple(zip(*cols, strict=True)), plan.columns)
             parts.append(rows if sign > 0 else Negate(rows))
         return UnionAll(tuple(parts), plan.columns)
@@ -1500,7 +1499,7 @@ class Subscription:
         arranged.op.subscribe(_Sink(self.pending))
 
     def __iter__(self):
-        from sql.arrow import to_arrow_column
+        from ivm.db.arrow import to_arrow_column
 
         while self.pending:
             b = self.pending.pop(0)
@@ -1752,7 +1751,7 @@ def _sorted_by_key(keys: list[np.ndarray], then: np.ndarray) -> tuple[np.ndarray
 def _column_of_changes(arr, c: Column, stored: bool, inserted: np.ndarray):
     """An engine column of changes, its validity, and (for text the table stores uninterned, when some rows
     are deleted) the strings: those rows get code -1 until they take the stored row's codes."""
-    from sql.arrow import to_engine_column
+    from ivm.db.arrow import to_engine_column
 
     if not stored or inserted.all() or not _is_text(arr.type):
         return (*to_engine_column(arr, c.type, c.name, stored), None)
@@ -1789,7 +1788,7 @@ def _same_text(
 def _arrow_reading(table: Table, schema: pa.Schema, loose: frozenset[int]) -> list[tuple]:
     """Per column of ``table``: its position, the column, its position in Arrow data of ``schema`` (-1 when
     absent, allowed for a nullable column) and the converter of that data."""
-    from sql.arrow import converter
+    from ivm.db.arrow import converter
 
     out = []
     for p, c in enumerate(table.columns):
@@ -1856,7 +1855,7 @@ def _literal_value(node: exp.Expression, t: SqlType, column: str, row: int) -> o
     where = f"row {row}, column {column!r}"
     if isinstance(v, exp.Literal) and v.is_string and t.kind != "text" and not neg:
         try:
-            return parse_text(v.this, t)
+            return parse_engine(v.this, t)
         except ValueError:
             raise error_at(
                 node, f"{where}: invalid input syntax for type {t}: {v.this!r}", cls=DataError

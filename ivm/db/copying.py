@@ -37,8 +37,8 @@ import sqlglot
 from sqlglot import exp
 
 import sql.catalog
+from ivm.db.arrow import arrow_type
 from ivm.errors import DataError, Error, NotSupportedError, OperationalError, ProgrammingError
-from sql.arrow import arrow_type
 from sql.errors import error_at
 from sql.logical import Column
 from sql.types import SqlType
@@ -78,7 +78,7 @@ def read_copy(stmt: sqlglot.exp.Copy, table: sql.catalog.Table) -> pa.Table:
     """The rows that ``COPY table [(columns)] FROM 'file' [WITH] (options)`` loads into ``table``.
 
     The result has the columns the COPY names (all of the table's when it names none), in its order, each
-    named as the column and typed ``sql.arrow.arrow_type`` of its type; NOT NULL, keys and integer widths
+    named as the column and typed ``ivm.db.arrow.arrow_type`` of its type; NOT NULL, keys and integer widths
     narrower than 64 bits are for the caller to check. Text and CSV files are read as PostgreSQL 15 reads
     them (see the module docstring), Parquet files by column name. Raises ProgrammingError for a statement
     PostgreSQL rejects (unknown column, conflicting or invalid options), NotSupportedError for COPY TO, FROM

@@ -83,7 +83,7 @@ class Cursor:
 
     def fetch_arrow(self) -> pa.Table:
         """The rows not fetched yet, as a ``pyarrow.Table``."""
-        from sql.arrow import to_arrow_column
+        from ivm.db.arrow import to_arrow_column
 
         self._need_result()
         cols, valid, mult, columns = self._result
@@ -129,7 +129,7 @@ class Cursor:
 
     def _all(self) -> list[tuple]:
         if self._rows is None:
-            from sql.types import to_python
+            from planner.values import to_python
 
             self._need_result()
             cols, valid, mult, columns = self._result

@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 import sqlglot
 
+from ivm.db.arrow import arrow_type
 from ivm.db.copying import read_copy
 from ivm.errors import DataError, NotSupportedError, OperationalError, ProgrammingError
-from sql.arrow import arrow_type
 from sql.catalog import Table
 from sql.logical import Column
 from sql.types import from_sqlglot

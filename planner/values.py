@@ -1,0 +1,75 @@
+"""SQL values as the engine holds them: text as codes of the engine's string pool, dates as days and timestamps
+as microseconds since 1970-01-01, decimals as integers scaled by 10**scale (see ``sql.types``). Plans hold SQL
+values; the planner encodes them where it compiles, and the database decodes what it hands back."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from collections.abc import Sequence
+
+import numpy as np
+
+from ivm.engine.strings import POOL
+from sql.errors import DataError
+from sql.types import SqlType, parse_text, sql_value
+
+__all__ = ["encode", "to_engine_value", "column_from_values", "to_python", "parse_engine"]
+
+EPOCH = dt.date(1970, 1, 1)
+EPOCH_TS = dt.datetime(1970, 1, 1)
+
+
+def encode(value: object, t: SqlType) -> object:
+    """An SQL value (as ``sql.types.sql_value`` gives it) as the engine holds it; None stays None."""
+    if value is None:
+        return None
+    k = t.kind
+    if k == "text":
+        return POOL.code(value)
+    if k == "decimal":
+        return int(decimal.Decimal(value).scaleb(t.scale).to_integral_value(rounding=decimal.ROUND_HALF_UP))
+    if k == "date":
+        return (value - EPOCH).days
+    if k == "timestamp":
+        return (value - EPOCH_TS) // dt.timedelta(microseconds=1)
+    return value
+
+
+def to_engine_value(value: object, t: SqlType) -> object:
+    """One Python value as the engine holds it (raises ValueError/TypeError when it does not fit)."""
+    return encode(sql_value(value, t), t)
+
+
+def column_from_values(values: Sequence[object], t: SqlType) -> tuple[np.ndarray, np.ndarray | None]:
+    """An engine column and validity mask from Python values already converted by ``to_engine_value``."""
+    mask = np.array([v is not None for v in values], dtype=bool)
+    data = np.array([0 if v is None else v for v in values], dtype=t.dtype)
+    return data, None if mask.all() else mask
+
+
+def to_python(data: np.ndarray, mask: np.ndarray | None, t: SqlType) -> list[object]:
+    """SQL values of an engine column (for fetchall, display and plans; not a hot path)."""
+    k = t.kind
+    if k == "text":
+        vals = list(POOL.decode(data))
+    elif k == "decimal":
+        vals = [decimal.Decimal(int(v)).scaleb(-t.scale) for v in data]
+    elif k in ("date", "timestamp"):
+        try:
+            if k == "date":
+                vals = [EPOCH + dt.timedelta(days=int(v)) for v in data]
+            else:
+                vals = [EPOCH_TS + dt.timedelta(microseconds=int(v)) for v in data]
+        except OverflowError:
+            raise DataError(f"a {t} beyond the year 9999 has no Python value (fetch_arrow gives it)") from None
+    else:
+        vals = data.tolist()
+    if mask is not None:
+        vals = [v if ok else None for v, ok in zip(vals, mask.tolist(), strict=True)]
+    return vals
+
+
+def parse_engine(text: str, t: SqlType) -> object:
+    """A text read as type ``t`` (see ``sql.types.parse_text``), as the engine holds it."""
+    return encode(parse_text(text, t), t)
