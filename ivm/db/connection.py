@@ -39,10 +39,9 @@ from ivm.errors import (
     ProgrammingError,
     Warning,
 )
-from planner.canon import arranged_form, canonicalize
+from planner.canon import arranged_form
 from planner.compile import Registry, compile_view
-from planner.prune import prune
-from planner.simplify import simplify
+from planner.passes import Context, optimize
 from planner.values import column_from_values, parse_engine, to_engine_value, to_python
 from sql import allow
 from sql.catalog import Catalog, Table, View
@@ -351,10 +350,9 @@ class Connection:
             raise
 
     def _plan(self, query: exp.Expression):
-        """The plan of a query: translated, pruned, and comparing text only in canonical codes."""
-        plan = simplify(translate_query(query, self.catalog), self._primary_key)
-        plan = simplify(prune(plan, self._arranged), self._primary_key)
-        return canonicalize(plan, self.registry.uninterned)
+        """The plan of a query: translated, then through the planner's passes."""
+        cx = Context(self._primary_key, self._arranged, self.registry.uninterned)
+        return optimize(translate_query(query, self.catalog), cx)
 
     def _primary_key(self, name: str) -> tuple[int, ...]:
         table = self.catalog.tables.get(name)
