@@ -22,28 +22,7 @@ from ivm.errors import (
     Warning,
 )
 
-_ENGINE = (
-    "Engine",
-    "Dataflow",
-    "Collection",
-    "Arranged",
-    "Input",
-    "Loop",
-    "Capture",
-    "Probe",
-    "Batch",
-    "Antichain",
-    "Aggregate",
-    "Groups",
-    "Threshold",
-    "TopK",
-    "distinct",
-    "IterationLimitError",
-    "EvaluationError",
-)
-
 __all__ = [
-    *_ENGINE,
     "connect",
     "apilevel",
     "threadsafety",
@@ -73,6 +52,7 @@ def connect():
 
 
 def __getattr__(name: str):
-    if name in _ENGINE:
-        return getattr(importlib.import_module("ivm.engine"), name)
+    engine = importlib.import_module("ivm.engine")
+    if name in engine.__all__:  # the engine's names: ivm.Engine, ivm.Batch, ...
+        return getattr(engine, name)
     raise AttributeError(f"module 'ivm' has no attribute {name!r}")
