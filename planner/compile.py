@@ -8,8 +8,6 @@ once in the engine; within one dataflow identical sub-plans compile to one fragm
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from ivm import engine as ivm
@@ -18,6 +16,7 @@ from ivm.engine.operators.arrange import ArrangeOp
 from ivm.engine.operators.reducers import distinct
 from ivm.engine.strings import POOL
 from planner.expr import compile_exprs, compile_predicate
+from planner.registry import Registry
 from planner.simplify import column_picks, renames
 from planner.values import encode
 from sql.logical import (
@@ -42,44 +41,10 @@ from sql.logical import (
     UnionAll,
     Values,
     is_recursive,
-    unnamed,
 )
 from sql.types import INT
 
-__all__ = ["Registry", "compile_view", "one_group"]
-
-
-@dataclass
-class Entry:
-    arranged: Arranged
-    built_by: str
-
-
-@dataclass
-class Registry:
-    """Arrangements by (plan, key columns), and what each view built or reused."""
-
-    entries: dict[tuple, Entry] = field(default_factory=dict)
-    stored: dict[str, frozenset[int]] = field(default_factory=dict)  # columns tables store uninterned
-
-    def uninterned(self, relation: str) -> frozenset[int]:
-        """Positions of the columns ``relation`` stores under codes that may not be canonical."""
-        return self.stored.get(relation, frozenset())
-
-    def lookup(self, plan: Plan, key: tuple[int, ...]) -> Entry | None:
-        """The arrangement of ``plan``'s collection (whatever its columns are named) by ``key``, if any."""
-        k = (unnamed(plan), key)
-        e = self.entries.get(k)
-        if e is not None and e.arranged.trace.freed:
-            del self.entries[k]
-            return None
-        return e
-
-    def add(self, plan: Plan, key: tuple[int, ...], arranged: Arranged, owner: str) -> None:
-        self.entries[(unnamed(plan), key)] = Entry(arranged, owner)
-
-    def forget(self, owner: str) -> None:
-        self.entries = {k: e for k, e in self.entries.items() if e.built_by != owner}
+__all__ = ["compile_index", "compile_view", "one_group"]
 
 
 class _Compiler:
@@ -185,7 +150,7 @@ class _Compiler:
         if isinstance(plan, FixpointResult):
             return self._fixpoint(plan.fixpoint)[plan.index]
         if isinstance(plan, Scan):
-            key = self.registry_key_of(plan)
+            key = self.registry.key_of(plan)
             arr = self.arranged(plan, key)
             return _restore_order(arr.as_collection(), key, len(plan.columns))
         if isinstance(plan, Filter):
@@ -239,14 +204,6 @@ class _Compiler:
             back = [group.index(i) if i in group else len(group) + values.index(i) for i in range(n)]
             return ranked.as_collection().project(back)
         raise NotImplementedError(type(plan).__name__)
-
-    def registry_key_of(self, scan: Scan) -> tuple[int, ...]:
-        """Scans read the relation's own arrangement, registered under its primary key or all columns."""
-        scan = unnamed(scan)
-        for plan, key in self.registry.entries:
-            if plan == scan:
-                return key
-        raise KeyError(scan.table)
 
     def _join(self, plan: Join) -> Collection:
         nl, nr = len(plan.left.columns), len(plan.right.columns)

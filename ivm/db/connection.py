@@ -40,8 +40,9 @@ from ivm.errors import (
     Warning,
 )
 from planner.canon import arranged_form
-from planner.compile import Registry, compile_view
+from planner.compile import compile_view
 from planner.passes import Context, optimize
+from planner.registry import Registry
 from planner.values import column_from_values, parse_engine, to_engine_value, to_python
 from sql import allow
 from sql.catalog import Catalog, Table, View
@@ -360,7 +361,7 @@ class Connection:
 
     def _arranged(self, plan, key: tuple[int, ...]) -> bool:
         """Whether an arrangement of ``plan`` by ``key`` exists for a new view to read."""
-        return self.registry.lookup(arranged_form(plan, key, self.registry.uninterned), key) is not None
+        return self.registry.find(plan, key) is not None
 
     def view_errors(self) -> dict[str, str]:
         """The views that cannot be read now, with why: those in error (a row they read has a value they
@@ -575,8 +576,7 @@ class Connection:
             st.checks.append((check, compile_predicate(Call("not", (cond,), cond.type))))
         self.catalog.tables[name] = table
         self.tables[name] = st
-        self.registry.add(Scan(name, table.columns), key, arranged, "tables")
-        self.registry.stored[name] = _uninterned(table)
+        self.registry.add_table(Scan(name, table.columns), key, arranged, _uninterned(table))
         for u in table.uniques:
             plan = arranged_form(Scan(name, cols), u.columns, self.registry.uninterned)
             if self.registry.lookup(plan, u.columns) is None:
@@ -594,12 +594,7 @@ class Connection:
             self.registry.forget(df.name)
         st.arranged.op.release()
         self.base.inputs.remove(st.input)
-        self.registry.entries = {
-            k: e
-            for k, e in self.registry.entries.items()
-            if not (isinstance(k[0], Scan) and k[0].table == name)
-        }
-        self.registry.stored.pop(name, None)
+        self.registry.drop_relation(name)
         for idx, (rel, _) in list(self.catalog.indexes.items()):
             if rel == name:
                 del self.catalog.indexes[idx]
@@ -931,15 +926,9 @@ class Connection:
         st = self.views.pop(name)
         del self.catalog.views[name]
         # the relation goes; what it computed stays as long as other views read arrangements it built
-        self.registry.entries = {
-            k: e
-            for k, e in self.registry.entries.items()
-            if not (isinstance(k[0], Scan) and k[0].table == name)
-        }
+        self.registry.drop_relation(name)
         owner = f"{name} (dropped, #{next(self._serial)})"  # a new view may take the name
-        for e in self.registry.entries.values():
-            if e.built_by == name:
-                e.built_by = owner
+        self.registry.retire(name, owner)
         self.engine.step_seconds[owner] = self.engine.step_seconds.pop(st.df.name, 0.0)
         st.df.name = owner
         self.retained[owner] = st
