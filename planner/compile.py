@@ -8,6 +8,8 @@ once in the engine; within one dataflow identical sub-plans compile to one fragm
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ivm import engine as ivm
@@ -44,7 +46,7 @@ from sql.logical import (
 )
 from sql.types import INT
 
-__all__ = ["compile_index", "compile_view", "one_group"]
+__all__ = ["Compiled", "compile_index", "compile_view", "one_group"]
 
 
 class _Compiler:
@@ -352,13 +354,20 @@ def _restore_order(c: Collection, key: tuple[int, ...], width: int) -> Collectio
     return c.project(inv)
 
 
-def compile_view(
-    engine: ivm.Engine, registry: Registry, name: str, plan: Plan
-) -> tuple[Dataflow, Arranged, list[tuple[Plan, tuple[int, ...], str]]]:
+@dataclass
+class Compiled:
+    """What compiling a view built: its dataflow, its result's arrangement, and per arrangement it reads
+    (plan, key) whether it was built, reused from another dataflow, or replaced by running state."""
+
+    dataflow: Dataflow
+    arranged: Arranged
+    used: list[tuple[Plan, tuple[int, ...], str]]
+
+
+def compile_view(engine: ivm.Engine, registry: Registry, name: str, plan: Plan) -> Compiled:
     """A new dataflow maintaining ``plan``; its result is arranged and registered as the relation ``name``:
     by all columns, or, for the rows of a grouped aggregate, by the group columns (one row per group), which
-    is the aggregate's own arrangement. Returns the dataflow, the result arrangement and which arrangements
-    it built or reused."""
+    is the aggregate's own arrangement."""
     df = engine.dataflow(name)
     comp = _Compiler(df, registry, name)
     inner = plan
@@ -368,16 +377,14 @@ def compile_view(
     if isinstance(inner, Aggregate) and inner.group:
         key = tuple(range(len(inner.group)))
         arr = comp.arranged(plan, key)
-        if not isinstance(
-            arr.op, ArrangeOp
-        ):  # another view's aggregate, imported: this view's result is its own
+        if not isinstance(arr.op, ArrangeOp):  # another view's aggregate: the view's result is its own
             arr = None
     if arr is None:
         key = tuple(range(len(plan.columns)))
         arr = comp.collection(plan).arrange(key)
     registry.add(Scan(name, plan.columns), key, arr, name)
     comp.used.append((Scan(name, plan.columns), key, "built"))
-    return df, arr, comp.used
+    return Compiled(df, arr, comp.used)
 
 
 def compile_index(

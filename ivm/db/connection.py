@@ -40,7 +40,7 @@ from ivm.errors import (
     Warning,
 )
 from planner.canon import arranged_form
-from planner.compile import compile_view
+from planner.compile import Compiled, compile_view
 from planner.passes import Context, optimize
 from planner.registry import Registry
 from planner.values import column_from_values, parse_engine, to_engine_value, to_python
@@ -83,11 +83,11 @@ class _TableState:
 
 
 class _ViewState:
-    def __init__(self, view: View, df: Dataflow, arranged: Arranged, used) -> None:
+    def __init__(self, view: View, compiled: Compiled) -> None:
         self.view = view
-        self.df = df
-        self.arranged = arranged
-        self.used = used
+        self.df = compiled.dataflow
+        self.arranged = compiled.arranged
+        self.used = compiled.used
         self.error: str | None = None
 
 
@@ -676,9 +676,10 @@ class Connection:
                 f"column {twice!r} specified more than once in view {name!r} (rename one with AS)",
             )
         view = View(name, plan, sql if query is None else query.sql(dialect="postgres"))
-        df, arranged, used = compile_view(self.engine, self.registry, name, plan)
+        compiled = compile_view(self.engine, self.registry, name, plan)
+        df = compiled.dataflow
         self.catalog.views[name] = view
-        self.views[name] = _ViewState(view, df, arranged, used)
+        self.views[name] = _ViewState(view, compiled)
         try:
             self.engine.step()
         except BaseException as err:
@@ -760,10 +761,10 @@ class Connection:
             inner = inner.expression
         plan = self._plan(inner)
         name = f"__explain{self.time}"
-        df, _, used = compile_view(self.engine, self.registry, name, plan)
-        df.drop()
+        compiled = compile_view(self.engine, self.registry, name, plan)
+        compiled.dataflow.drop()
         self.registry.forget(name)
-        lines = explain(plan, used[:-1])
+        lines = explain(plan, compiled.used[:-1])
         codes = np.array([POOL.code(line) for line in lines], dtype=np.int64)
         self._result = ([codes], [None], np.ones(len(lines), np.int64), (Column("plan", TEXT, False),))
         self.description = [("plan", "TEXT", None, None, None, None, False)]
@@ -853,7 +854,8 @@ class Connection:
         if any(self.pending.values()):
             plan = substitute(plan, self._with_pending)
         name = f"__query{next(self._serial)}"
-        df, arranged, _ = compile_view(self.engine, self.registry, name, plan)
+        compiled = compile_view(self.engine, self.registry, name, plan)
+        df, arranged = compiled.dataflow, compiled.arranged
         try:
             df.step()
             message = df.live_error()
@@ -1420,7 +1422,8 @@ class Connection:
                 stale.add(st.df)
                 st.df.drop()
                 self.registry.forget(st.df.name)
-                st.df, st.arranged, st.used = compile_view(self.engine, self.registry, name, st.view.plan)
+                c = compile_view(self.engine, self.registry, name, st.view.plan)
+                st.df, st.arranged, st.used = c.dataflow, c.arranged, c.used
         try:
             self.engine.step()
         except BaseException as again:
