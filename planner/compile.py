@@ -8,15 +8,16 @@ once in the engine; within one dataflow identical sub-plans compile to one fragm
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from ivm import engine as ivm
 from ivm.engine.dataflow import Arranged, Collection, Dataflow, Loop
-from ivm.engine.operators.arrange import ArrangeOp
 from ivm.engine.operators.reducers import distinct
 from ivm.engine.strings import POOL
+from planner.explain import Step, arrangement, describe, render
 from planner.expr import compile_exprs, compile_predicate
 from planner.registry import Registry
 from planner.simplify import column_picks, renames
@@ -74,24 +75,53 @@ class _Compiler:
         self.memo: dict[Plan, Collection] = {}
         self.imported: dict[tuple, Arranged] = {}
         self.used: list[tuple[Plan, tuple[int, ...], str]] = [] if parent is None else parent.used
+        # EXPLAIN's tree, grown as operators are made: the step being made is last (loops share their parent's)
+        self.steps: list[Step] = [Step("")] if parent is None else parent.steps
+        self.shown: dict[tuple, Step] = {}  # the step of each (plan, key) arranged, for when it is read again
+
+    def _show(self, what: str, how: str = "") -> Step:
+        """A new step of the tree, fed to the step being made."""
+        step = Step(what, how)
+        self.steps[-1].inputs.append(step)
+        return step
+
+    @contextmanager
+    def _making(self, step: Step | None):
+        """Steps shown inside the block feed ``step`` (or the step being made, for None)."""
+        if step is None:
+            yield
+            return
+        self.steps.append(step)
+        try:
+            yield
+        finally:
+            self.steps.pop()
 
     def _invariant(self, plan: Plan) -> bool:
         """Whether ``plan`` is the same in every round of this scope's loop (always true at the top)."""
         return self.parent is not None and not is_recursive(plan, self.own)
 
-    def arranged(self, plan: Plan, key: tuple[int, ...]) -> Arranged:
-        """``plan``'s collection arranged by ``key`` (columns: key, then the others in order)."""
+    def arranged(self, plan: Plan, key: tuple[int, ...], shown: bool = True) -> Arranged:
+        """``plan``'s collection arranged by ``key`` (columns: key, then the others in order). Without
+        ``shown`` the arrangement is no step of its own in the tree (a scan reads its relation's)."""
         k = (plan, key)
         if k in self.imported:
+            if shown:
+                again = self.shown.get(k)
+                if again is not None and isinstance(plan, Scan):
+                    self.steps[-1].inputs.append(again)
+                else:
+                    self._show(arrangement(plan, key), "above")
             return self.imported[k]
         if renames(plan):  # the same rows under other names: the input's arrangement
-            self.imported[k] = self.arranged(plan.input, key)
+            with self._making(self._show(describe(plan))):
+                self.imported[k] = self.arranged(plan.input, key, shown)
             return self.imported[k]
         if self.parent is not None:
             if self._invariant(plan):
-                arr = self.loop.enter_arranged(self.parent.arranged(plan, key))
+                arr = self.loop.enter_arranged(self.parent.arranged(plan, key, shown))
             else:
-                arr = self._arrange(plan, key)
+                arr = self._arrange(plan, key, shown)
                 self.used.append((plan, key, "built"))
             self.imported[k] = arr
             return arr
@@ -99,27 +129,51 @@ class _Compiler:
         if entry is not None:
             arr = self.df.import_arranged(entry.arranged)
             self.used.append((plan, key, "reused"))
+            if shown and _reduction(plan, key):  # another view's reduction, read as it is
+                self.shown[k] = self._show(describe(plan), "reused")
+                self.shown[k].inputs.append(Step(describe(plan.input)))
+            elif shown:
+                self.shown[k] = self._show(arrangement(plan, key), "reused")
+                self.shown[k].inputs.append(Step(describe(plan)))
         else:
-            arr = self._arrange(plan, key)
+            arr = self._arrange(plan, key, shown)
             self.registry.add(plan, key, arr, self.owner)
             self.used.append((plan, key, "built"))
         self.imported[k] = arr
         return arr
 
-    def _arrange(self, plan: Plan, key: tuple[int, ...]) -> Arranged:
+    def _arrange(self, plan: Plan, key: tuple[int, ...], shown: bool = True) -> Arranged:
         """A new arrangement of ``plan`` by ``key``: a reduction's own output trace when it is keyed so."""
-        if isinstance(plan, Distinct) and key == tuple(range(len(plan.columns))):
-            return self._reduce(plan.input, key, distinct())
-        ng = len(plan.group) if isinstance(plan, Aggregate) else 0
-        if ng and key == tuple(range(ng)):
-            return self._reduced(plan)
-        return self.collection(plan).arrange(key)
+        step = self._show(arrangement(plan, key), "built") if shown else None
+        if step is not None:
+            self.shown[(plan, key)] = step
+        with self._making(step):
+            if _reduction(plan, key):
+                if step is not None:
+                    step.how = "the reduction's" if isinstance(plan, Distinct) else "the aggregate's"
+                with self._making(self._show(describe(plan))):
+                    if isinstance(plan, Distinct):
+                        return self._reduce(plan.input, key, distinct())
+                    return self._reduced(plan)
+            return self.collection(plan).arrange(key)
 
     def collection(self, plan: Plan) -> Collection:
+        quiet = _one_group(plan) or isinstance(plan, Distinct) or (isinstance(plan, Aggregate) and plan.group)
         if plan in self.memo:
+            if isinstance(plan, (Scan, RecRef)):
+                self._show(describe(plan))
+            elif not _one_group(plan):
+                self._show(describe(plan), "above")
             return self.memo[plan]
-        inv = self._invariant(plan)
-        out = self.loop.enter(self.parent.collection(plan)) if inv else self._build(plan)
+        if self._invariant(plan):
+            out = self.loop.enter(self.parent.collection(plan))
+        elif isinstance(plan, FixpointResult) and plan.fixpoint in self.fixpoints:
+            self._show(f"Fixpoint {plan.fixpoint.names[plan.index]}", "above")
+            out = self._build(plan)
+        else:
+            # a distinct or grouped aggregate is shown as the arrangement its reduction makes
+            with self._making(None if quiet else self._show(describe(plan))):
+                out = self._build(plan)
         self.memo[plan] = out
         return out
 
@@ -137,7 +191,10 @@ class _Compiler:
             inner = _Compiler(self.df, self.registry, self.owner, self, loop, frozenset(fx.names))
             for name, body in zip(fx.names, fx.bodies, strict=True):
                 inner.bindings[name] = loop.variable([c.type.dtype for c in body.columns])
-            outs = [inner.collection(body) for body in fx.bodies]
+            outs = []
+            for name, body in zip(fx.names, fx.bodies, strict=True):
+                with self._making(self._show(f"Recursive {name} :=")):
+                    outs.append(inner.collection(body))
             for name, out in zip(fx.names, outs, strict=True):
                 inner.bindings[name].set(out)
             self.fixpoints[fx] = [loop.leave(out) for out in outs]
@@ -153,7 +210,7 @@ class _Compiler:
             return self._fixpoint(plan.fixpoint)[plan.index]
         if isinstance(plan, Scan):
             key = self.registry.key_of(plan)
-            arr = self.arranged(plan, key)
+            arr = self.arranged(plan, key, shown=False)
             return _restore_order(arr.as_collection(), key, len(plan.columns))
         if isinstance(plan, Filter):
             return self.collection(plan.input).filter(compile_predicate(plan.predicate))
@@ -224,9 +281,13 @@ class _Compiler:
         inner = self._join(Join("inner", plan.left, plan.right, lk, rk))
         parts = [inner]
         if plan.kind in ("left", "full"):
-            parts.append(self._unmatched(plan.left, lk, plan.right, rk).map(_pad(plan.right.columns, True)))
+            with self._making(self._show("Left rows without a partner")):
+                unmatched = self._unmatched(plan.left, lk, plan.right, rk)
+            parts.append(unmatched.map(_pad(plan.right.columns, True)))
         if plan.kind in ("right", "full"):
-            parts.append(self._unmatched(plan.right, rk, plan.left, lk).map(_pad(plan.left.columns, False)))
+            with self._making(self._show("Right rows without a partner")):
+                unmatched = self._unmatched(plan.right, rk, plan.left, lk)
+            parts.append(unmatched.map(_pad(plan.left.columns, False)))
         return parts[0].concat(*parts[1:])
 
     def _unmatched(self, side: Plan, keys: tuple[int, ...], other: Plan, other_keys: tuple[int, ...]):
@@ -280,8 +341,27 @@ class _Compiler:
         arranged = (plan, key) in self.imported or self.registry.lookup(plan, key) is not None
         if self.parent is None and reducer.linear and not arranged:
             self.used.append((plan, key, "running"))
+            self.steps[-1].how = "running state per group" if reducer.specs else "running count per row"
             return self.collection(plan).reduce(key, reducer)
         return self.arranged(plan, key).reduce(reducer)
+
+
+def _reduction(plan: Plan, key: tuple[int, ...]) -> bool:
+    """Whether the arrangement of ``plan`` by ``key`` is the output of a reduction: the distinct rows by all
+    columns, a grouped aggregate's rows by the group columns."""
+    if isinstance(plan, Distinct):
+        return key == tuple(range(len(plan.columns)))
+    return isinstance(plan, Aggregate) and bool(plan.group) and key == tuple(range(len(plan.group)))
+
+
+def _one_group(plan: Plan) -> bool:
+    """Whether ``plan`` is ``one_group`` of its input (shown as its input in EXPLAIN)."""
+    return (
+        isinstance(plan, Project)
+        and bool(plan.columns)
+        and plan.columns[0].name == "?group"
+        and plan.exprs[0] == Const(0, INT)
+    )
 
 
 def one_group(plan: Plan) -> Plan:
@@ -356,35 +436,39 @@ def _restore_order(c: Collection, key: tuple[int, ...], width: int) -> Collectio
 
 @dataclass
 class Compiled:
-    """What compiling a view built: its dataflow, its result's arrangement, and per arrangement it reads
-    (plan, key) whether it was built, reused from another dataflow, or replaced by running state."""
+    """What compiling a view built: its dataflow, its result's arrangement, per arrangement it reads (plan,
+    key) whether it was built, reused from another dataflow, or replaced by running state, and the tree of
+    steps EXPLAIN shows."""
 
     dataflow: Dataflow
     arranged: Arranged
     used: list[tuple[Plan, tuple[int, ...], str]]
+    steps: Step
+
+    def explain(self) -> list[str]:
+        """The lines of EXPLAIN: what was made, one step per line, indented under what it feeds."""
+        return render(self.steps)
 
 
 def compile_view(engine: ivm.Engine, registry: Registry, name: str, plan: Plan) -> Compiled:
     """A new dataflow maintaining ``plan``; its result is arranged and registered as the relation ``name``:
-    by all columns, or, for the rows of a grouped aggregate, by the group columns (one row per group), which
-    is the aggregate's own arrangement."""
+    by all columns, or, for the rows of a grouped aggregate, by the group columns (one row per group). The
+    result of a grouped aggregate or DISTINCT is the reduction's own output arrangement (unless another
+    view's is read: the view's result is then its own)."""
     df = engine.dataflow(name)
     comp = _Compiler(df, registry, name)
     inner = plan
     while renames(inner):
         inner = inner.input
-    arr = None
-    if isinstance(inner, Aggregate) and inner.group:
-        key = tuple(range(len(inner.group)))
-        arr = comp.arranged(plan, key)
-        if not isinstance(arr.op, ArrangeOp):  # another view's aggregate: the view's result is its own
-            arr = None
-    if arr is None:
+    key = tuple(range(len(inner.group) if isinstance(inner, Aggregate) else len(inner.columns)))
+    if _reduction(inner, key) and registry.lookup(inner, key) is None:
+        arr = comp.arranged(plan, key, shown=False)
+    else:
         key = tuple(range(len(plan.columns)))
         arr = comp.collection(plan).arrange(key)
     registry.add(Scan(name, plan.columns), key, arr, name)
     comp.used.append((Scan(name, plan.columns), key, "built"))
-    return Compiled(df, arr, comp.used)
+    return Compiled(df, arr, comp.used, comp.steps[0])
 
 
 def compile_index(

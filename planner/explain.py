@@ -1,13 +1,16 @@
-"""EXPLAIN: the dataflow of a plan as an indented tree, each arrangement marked built or reused.
+"""EXPLAIN: the dataflow compiling a view made, as an indented tree.
 
-The text names columns, keys and relations only (no object identities), so it is deterministic and can be used
-as a golden file for sharing and join choices.
+The compiler records a ``Step`` as it creates each part of the dataflow (see ``planner.compile``), so the tree
+shows what was built, not what a plan walk supposes: which arrangements were built, reused from another
+dataflow, or avoided by a reduction keeping running state, and every arrangement an outer join builds. This
+module only words the steps: one line per plan node, constants as SQL literals. The text names columns, keys
+and relations only (no object identities), so it is deterministic and serves as a golden file.
 """
 
 from __future__ import annotations
 
-from planner.compile import one_group
-from planner.simplify import renames
+from dataclasses import dataclass, field
+
 from sql.logical import (
     Aggregate,
     Call,
@@ -28,42 +31,43 @@ from sql.logical import (
     SemiJoin,
     TopK,
     UnionAll,
+    Values,
 )
-from sql.types import sql_literal
+from sql.types import TEXT, sql_literal
 
-__all__ = ["explain"]
+__all__ = ["Step", "describe", "render"]
 
 
-def explain(plan: Plan, used: list[tuple[Plan, tuple[int, ...], str]]) -> list[str]:
-    """Lines of the tree of ``plan``; ``used`` says, per (plan, key), whether compiling built or reused it."""
-    how: dict[tuple, str] = {}
-    for p, k, h in used:
-        how.setdefault((p, k), h)
+@dataclass(eq=False)
+class Step:
+    """One node of the tree: ``what`` was made (a plan node or an arrangement), ``how`` (built, reused, the
+    aggregate's, running state, above...), and the steps feeding it."""
+
+    what: str
+    how: str = ""
+    inputs: list[Step] = field(default_factory=list)
+
+
+def render(step: Step) -> list[str]:
+    """The lines of the tree under ``step`` (the root itself is not shown)."""
     out: list[str] = []
-    _node(plan, 0, how, out)
+
+    def walk(s: Step, depth: int) -> None:
+        out.append("  " * depth + s.what + (f" ({s.how})" if s.how else ""))
+        for i in s.inputs:
+            walk(i, depth + 1)
+
+    for s in step.inputs:
+        walk(s, 0)
     return out
 
 
-def _arranged(child: Plan, key: tuple[int, ...], depth: int, how: dict, out: list[str]) -> None:
-    names = [child.columns[i].name for i in key]
-    state = "the input's" if renames(child) else how.get((child, key), "built")
-    if state == "built" and isinstance(child, Aggregate) and key == tuple(range(len(child.group))) and key:
-        state = "the aggregate's"  # the reduction's output, arranged by the group anyway
-    if state == "built" and isinstance(child, Distinct) and key == tuple(range(len(child.columns))):
-        state = "the reduction's"  # the distinct rows are the output of a reduction arranged by them
-    out.append("  " * depth + f"ArrangeBy key=[{', '.join(names)}] ({state})")
-    _node(child, depth + 1, how, out)
-
-
-def _node(plan: Plan, depth: int, how: dict, out: list[str]) -> None:
-    pad = "  " * depth
+def describe(plan: Plan) -> str:
+    """One line naming what ``plan``'s node computes."""
     if isinstance(plan, Scan):
-        out.append(f"{pad}Scan {plan.table}")
-        return
+        return f"Scan {plan.table}"
     if isinstance(plan, Filter):
-        out.append(f"{pad}Filter {_expr(plan.predicate, plan.input)}")
-        _node(plan.input, depth + 1, how, out)
-        return
+        return f"Filter {_expr(plan.predicate, plan.input)}"
     if isinstance(plan, Project):
         items = ", ".join(
             c.name
@@ -71,24 +75,15 @@ def _node(plan: Plan, depth: int, how: dict, out: list[str]) -> None:
             else f"{_expr(e, plan.input)} AS {c.name}"
             for e, c in zip(plan.exprs, plan.columns, strict=True)
         )
-        out.append(f"{pad}Project {items}")
-        _node(plan.input, depth + 1, how, out)
-        return
+        return f"Project {items or '(no columns)'}"
     if isinstance(plan, Join):
         on = ", ".join(
             f"{plan.left.columns[a].name} = {plan.right.columns[b].name}"
             for a, b in zip(plan.left_keys, plan.right_keys, strict=True)
         )
-        out.append(f"{pad}Join {plan.kind}" + (f" on {on}" if on else " (cross)"))
-        _arranged(plan.left, plan.left_keys, depth + 1, how, out)
-        _arranged(plan.right, plan.right_keys, depth + 1, how, out)
-        return
+        return f"Join {plan.kind}" + (f" on {on}" if on else " (cross)")
     if isinstance(plan, SemiJoin):
-        out.append(f"{pad}{'AntiJoin' if plan.anti else 'SemiJoin'} on all columns")
-        full = tuple(range(len(plan.columns)))
-        _arranged(plan.left, full, depth + 1, how, out)
-        _arranged(plan.right, full, depth + 1, how, out)
-        return
+        return f"{'AntiJoin' if plan.anti else 'SemiJoin'} on all columns"
     if isinstance(plan, Aggregate):
         args = ["*" if a.arg is None else plan.input.columns[a.arg].name for a in plan.aggs]
         aggs = ", ".join(
@@ -96,73 +91,43 @@ def _node(plan: Plan, depth: int, how: dict, out: list[str]) -> None:
             for a, arg in zip(plan.aggs, args, strict=True)
         )
         group = [plan.input.columns[i].name for i in plan.group]
-        line = f"{pad}Aggregate group=[{', '.join(group)}] aggs=[{aggs}]"
-        if how.get((plan, tuple(range(len(plan.group))))) == "reused":
-            out.append(f"{line} (reused)")  # another view's result: nothing below is built
-            return
-        group_key = plan.group if plan.group else (0,)
-        if how.get((plan.input if plan.group else one_group(plan.input), group_key)) == "running":
-            out.append(f"{line} (running state per group)")  # no arrangement of the input
-            _node(plan.input, depth + 1, how, out)
-            return
-        out.append(line)
-        if plan.group:
-            _arranged(plan.input, plan.group, depth + 1, how, out)
-        else:
-            _node(plan.input, depth + 1, how, out)
-        return
+        return f"Aggregate group=[{', '.join(group)}] aggs=[{aggs}]"
     if isinstance(plan, Distinct):
-        if how.get((plan, tuple(range(len(plan.columns))))) == "reused":
-            out.append(f"{pad}Distinct (reused)")
-            return
-        full = tuple(range(len(plan.columns)))
-        if how.get((plan.input, full)) == "running":
-            out.append(f"{pad}Distinct (running count per row)")  # no arrangement of the input
-            _node(plan.input, depth + 1, how, out)
-            return
-        out.append(f"{pad}Distinct")
-        _arranged(plan.input, full, depth + 1, how, out)
-        return
+        return "Distinct"
     if isinstance(plan, UnionAll):
-        out.append(f"{pad}UnionAll")
-        for p in plan.inputs:
-            _node(p, depth + 1, how, out)
-        return
+        return "UnionAll"
     if isinstance(plan, Canon):
-        out.append(f"{pad}Canonical text [{', '.join(plan.columns[i].name for i in plan.positions)}]")
-        _node(plan.input, depth + 1, how, out)
-        return
+        return f"Canonical text [{', '.join(plan.columns[i].name for i in plan.positions)}]"
     if isinstance(plan, (Negate, Positive)):
-        out.append(f"{pad}{type(plan).__name__}")
-        _node(plan.input, depth + 1, how, out)
-        return
+        return type(plan).__name__
     if isinstance(plan, TopK):
         nulls = {(False, True): " NULLS FIRST", (True, False): " NULLS LAST"}
         order = ", ".join(
             plan.columns[i].name + (" DESC" if d else "") + nulls.get((d, f), "") for i, d, f in plan.order
         )
-        group = ", ".join(plan.columns[i].name for i in plan.group)
-        per = f" per=[{group}]" if plan.group else ""
-        out.append(f"{pad}TopK{per} order=[{order}] limit={plan.limit} offset={plan.offset}")
-        _node(plan.input, depth + 1, how, out)
-        return
+        per = f" per=[{', '.join(plan.columns[i].name for i in plan.group)}]" if plan.group else ""
+        return f"TopK{per} order=[{order}] limit={plan.limit} offset={plan.offset}"
     if isinstance(plan, RecRef):
-        out.append(f"{pad}Recursive {plan.name}")
-        return
+        return f"Recursive {plan.name}"
     if isinstance(plan, FixpointResult):
         fx = plan.fixpoint
-        name = fx.names[plan.index]
-        if ("fixpoint", fx) in how:
-            out.append(f"{pad}Fixpoint {name} (above)")
-            return
-        how[("fixpoint", fx)] = "shown"
         limit = f"{'return' if fx.on_limit == 'return' else 'error'} at {fx.limit} rounds"
-        out.append(f"{pad}Fixpoint {name} ({limit})")
-        for n, body in zip(fx.names, fx.bodies, strict=True):
-            out.append(f"{pad}  Recursive {n} :=")
-            _node(body, depth + 2, how, out)
-        return
-    out.append(f"{pad}{type(plan).__name__}")
+        return f"Fixpoint {fx.names[plan.index]} ({limit})"
+    if isinstance(plan, Values):
+        rows = "; ".join(
+            ", ".join(sql_literal(v, c.type) for v, c in zip(r, plan.columns, strict=True))
+            for r in plan.rows[:3]
+        )
+        more = f"; ... {len(plan.rows)} rows" if len(plan.rows) > 3 else ""
+        return f"Values ({rows}{more})" if plan.rows else "Values (no rows)"
+    return type(plan).__name__
+
+
+def arrangement(plan: Plan, key: tuple[int, ...]) -> str:
+    """The line of an arrangement of ``plan`` by the columns at ``key`` (all rows under one key for the
+    constant group of a global aggregate or top-k)."""
+    names = [plan.columns[i].name for i in key if plan.columns[i].name != "?group"]
+    return f"ArrangeBy key=[{', '.join(names)}]"
 
 
 def _expr(e: Expr, src: Plan) -> str:
@@ -171,6 +136,15 @@ def _expr(e: Expr, src: Plan) -> str:
     if isinstance(e, Const):
         return sql_literal(e.value, e.type)
     if isinstance(e, Call):
-        args = ", ".join(_expr(a, src) for a in e.args)
-        return f"{e.op}({args})"
+        args = [_expr(a, src) for a in e.args]
+        if e.op == "like":
+            pattern, insensitive = e.param
+            return f"{args[0]} {'ILIKE' if insensitive else 'LIKE'} {sql_literal(pattern, TEXT)}"
+        if e.op in ("to_type", "to_text", "to_int", "round_decimal"):
+            return f"CAST({args[0]} AS {e.type})"
+        if e.op == "extract":
+            return f"EXTRACT({str(e.param).upper()} FROM {args[0]})"
+        if e.param is not None:
+            args.append(str(e.param))
+        return f"{e.op}({', '.join(args)})"
     return "?"

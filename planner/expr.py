@@ -241,8 +241,32 @@ def _evaluated(fn):
 
 def _like(e: Call, cols, valid, n):
     a, m = evaluate(e.args[0], cols, valid, n)
-    pattern = f"(?s)^(?:{e.param})$"
-    return POOL.compute(a, lambda s: pc.match_substring_regex(s, pattern=pattern), bool), m
+    pattern, insensitive = e.param
+    regex = f"(?s){'(?i)' if insensitive else ''}^(?:{like_regex(pattern)})$"
+    return POOL.compute(a, lambda s: pc.match_substring_regex(s, pattern=regex), bool), m
+
+
+_REGEX_META = frozenset("\\.^$|?*+()[]{}")
+
+
+def like_regex(pattern: str) -> str:
+    """A LIKE pattern as a regular expression that Python's and RE2's (Arrow's) syntax read alike: ``%`` any
+    text, ``_`` any character, a backslash makes the next character stand for itself (PostgreSQL's default
+    escape)."""
+    out = []
+    escaped = False
+    for ch in pattern:
+        if not escaped and ch == "\\":
+            escaped = True
+            continue
+        if not escaped and ch == "%":
+            out.append(".*")
+        elif not escaped and ch == "_":
+            out.append(".")
+        else:
+            out.append("\\" + ch if ch in _REGEX_META else ch)
+        escaped = False
+    return "".join(out)
 
 
 def _case(e: Call, cols, valid, n):

@@ -152,7 +152,9 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
             raise error_at(pat, f"{what} needs a constant pattern", unsupported=True)
         if x.type.kind != "text":
             raise error_at(node, f"{what} needs text, got {x.type}")
-        return Call("like", (x,), BOOL, ("(?i)" if what == "ILIKE" else "") + _like_regex(pat.this))
+        if _ends_escaped(pat.this):
+            raise error_at(pat, f"{what} pattern must not end with escape character")
+        return Call("like", (x,), BOOL, (pat.this, what == "ILIKE"))
     if isinstance(node, exp.Case):
         return _case(node, resolve)
     if isinstance(node, exp.Coalesce):
@@ -510,17 +512,8 @@ def _fits(src: SqlType, t: SqlType) -> bool:
     return False
 
 
-_REGEX_META = frozenset("\\.^$|?*+()[]{}")
-
-
-def _like_regex(pattern: str) -> str:
-    """A LIKE pattern as a regular expression both Python's and RE2's (Arrow's) syntax read alike."""
-    out = []
-    for ch in pattern:
-        if ch == "%":
-            out.append(".*")
-        elif ch == "_":
-            out.append(".")
-        else:
-            out.append("\\" + ch if ch in _REGEX_META else ch)
-    return "".join(out)
+def _ends_escaped(pattern: str) -> bool:
+    """Whether a LIKE pattern ends with its escape character (a backslash, as PostgreSQL's default) that
+    escapes nothing."""
+    trailing = len(pattern) - len(pattern.rstrip("\\"))
+    return trailing % 2 == 1

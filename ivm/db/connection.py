@@ -750,8 +750,6 @@ class Connection:
 
     def _explain(self, stmt: exp.Command) -> None:
         """EXPLAIN query (or EXPLAIN CREATE VIEW ...): the dataflow it would build, nothing is created."""
-        from planner.explain import explain
-
         text = stmt.expression.this if isinstance(stmt.expression, exp.Literal) else stmt.expression.sql()
         parsed = _parse(text)
         if len(parsed) != 1:
@@ -764,7 +762,7 @@ class Connection:
         compiled = compile_view(self.engine, self.registry, name, plan)
         compiled.dataflow.drop()
         self.registry.forget(name)
-        lines = explain(plan, compiled.used[:-1])
+        lines = compiled.explain()
         codes = np.array([POOL.code(line) for line in lines], dtype=np.int64)
         self._result = ([codes], [None], np.ones(len(lines), np.int64), (Column("plan", TEXT, False),))
         self.description = [("plan", "TEXT", None, None, None, None, False)]

@@ -109,7 +109,7 @@ def relations(conn: Connection) -> list[RelationInfo]:
 
 def arrangements(conn: Connection, view: str) -> list[ArrangementInfo]:
     """The arrangements view ``view`` reads, in the order its plan was compiled; its own result last."""
-    from planner.explain import explain
+    from planner.explain import describe
     from sql.errors import SqlError
     from sql.logical import Canon, Scan
 
@@ -121,7 +121,7 @@ def arrangements(conn: Connection, view: str) -> list[ArrangementInfo]:
             plan = plan.input
         if isinstance(plan, Scan):
             return plan.table
-        top = explain(plan, [])[0].strip()
+        top = describe(plan)
         return top if len(top) <= 60 else top[:57] + "..."
 
     def builder(plan, key, how: str) -> str:

@@ -66,7 +66,7 @@ def test_wide_inputs_are_narrowed_unless_already_arranged():
     db.execute("INSERT INTO n VALUES (1, 10), (3, 30)")
     db.execute("CREATE VIEW v1 AS SELECT n.x, w.a FROM n JOIN w ON n.k = w.k")
     plan = "\n".join(r[0] for r in db.execute("EXPLAIN SELECT n.x, w.a FROM n JOIN w ON n.k = w.k").fetchall())
-    assert "Project k, a\n" in plan  # w narrowed to the join key and the column the view reads
+    assert "Project k, a" in plan.splitlines()[-1]  # w narrowed to the join key and the column the view reads
     assert ("Project", (0,), "built") in _used(db, "v1")
     db.execute("CREATE INDEX w_by_k ON w (k)")
     db.execute("CREATE VIEW v2 AS SELECT n.x, w.b FROM n JOIN w ON n.k = w.k")

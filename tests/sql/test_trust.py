@@ -329,6 +329,13 @@ LEAST = -(2**63)
             "SELECT lpad('ab', 7, 'é🙂z'), rpad('abc', 2, 'xy'), 'a.b' LIKE 'a_b', 'a\nb' LIKE 'a%'",
             [("é🙂zé🙂ab", "ab", True, True)],
         ),
+        # a backslash in a LIKE pattern makes the next character stand for itself
+        (
+            [],
+            r"SELECT 'a%' LIKE 'a\%', 'ab' LIKE 'a\%', 'ab' LIKE 'a\b', 'a\b' LIKE 'a\\b', 'a_' ILIKE 'A\_', "
+            r"'ax' ILIKE 'A\_'",
+            [(True, False, True, True, True, False)],
+        ),
     ],
 )
 def test_answers_as_postgresql(setup, sql, expected):
@@ -358,6 +365,7 @@ def test_answers_as_postgresql(setup, sql, expected):
         ([], "INSERT INTO f (v, v) VALUES (1, 2)", ProgrammingError, "specified more than once"),
         ([], "UPDATE f SET v = 1, v = 2", ProgrammingError, "multiple assignments"),
         ([], "INSERT INTO n VALUES ('x')", DataError, "invalid input syntax"),
+        ([], r"SELECT 'x' LIKE 'x\'", ProgrammingError, "LIKE pattern must not end with escape character"),
         (["INSERT INTO d VALUES ('9999-12-31')"], "SELECT day + 1 FROM d", DataError, "beyond the year 9999"),
     ],
 )
