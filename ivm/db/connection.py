@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError, TokenError
-from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
+from ivm.db import parsing, state
 from ivm.db.ordering import display_order, sort_indices
+from ivm.db.subscribe import Subscription
 from ivm.engine.batch import Batch, consolidate, key_hash, rows_equal
-from ivm.engine.dataflow import Arranged, Dataflow, Engine, Input
+from ivm.engine.dataflow import Arranged, Dataflow, Engine
 from ivm.engine.operators.basic import EvaluationError
 from ivm.engine.operators.iterate import IterationLimitError
 from ivm.engine.strings import FEW, POOL, StringPool
@@ -40,7 +39,7 @@ from ivm.errors import (
     Warning,
 )
 from planner.canon import arranged_form
-from planner.compile import Compiled, compile_view
+from planner.compile import compile_view
 from planner.passes import Context, optimize
 from planner.registry import Registry
 from planner.values import column_from_values, parse_engine, to_engine_value, to_python
@@ -49,7 +48,6 @@ from sql.catalog import Catalog, Table, View
 from sql.ddl import table_from_create
 from sql.errors import SqlError, UnsupportedError, error_at
 from sql.logical import Call, Canon, Column, Negate, Plan, Scan, UnionAll, Values, substitute
-from sql.recursive import attach_mutually_recursive, rewrite_mutually_recursive
 from sql.scalar import and_parts
 from sql.translate import translate_query
 from sql.types import TEXT, SqlType
@@ -66,29 +64,6 @@ logging.getLogger("sqlglot").setLevel(logging.ERROR)  # EXPLAIN parses as a comm
 def connect() -> Connection:
     """A new in-memory database."""
     return Connection()
-
-
-class _TableState:
-    def __init__(self, table: Table, inp: Input, arranged: Arranged) -> None:
-        self.table = table
-        self.input = inp
-        self.arranged = arranged
-        # how the columns of Arrow data with the last schema seen are read: (schema, stored text columns,
-        # per column its position in the data and its converter); small transactions repeat one schema
-        self.arrow_reading: tuple | None = None
-        self.checks: list[tuple] = []  # (CHECK constraint, predicate true where it is violated)
-        self.uniques: list[tuple] = []  # (UNIQUE constraint, the arrangement by its columns)
-        self.dataflows: list[Dataflow] = []  # what the table's constraints built, dropped with it
-        self.admits = _admission(table)  # a quick test that a change fits the declared types as it is
-
-
-class _ViewState:
-    def __init__(self, view: View, compiled: Compiled) -> None:
-        self.view = view
-        self.df = compiled.dataflow
-        self.arranged = compiled.arranged
-        self.used = compiled.used
-        self.error: str | None = None
 
 
 def _pooled(method):
@@ -111,11 +86,11 @@ class Connection:
         self.base = self.engine.dataflow("tables")
         self.catalog = Catalog()
         self.registry = Registry()
-        self.tables: dict[str, _TableState] = {}
-        self.views: dict[str, _ViewState] = {}
+        self.tables: dict[str, state.TableState] = {}
+        self.views: dict[str, state.ViewState] = {}
         # dropped views whose dataflows keep running because live views read arrangements they built, by
         # owner name in the registry; each goes once nothing reads them any more
-        self.retained: dict[str, _ViewState] = {}
+        self.retained: dict[str, state.ViewState] = {}
         self._serial = itertools.count(1)  # tells apart queries' dataflows and dropped views of one name
         self.time = 1  # time 0 holds what exists before any transaction (a global aggregate's row)
         self.in_transaction = False
@@ -141,12 +116,12 @@ class Connection:
         self._usable()
         self._result = None
         word = sql.strip().rstrip(";").strip().upper()
-        if word in _CONTROL and not params:
+        if word in parsing.CONTROL and not params:
             # transaction control is the most frequent statement of all: no need to parse it
-            self._statement(_CONTROL[word]())
+            self._statement(parsing.CONTROL[word]())
             return self
         try:
-            statements = _parse(sql, params)
+            statements = parsing.parse(sql, params)
         except Error:
             self._failure()
             raise
@@ -292,7 +267,9 @@ class Connection:
             masks.append(mask)
         found = None
         if keys.num_rows:
-            found, _ = st.arranged.trace.gather(*_unique(key_hash(cols, masks, keys.num_rows), cols, masks))
+            found, _ = st.arranged.trace.gather(
+                *state.unique(key_hash(cols, masks, keys.num_rows), cols, masks)
+            )
         if found is None:
             return pa.Table.from_arrays(
                 [to_arrow_column(np.zeros(0, c.type.dtype), None, c.type) for c in t.columns],
@@ -300,7 +277,7 @@ class Connection:
             )
         total, _ = consolidate(found.with_times(np.zeros((len(found), 1), np.int64)))
         rep = np.repeat(np.arange(len(total)), np.maximum(total.diffs, 0))
-        layout = _layout(t, len(t.columns), st.arranged.nkey)
+        layout = state.column_layout(t, len(t.columns), st.arranged.nkey)
         arrays = []
         for i, c in enumerate(t.columns):
             k = layout.index(i)
@@ -569,14 +546,14 @@ class Connection:
         inp = self.base.input([c.type.dtype for c in cols], name)
         inp.advance_to(self.time)
         arranged = inp.arrange(key)
-        st = _TableState(table, inp, arranged)
+        st = state.TableState(table, inp, arranged)
         scope = {(name, c.name): i for i, c in enumerate(cols)}
         for check in table.checks:
             cond = boolean(check.condition, translate_scalar(check.condition, _column_resolver(scope, table)))
             st.checks.append((check, compile_predicate(Call("not", (cond,), cond.type))))
         self.catalog.tables[name] = table
         self.tables[name] = st
-        self.registry.add_table(Scan(name, table.columns), key, arranged, _uninterned(table))
+        self.registry.add_table(Scan(name, table.columns), key, arranged, state.uninterned(table))
         for u in table.uniques:
             plan = arranged_form(Scan(name, cols), u.columns, self.registry.uninterned)
             if self.registry.lookup(plan, u.columns) is None:
@@ -679,7 +656,7 @@ class Connection:
         compiled = compile_view(self.engine, self.registry, name, plan)
         df = compiled.dataflow
         self.catalog.views[name] = view
-        self.views[name] = _ViewState(view, compiled)
+        self.views[name] = state.ViewState(view, compiled)
         try:
             self.engine.step()
         except BaseException as err:
@@ -698,7 +675,7 @@ class Connection:
             raise DataError(f"view {name!r} was not created: {message or df.error}")
         self._failed(failed)
 
-    def _readers(self, owner: str) -> list[_ViewState]:
+    def _readers(self, owner: str) -> list[state.ViewState]:
         """The views (live, or dropped and retained) whose dataflows import an arrangement of the dataflow of
         ``owner`` (its output or any arrangement it built)."""
         everyone = [*self.views.values(), *self.retained.values()]
@@ -753,7 +730,7 @@ class Connection:
         from planner.explain import explain
 
         text = stmt.expression.this if isinstance(stmt.expression, exp.Literal) else stmt.expression.sql()
-        parsed = _parse(text)
+        parsed = parsing.parse(text)
         if len(parsed) != 1:
             raise error_at(stmt, "EXPLAIN takes one statement")
         inner = parsed[0]
@@ -848,9 +825,9 @@ class Connection:
         changes; views as of the last commit, as they are maintained then."""
         if isinstance(plan, Scan):
             if plan.table in self.views:
-                return _contents(self.views[plan.table].arranged)
+                return state.contents(self.views[plan.table].arranged)
             st = self.tables[plan.table]
-            return _contents(st.arranged, self.pending.get(plan.table, ()), st.table)
+            return state.contents(st.arranged, self.pending.get(plan.table, ()), st.table)
         if any(self.pending.values()):
             plan = substitute(plan, self._with_pending)
         name = f"__query{next(self._serial)}"
@@ -861,7 +838,7 @@ class Connection:
             message = df.live_error()
             if message is not None:
                 raise DataError(message)
-            return _contents(arranged)
+            return state.contents(arranged)
         except (IterationLimitError, EvaluationError) as err:
             raise DataError(f"the query failed: {err}") from err
         except MemoryError as err:
@@ -937,14 +914,14 @@ class Connection:
         self._release_unshared()
 
     # -- writes -----------------------------------------------------------------------------------------
-    def _table(self, node: exp.Expression) -> _TableState:
+    def _table(self, node: exp.Expression) -> state.TableState:
         t = node.this if isinstance(node, exp.Schema) else node
         name = t.name
         if name not in self.tables:
             raise error_at(t, f"table {name!r} does not exist")
         return self.tables[name]
 
-    def _insert(self, stmt: exp.Insert) -> tuple[_TableState, Batch]:
+    def _insert(self, stmt: exp.Insert) -> tuple[state.TableState, Batch]:
         st = self._table(stmt.this)
         table = st.table
         target = stmt.this
@@ -986,7 +963,12 @@ class Connection:
         return st, batch
 
     def _insert_select(
-        self, st: _TableState, positions: list[int], query: exp.Expression, defaults: list[object], listed: bool
+        self,
+        st: state.TableState,
+        positions: list[int],
+        query: exp.Expression,
+        defaults: list[object],
+        listed: bool,
     ) -> Batch:
         table = st.table
         plan = self._plan(query)
@@ -1038,13 +1020,13 @@ class Connection:
         n = len(rows)
         return Batch.build(cols, masks, np.full(n, self.time), np.ones(n, np.int64))
 
-    def _delete(self, stmt: exp.Delete) -> tuple[_TableState, Batch]:
+    def _delete(self, stmt: exp.Delete) -> tuple[state.TableState, Batch]:
         st = self._table(stmt.this)
         current = self._current(st, stmt.args.get("where"))
         keep = self._where(st, stmt.args.get("where"), current)
         return st, current.take(keep).negate()
 
-    def _update(self, stmt: exp.Update) -> tuple[_TableState, Batch]:
+    def _update(self, stmt: exp.Update) -> tuple[state.TableState, Batch]:
         st = self._table(stmt.this)
         table = st.table
         current = self._current(st, stmt.args.get("where"))
@@ -1077,7 +1059,7 @@ class Connection:
         new = Batch.build(cols, valid, sel.times, sel.diffs)
         return st, Batch.concat([sel.negate(), new])
 
-    def _where(self, st: _TableState, where: exp.Where | None, current: Batch) -> np.ndarray:
+    def _where(self, st: state.TableState, where: exp.Where | None, current: Batch) -> np.ndarray:
         if where is None:
             return np.ones(len(current), dtype=bool)
         from planner.expr import compile_predicate
@@ -1088,20 +1070,20 @@ class Connection:
         pred = boolean(where, translate_scalar(where.this, _column_resolver(scope, table)))
         return compile_predicate(pred)(current.columns, current.valid)
 
-    def _current(self, st: _TableState, where: exp.Where | None = None) -> Batch:
+    def _current(self, st: state.TableState, where: exp.Where | None = None) -> Batch:
         """The table's rows as of now, including this transaction's changes, one update per copy; only those
         with the keys ``where`` asks for when it fixes every key column (then read by seeking the keys)."""
         keys = _fixed_keys(st.table, where.this) if where is not None else None
         extra = self.pending.get(st.table.name, [])
         if keys is None:
-            cols, valid, mult = _contents(st.arranged, extra, st.table)
+            cols, valid, mult = state.contents(st.arranged, extra, st.table)
         else:
-            cols, valid, mult = _contents(st.arranged, extra, st.table, keys)
+            cols, valid, mult = state.contents(st.arranged, extra, st.table, keys)
         n = len(mult)
         b = Batch(tuple(cols), tuple(valid), np.full((n, 1), self.time), np.ones(n, np.int64))
         return b.take(np.repeat(np.arange(n), mult))
 
-    def _write(self, change: tuple[_TableState, Batch]) -> None:
+    def _write(self, change: tuple[state.TableState, Batch]) -> None:
         """Check a change to a table against its types and constraints, then add it to the transaction (or
         commit it, outside one)."""
         st, batch = change
@@ -1192,7 +1174,12 @@ class Connection:
             )
 
     def _check_key(
-        self, st: _TableState, batch: Batch, pk: tuple[int, ...], arranged: Arranged, unique: str | None = None
+        self,
+        st: state.TableState,
+        batch: Batch,
+        pk: tuple[int, ...],
+        arranged: Arranged,
+        unique: str | None = None,
     ) -> None:
         """No two rows of the table (committed, pending and changed) may share a key of ``arranged``: the
         primary key, or with ``unique`` the columns of that UNIQUE constraint (rows with a NULL in them are
@@ -1219,7 +1206,7 @@ class Connection:
         h = key_hash(cols, valid, len(batch))
         keys = Batch(cols, valid, batch.times, batch.diffs)
         # the resulting multiplicity of every key touched: committed rows plus all pending changes
-        found, q = arranged.trace.gather(*_unique(h, cols, valid), keys_only=True)
+        found, q = arranged.trace.gather(*state.unique(h, cols, valid), keys_only=True)
         parts = [keys.with_times(np.zeros((len(keys), 1), np.int64))]
         if found is not None:
             kc, kv = found.select(range(len(pk)))
@@ -1241,7 +1228,7 @@ class Connection:
         what = f"unique constraint {unique!r}" if unique else f"the primary key of {table.name!r}"
         raise IntegrityError(f"duplicate key value violates {what} ({shown})")
 
-    def _settle_stored(self, st: _TableState, batch: Batch, tx: np.ndarray, texts: dict) -> Batch:
+    def _settle_stored(self, st: state.TableState, batch: Batch, tx: np.ndarray, texts: dict) -> Batch:
         """The changes of several transactions to a table storing text uninterned, made consistent: a row
         deleted in the first transaction that changes its key takes the codes the table holds it under, and
         every other change of a key changed more than once is written in canonical codes, so that each
@@ -1273,7 +1260,7 @@ class Connection:
         return Batch(tuple(cols), batch.valid, batch.times, batch.diffs)
 
     def _stored_codes(
-        self, st: _TableState, batch: Batch, rows: np.ndarray, pending=(), texts: dict | None = None
+        self, st: state.TableState, batch: Batch, rows: np.ndarray, pending=(), texts: dict | None = None
     ) -> tuple[Batch, bool]:
         """``batch`` with the text that the table stores uninterned, in each of the deleted ``rows``, under the
         codes the table holds it with: those of the live row (committed, or among the ``pending`` changes)
@@ -1287,10 +1274,10 @@ class Connection:
         texts = texts or {}
         table = st.table
         nkey = len(table.primary_key)
-        layout = _layout(table, len(table.columns), nkey)
+        layout = state.column_layout(table, len(table.columns), nkey)
         keys = tuple(batch.columns[p][rows] for p in table.primary_key)
         nulls = (None,) * nkey
-        found, _ = st.arranged.trace.gather(*_unique(key_hash(keys, nulls, len(rows)), keys, nulls))
+        found, _ = st.arranged.trace.gather(*state.unique(key_hash(keys, nulls, len(rows)), keys, nulls))
         parts = [] if found is None else [found.with_times(np.zeros((len(found), 1), np.int64))]
         for b in pending:
             parts.append(Batch(*b.select(layout), np.zeros((len(b), 1), np.int64), b.diffs))
@@ -1332,7 +1319,7 @@ class Connection:
         whole = len(at) == len(rows) and len(np.unique(src)) == len(src)
         return Batch(tuple(cols), batch.valid, batch.times, batch.diffs), whole
 
-    def _check_present(self, st: _TableState, batch: Batch, texts: dict | None = None) -> Batch:
+    def _check_present(self, st: state.TableState, batch: Batch, texts: dict | None = None) -> Batch:
         """Every row deleted by ``batch`` must be in the table (with this transaction's changes). Returns the
         batch with the codes the table holds its rows' text under (see ``_stored_codes``; ``texts`` holds the
         strings of columns given as text rather than codes)."""
@@ -1352,12 +1339,12 @@ class Connection:
                 if not held:
                     raise DataError(f"a deleted row is not in table {st.table.name!r}")
                 return batch
-        key = _layout(st.table, len(st.table.columns), st.arranged.nkey)
+        key = state.column_layout(st.table, len(st.table.columns), st.arranged.nkey)
         changes = [batch, *(pending or ())]
         parts = [Batch(*b.select(key), np.zeros((len(b), 1), np.int64), b.diffs) for b in changes]
         every = Batch.concat(parts)
         cols, valid = every.select(range(st.arranged.nkey))
-        found, _ = st.arranged.trace.gather(*_unique(key_hash(cols, valid, len(every)), cols, valid))
+        found, _ = st.arranged.trace.gather(*state.unique(key_hash(cols, valid, len(every)), cols, valid))
         if found is not None:
             parts.append(found.with_times(np.zeros((len(found), 1), np.int64)))
         total, _ = consolidate(Batch.concat(parts))
@@ -1365,10 +1352,10 @@ class Connection:
             raise DataError(f"a deleted row is not in table {st.table.name!r}")
         return batch
 
-    def _committed(self, st: _TableState, batch: Batch) -> bool | None:
+    def _committed(self, st: state.TableState, batch: Batch) -> bool | None:
         """Whether each row of ``batch`` (keys distinct) matches a committed row exactly; None when the keys
         are not distinct."""
-        key = _layout(st.table, len(st.table.columns), st.arranged.nkey)
+        key = state.column_layout(st.table, len(st.table.columns), st.arranged.nkey)
         cols, valid = batch.select(key)
         held = _count_distinct(st.arranged.trace, cols, valid, st.arranged.nkey)
         return None if held is None else bool((held >= 1).all())
@@ -1468,97 +1455,6 @@ class Connection:
             raise InternalError(f"{self.broken}; the database cannot be used any more")
 
 
-class Subscription:
-    """A view's diffs as Arrow record batches (see ``Connection.subscribe``)."""
-
-    def __init__(
-        self, conn: Connection, arranged: Arranged, columns, snapshot: bool, table: Table | None
-    ) -> None:
-        self.columns = columns
-        self.table = table
-        self.pool = conn.pool
-        self.pending: list[Batch] = []
-        layout = None if table is None else _layout(table, len(columns), arranged.nkey)
-        # a table's arrangement holds its key columns first: the order that restores the table's columns
-        self.order = None if layout is None else [layout.index(i) for i in range(len(columns))]
-        if snapshot:
-            cols, valid, mult = _contents(arranged)
-            n = len(mult)
-            at = np.full((n, 1), max(conn.time - 1, 0))
-            self.pending.append(Batch(tuple(cols), tuple(valid), at, mult))
-        arranged.op.subscribe(_Sink(self.pending))
-
-    def __iter__(self):
-        from ivm.db.arrow import to_arrow_column
-
-        while self.pending:
-            b = self.pending.pop(0)
-            if self.order is not None:
-                o = self.order
-                b = Batch(tuple(b.columns[i] for i in o), tuple(b.valid[i] for i in o), b.times, b.diffs)
-            with self.pool.active():
-                arrays = [
-                    to_arrow_column(c, m, col.type)
-                    for c, m, col in zip(b.columns, b.valid, self.columns, strict=True)
-                ]
-            arrays += [pa.array(b.times[:, 0]), pa.array(b.diffs)]
-            yield pa.RecordBatch.from_arrays(arrays, names=[c.name for c in self.columns] + ["time", "diff"])
-
-
-class _Sink:
-    """A queue-like consumer of an arrangement's output batches, for subscriptions."""
-
-    def __init__(self, out: list[Batch]) -> None:
-        self.out = out
-
-    def put(self, point, item) -> None:
-        self.out.append(item.updates if hasattr(item, "updates") else item)
-
-
-_CONTROL = {
-    "BEGIN": exp.Transaction,
-    "START TRANSACTION": exp.Transaction,
-    "COMMIT": exp.Commit,
-    "END": exp.Commit,
-    "ROLLBACK": exp.Rollback,
-    "ABORT": exp.Rollback,
-}
-
-
-def _parse(sql: str, params: Sequence | dict | None = None) -> list[exp.Expression]:
-    """The statements of ``sql`` (with ``params`` bound to its placeholders), each checked against the
-    allow-list; or a syntax error with its line and column."""
-    names = None
-    if params is not None:
-        if isinstance(params, (str, bytes)) or not isinstance(params, (Sequence, dict)):
-            raise ProgrammingError("parameters must be a sequence or a mapping")
-        sql, names = _numbered(sql, params)
-    sql, mutual = rewrite_mutually_recursive(sql)
-    try:
-        statements = [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
-        attach_mutually_recursive(statements, mutual)
-    except ParseError as err:
-        e = err.errors[0] if err.errors else {}
-        what = e.get("description", str(err))
-        if "<class" in what or "Required keyword" in what:  # the parser's words, not SQL's
-            near = (e.get("highlight") or "").strip()
-            what = f"at or near {near!r}" if near else "at end of input"
-        raise ProgrammingError(f"syntax error: {what}", e.get("line"), e.get("col")) from err
-    except TokenError:
-        raise _token_error(sql) from None
-    if params is not None:
-        statements = _bind(statements, [params[n] for n in names] if names is not None else list(params))
-    else:
-        for s in statements:
-            for node in s.find_all(exp.Placeholder, exp.Parameter):
-                raise error_at(node, "a parameter placeholder, but no parameters were given")
-    for s in statements:
-        allow.check(s)
-        for node in s.walk():
-            node.comments = None  # comments mean nothing, and must not make equal expressions differ
-    return [normalize_identifiers(s, dialect="postgres") for s in statements]
-
-
 def _count_distinct(trace, cols: tuple, valid: tuple, nkey: int | None = None) -> np.ndarray | None:
     """For each row (of key columns, or of whole rows whose first ``nkey`` columns are the key), its committed
     multiplicity; ``None`` when two keys share a hash."""
@@ -1581,37 +1477,6 @@ def _assigned_values(e, cols, valid, n: int, column: str) -> tuple[np.ndarray, n
         raise DataError(f"column {column!r}: {err}") from None
 
 
-def _admission(table: Table):
-    """A test, in a few numpy calls for all the columns together, that every value a change holds already fits
-    the table's declared types (integer ranges, text lengths without anything to cut); None when no column
-    declares more than its engine type. A change failing it is checked (and fixed, or refused) row by row."""
-    ints = [(p, d.low, d.high) for p, d in enumerate(table.domains) if d is not None and d.low is not None]
-    texts = [(p, d) for p, d in enumerate(table.domains) if d is not None and d.length is not None]
-    if not ints and not texts:
-        return None
-    positions = [p for p, _ in texts]
-    limit = np.array([d.length for _, d in texts], dtype=np.int64)[:, None]
-    padded = np.array([d.padded for _, d in texts])[:, None]
-    numbers = [p for p, _, _ in ints]
-    low = np.array([lo for _, lo, _ in ints], dtype=np.int64)[:, None]
-    high = np.array([hi for _, _, hi in ints], dtype=np.int64)[:, None]
-
-    def admits(batch: Batch) -> bool:
-        if not len(batch):
-            return True
-        if ints:
-            values = np.array([batch.columns[p] for p in numbers])
-            if ((values < low) | (values > high)).any():
-                return False
-        if texts:
-            size, trailing = POOL.sizes(np.array([batch.columns[p] for p in positions]))
-            if ((size > limit) | (padded & trailing.astype(bool))).any():
-                return False
-        return True
-
-    return admits
-
-
 def _without_nulls(batch: Batch, positions: tuple[int, ...]) -> Batch:
     """The rows of ``batch`` with no NULL in the columns at ``positions``."""
     keep = None
@@ -1620,19 +1485,6 @@ def _without_nulls(batch: Batch, positions: tuple[int, ...]) -> Batch:
         if m is not None:
             keep = m if keep is None else keep & m
     return batch if keep is None or keep.all() else batch.take(np.flatnonzero(keep))
-
-
-def _unique(h, cols, valid):
-    b, _ = consolidate(
-        Batch(tuple(cols), tuple(valid), np.zeros((len(h), 1), np.int64), np.ones(len(h), np.int64))
-    )
-    hh = key_hash(b.columns, b.valid, len(b))
-    order = np.argsort(hh, kind="stable")
-    return (
-        hh[order],
-        tuple(c[order] for c in b.columns),
-        tuple(None if m is None else m[order] for m in b.valid),
-    )
 
 
 def _column_resolver(scope: dict, table: Table):
@@ -1650,42 +1502,6 @@ def _column_resolver(scope: dict, table: Table):
         return None
 
     return resolve
-
-
-def _contents(arranged: Arranged, extra: Sequence[Batch] = (), table: Table | None = None, keys=None):
-    """The current rows of an arrangement (plus extra updates): columns in the relation's order, validity,
-    and multiplicities. With ``keys`` (key columns as arrays), only rows with those keys are read from the
-    arrangement (the extra updates are all kept)."""
-    if keys is None:
-        batches = [b.updates for b in arranged.trace.batches()]
-    else:
-        valid = (None,) * len(keys)
-        found, _ = arranged.trace.gather(*_unique(key_hash(keys, valid, len(keys[0])), keys, valid))
-        batches = [] if found is None else [found]
-    width = len(arranged.dtypes)
-    if not batches and not extra:
-        empty = Batch.empty(arranged.dtypes)
-        cols, valid = list(empty.columns), list(empty.valid)
-        mult = np.zeros(0, dtype=np.int64)
-    else:
-        allb = [b.with_times(np.zeros((len(b), 1), np.int64)) for b in batches]
-        if extra:
-            key = _layout(table, width, arranged.nkey)
-            for e in extra:
-                cols, valid = e.select(key)
-                allb.append(Batch(cols, valid, np.zeros((len(e), 1), np.int64), e.diffs))
-        total, _ = consolidate(Batch.concat(allb))
-        if keys is not None:  # extra updates of other keys have no rows to meet: keep what is there
-            total = total.take(total.diffs > 0)
-        if (total.diffs < 0).any():
-            raise InternalError("negative multiplicity in a relation")
-        cols, valid, mult = list(total.columns), list(total.valid), total.diffs
-    if table is not None:
-        layout = _layout(table, width, arranged.nkey)
-        inv = [layout.index(i) for i in range(width)]
-        cols = [cols[i] for i in inv]
-        valid = [valid[i] for i in inv]
-    return cols, valid, mult
 
 
 def _fixed_keys(table: Table, cond: exp.Expression) -> tuple[np.ndarray, ...] | None:
@@ -1802,20 +1618,6 @@ def _is_text(t) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
 
 
-def _uninterned(table: Table) -> frozenset[int]:
-    """The columns a table stores without interning their text when it looks mostly distinct: text outside
-    the primary key (a deleted row is found by its key, and so are the codes it was stored with)."""
-    if not table.primary_key:
-        return frozenset()
-    keyed = {*table.primary_key, *(p for u in table.uniques for p in u.columns)}
-    return frozenset(i for i, c in enumerate(table.columns) if c.type.kind == "text" and i not in keyed)
-
-
-def _layout(table: Table, width: int, nkey: int) -> list[int]:
-    key = list(table.primary_key) or list(range(width))
-    return key + [i for i in range(width) if i not in key]
-
-
 def _is_default(node: exp.Expression) -> bool:
     """Whether a value is the keyword DEFAULT (as VALUES and UPDATE ... SET write it)."""
     if isinstance(node, exp.Var):
@@ -1873,163 +1675,3 @@ def _literal_value(node: exp.Expression, t: SqlType, column: str, row: int) -> o
         raise error_at(node, f"{where}: invalid value for {t}: {err}") from err
     except (ValueError, ArithmeticError) as err:
         raise error_at(node, f"{where}: invalid value for {t}: {err}", cls=DataError) from err
-
-
-def _numbered(sql: str, params: Sequence | dict) -> tuple[str, list[str] | None]:
-    """``sql`` with its parameter placeholders written as ``$1``, ``$2``, ... (and, for a mapping, the names in
-    their numbers' order): ``%s`` and ``?`` in order,
-    ``%(name)s`` by name (``params`` a mapping), ``%%`` as ``%``; ``$n`` stays. Found among the statement's
-    tokens, so never inside a string, a quoted name or a comment."""
-    from sqlglot.dialects.postgres import Postgres
-
-    try:
-        toks = Postgres().tokenize(sql)
-    except TokenError:
-        raise _token_error(sql) from None
-    T = sqlglot.tokens.TokenType
-    named = isinstance(params, dict)
-    names: dict[str, int] = {}
-    edits: list[tuple[int, int, str]] = []
-    count = 0
-    i = 0
-    while i < len(toks):
-        t = toks[i]
-
-        def glued(k: int, kind, text: str | None = None, i: int = i) -> bool:
-            return _glued(toks, i + k, kind, text)
-
-        if t.token_type == T.PLACEHOLDER and t.text == "?" and not named:
-            count += 1
-            edits.append((t.start, t.end, f"${count}"))
-        elif t.token_type == T.MOD and glued(1, T.MOD):
-            edits.append((t.start, toks[i + 1].end, "%"))
-            i += 1
-        elif t.token_type == T.MOD and glued(1, T.VAR, "s") and not named:
-            count += 1
-            edits.append((t.start, toks[i + 1].end, f"${count}"))
-            i += 1
-        elif (
-            t.token_type == T.MOD
-            and named
-            and glued(1, T.L_PAREN)
-            and glued(2, T.VAR)
-            and glued(3, T.R_PAREN)
-            and glued(4, T.VAR, "s")
-        ):
-            name = toks[i + 2].text
-            if name not in params:
-                raise ProgrammingError(f"no value given for the parameter %({name})s")
-            k = names.setdefault(name, len(names) + 1)
-            edits.append((t.start, toks[i + 4].end, f"${k}"))
-            i += 4
-        i += 1
-    out = sql
-    for start, end, text in reversed(edits):
-        out = out[:start] + text + out[end + 1 :]
-    return out, (list(names) if named else None)
-
-
-def _glued(toks: list, at: int, kind, text: str | None) -> bool:
-    """Whether token ``at`` is of ``kind`` (and ``text``) and follows the one before without a space."""
-    if at >= len(toks):
-        return False
-    u = toks[at]
-    return u.token_type == kind and u.start == toks[at - 1].end + 1 and (text is None or u.text == text)
-
-
-def _bind(statements: list[exp.Expression], values: list) -> list[exp.Expression]:
-    """The statements with each ``$n`` replaced by the n-th value as a typed SQL constant."""
-    used = set()
-
-    def replace(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Parameter):
-            k = node.this
-            if not (isinstance(k, exp.Literal) and k.is_int):
-                raise error_at(node, f"{node.sql()} is not a parameter of this statement")
-            n = int(k.this)
-            if not 1 <= n <= len(values):
-                raise ProgrammingError(f"the statement uses parameter ${n}, but {len(values)} were given")
-            used.add(n)
-            return _constant(values[n - 1])
-        if isinstance(node, exp.Placeholder):
-            raise error_at(node, "parameter placeholders need parameters")
-        return node
-
-    out = [s.transform(replace) for s in statements]
-    if len(used) != len(values):
-        raise ProgrammingError(f"the statement uses {len(used)} parameters, but {len(values)} were given")
-    return out
-
-
-def _constant(v: object) -> exp.Expression:
-    """A Python value as a SQL constant of its type (a ``datetime`` with a time zone in UTC, as TIMESTAMP
-    holds it)."""
-    import datetime as dt
-    import decimal
-    import math
-
-    if v is None:
-        return exp.Null()
-    if isinstance(v, (bool, np.bool_)):
-        return exp.Boolean(this=bool(v))
-    if isinstance(v, (int, np.integer)):
-        return _signed(exp.Literal.number(abs(int(v))), int(v) < 0)
-    if isinstance(v, (float, np.floating)):
-        f = float(v)
-        double = exp.DataType.build("DOUBLE PRECISION", dialect="postgres")
-        if not math.isfinite(f):
-            return exp.cast(
-                exp.Literal.string("NaN" if f != f else "Infinity" if f > 0 else "-Infinity"), double
-            )
-        return _signed(exp.cast(exp.Literal.number(repr(abs(f))), double), f < 0)
-    if isinstance(v, decimal.Decimal):
-        if not v.is_finite():
-            raise DataError(f"the parameter {v} is not a number ivm can hold")
-        return _signed(exp.Literal.number(format(abs(v), "f")), v < 0)
-    if isinstance(v, str):
-        return exp.Literal.string(v)
-    if isinstance(v, dt.datetime):
-        if v.tzinfo is not None:
-            v = v.astimezone(dt.UTC).replace(tzinfo=None)
-        return exp.cast(exp.Literal.string(v.isoformat(sep=" ")), "TIMESTAMP", dialect="postgres")
-    if isinstance(v, dt.date):
-        return exp.cast(exp.Literal.string(v.isoformat()), "DATE", dialect="postgres")
-    raise ProgrammingError(f"cannot pass a parameter of type {type(v).__name__}")
-
-
-def _signed(node: exp.Expression, negative: bool) -> exp.Expression:
-    return exp.Neg(this=node) if negative else node
-
-
-def _token_error(sql: str) -> ProgrammingError:
-    """The syntax error for text sqlglot cannot split into tokens: an unterminated string, quoted identifier,
-    dollar quote or comment, pointed at where it opens."""
-    i, n = 0, len(sql)
-    while i < n:
-        ch = sql[i]
-        if sql.startswith("--", i):
-            end = sql.find("\n", i)
-            i = n if end < 0 else end + 1
-            continue
-        opener, what = None, None
-        if sql.startswith("/*", i):
-            opener, what, close = "/*", "comment", "*/"
-        elif ch in "'\"":
-            opener, close = ch, ch
-            what = "quoted string" if ch == "'" else "quoted identifier"
-        elif ch == "$":
-            tag = sql[i : sql.find("$", i + 1) + 1] if sql.find("$", i + 1) > 0 else ""
-            if tag and (tag == "$$" or tag[1:-1].isidentifier()):
-                opener, what, close = tag, "dollar-quoted string", tag
-        if opener is None:
-            i += 1
-            continue
-        j = sql.find(close, i + len(opener))
-        while close in "'\"" and j >= 0 and sql.startswith(close * 2, j):
-            j = sql.find(close, j + 2)  # a doubled quote stands for itself
-        if j < 0:
-            line = sql.count("\n", 0, i) + 1
-            col = i - (sql.rfind("\n", 0, i) + 1) + 1
-            return ProgrammingError(f"syntax error: unterminated {what}", line, col)
-        i = j + len(close)
-    return ProgrammingError("syntax error: the statement text cannot be read")
