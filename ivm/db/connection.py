@@ -11,32 +11,26 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from sqlglot import exp
 
-from ivm.db import parsing, state
-from ivm.db.ordering import display_order, sort_indices
+from ivm.db import constraints, parsing, queries, state, transactions
 from ivm.db.subscribe import Subscription
-from ivm.engine.batch import Batch, consolidate, key_hash, rows_equal
-from ivm.engine.dataflow import Arranged, Dataflow, Engine
+from ivm.engine.batch import Batch, consolidate, key_hash
+from ivm.engine.dataflow import Engine
 from ivm.engine.operators.basic import EvaluationError
-from ivm.engine.operators.iterate import IterationLimitError
 from ivm.engine.strings import FEW, POOL, StringPool
 from ivm.errors import (
     DataError,
     Error,
     IntegrityError,
-    InterfaceError,
     InternalError,
     OperationalError,
     ProgrammingError,
-    Warning,
 )
 from planner.canon import arranged_form
 from planner.compile import compile_view
@@ -47,7 +41,7 @@ from sql import allow
 from sql.catalog import Catalog, Table, View
 from sql.ddl import table_from_create
 from sql.errors import SqlError, UnsupportedError, error_at
-from sql.logical import Call, Canon, Column, Negate, Plan, Scan, UnionAll, Values, substitute
+from sql.logical import Call, Column, Plan, Scan
 from sql.scalar import and_parts
 from sql.translate import translate_query
 from sql.types import TEXT, SqlType
@@ -91,7 +85,7 @@ class Connection:
         # dropped views whose dataflows keep running because live views read arrangements they built, by
         # owner name in the registry; each goes once nothing reads them any more
         self.retained: dict[str, state.ViewState] = {}
-        self._serial = itertools.count(1)  # tells apart queries' dataflows and dropped views of one name
+        self.serial = itertools.count(1)  # tells apart queries' dataflows and dropped views of one name
         self.time = 1  # time 0 holds what exists before any transaction (a global aggregate's row)
         self.in_transaction = False
         self.implicit = False  # the transaction is that of a string of statements, not a BEGIN ... block
@@ -113,7 +107,7 @@ class Connection:
         Transactions behave as PostgreSQL's: several statements in one string are one transaction (all or
         nothing) unless they hold transaction control of their own; an error inside BEGIN ... COMMIT aborts the
         transaction, so that every later statement fails until ROLLBACK (or COMMIT, which then rolls back)."""
-        self._usable()
+        transactions.usable(self)
         self._result = None
         word = sql.strip().rstrip(";").strip().upper()
         if word in parsing.CONTROL and not params:
@@ -123,21 +117,22 @@ class Connection:
         try:
             statements = parsing.parse(sql, params)
         except Error:
-            self._failure()
+            transactions.failure(self)
             raise
         implicit = not self.in_transaction and len(statements) > 1
         if implicit:
-            self._begin(implicit=True)
+            transactions.begin(self, implicit=True)
         try:
             for i, stmt in enumerate(statements):
                 self._statement(stmt)
                 if implicit and not self.in_transaction and i + 1 < len(statements):
-                    self._begin(implicit=True)  # after COMMIT or ROLLBACK, the rest is a transaction of its own
+                    # after COMMIT or ROLLBACK, the rest is a transaction of its own
+                    transactions.begin(self, implicit=True)
         except BaseException:
-            self._failure()
+            transactions.failure(self)
             raise
         if self.in_transaction and self.implicit:
-            self._commit()
+            transactions.commit(self)
         return self
 
     @_pooled
@@ -177,7 +172,7 @@ class Connection:
             raise ProgrammingError(f"relation {view!r} does not exist")
         st = self.views.get(view) or self.tables[view]
         if view in self.views:
-            self._check_readable(Scan(view, st.view.columns))
+            queries.check_readable(self, Scan(view, st.view.columns))
         columns = st.view.columns if view in self.views else st.table.columns
         return Subscription(self, st.arranged, columns, snapshot, view in self.tables and st.table or None)
 
@@ -233,7 +228,7 @@ class Connection:
                 cols.append(col)
                 masks.append(mask)
             batch = Batch.build(cols, masks, self.time + tx, diff)
-            batches.append((st, self._settle_stored(st, batch, tx, texts) if stored else batch))
+            batches.append((st, constraints.settle_stored(self, st, batch, tx, texts) if stored else batch))
         for st, b in batches:
             st.input.send(b)
         self.time += transactions
@@ -286,7 +281,7 @@ class Connection:
         return pa.Table.from_arrays(arrays, names=[c.name for c in t.columns])
 
     def _arrow_write(self, table: str, data, sign: int) -> None:
-        self._usable()
+        transactions.usable(self)
         if self.aborted:
             raise InternalError(
                 "current transaction is aborted, commands ignored until end of transaction block"
@@ -321,10 +316,10 @@ class Connection:
         batch = Batch.build(cols, masks, np.full(n, self.time), np.full(n, sign, np.int64))
         try:
             if sign < 0:
-                batch = self._check_present(st, batch, texts)
-            self._write((st, batch))
+                batch = constraints.check_present(self, st, batch, texts)
+            transactions.write(self, st, batch)
         except BaseException:
-            self._failure()
+            transactions.failure(self)
             raise
 
     def _plan(self, query: exp.Expression):
@@ -369,23 +364,23 @@ class Connection:
         """A new cursor: it keeps the result of its own statements apart from other cursors'."""
         from ivm.db.cursor import Cursor
 
-        self._usable()
+        transactions.usable(self)
         return Cursor(self)
 
     @_pooled
     def commit(self) -> None:
         """End the transaction: commit it, or roll it back if it was aborted (as COMMIT does)."""
-        self._usable()
+        transactions.usable(self)
         if self.in_transaction:
             self.statusmessage = "ROLLBACK" if self.aborted else "COMMIT"
-            self._rollback() if self.aborted else self._commit()
+            transactions.rollback(self) if self.aborted else transactions.commit(self)
 
     @_pooled
     def rollback(self) -> None:
         """End the transaction leaving every table and view as before it."""
-        self._usable()
+        transactions.usable(self)
         if self.in_transaction:
-            self._rollback()
+            transactions.rollback(self)
 
     def __enter__(self) -> Connection:
         return self
@@ -444,30 +439,31 @@ class Connection:
             st, batch = {exp.Insert: self._insert, exp.Delete: self._delete, exp.Update: self._update}[
                 type(stmt)
             ](stmt)
-            self._write((st, batch))
+            transactions.write(self, st, batch)
             self.rowcount = len(batch) // 2 if isinstance(stmt, exp.Update) else len(batch)
             self.statusmessage = f"{what} {self.rowcount}"
             return None
         if isinstance(stmt, (exp.Select, exp.Union, exp.Except, exp.Intersect)):
-            return self._query(stmt)
+            return queries.query(self, stmt)
         if isinstance(stmt, exp.Drop):
             self.statusmessage = f"DROP {(stmt.args.get('kind') or '').upper()}"
             return self._drop(stmt)
         if isinstance(stmt, exp.Command) and stmt.name.upper() == "EXPLAIN":
             self.statusmessage = "EXPLAIN"
-            return self._explain(stmt)
+            return queries.explain(self, stmt)
         if isinstance(stmt, exp.Copy):
             return self._copy(stmt)
         if isinstance(stmt, (exp.Commit, exp.Rollback)):
             if self.aborted or isinstance(stmt, exp.Rollback):
                 self.statusmessage = "ROLLBACK"
-                return self._rollback()
+                return transactions.rollback(self)
             self.statusmessage = "COMMIT"
-            return self._commit() if self.in_transaction else None  # PostgreSQL only warns without one
+            # PostgreSQL only warns of a COMMIT without a transaction
+            return transactions.commit(self) if self.in_transaction else None
         if isinstance(stmt, exp.Transaction):
             self.statusmessage = "BEGIN"
             if not self.in_transaction:
-                self._begin(implicit=False)
+                transactions.begin(self, implicit=False)
             self.implicit = False  # BEGIN in a string of statements makes its transaction a block of its own
             return None
         what = stmt.name.upper() if isinstance(stmt, exp.Command) else allow.sql_name(stmt)
@@ -496,7 +492,7 @@ class Connection:
     def _create_table_as(self, stmt: exp.Create, name: str) -> None:
         """CREATE TABLE name [(columns)] AS query: a table of the query's columns holding its rows now."""
         plan = self._plan(stmt.expression)
-        self._check_readable(plan)
+        queries.check_readable(self, plan)
         names = [c.name for c in plan.columns]
         if isinstance(stmt.this, exp.Schema):
             given = [e.name for e in stmt.this.expressions]
@@ -508,7 +504,7 @@ class Connection:
             raise error_at(stmt, f"column {twice!r} specified more than once")
         types = [TEXT if c.type.precision == -1 else c.type for c in plan.columns]  # a bare NULL is text
         table = Table(name, tuple(Column(n, t) for n, t in zip(names, types, strict=True)))
-        cols, valid, mult = self._evaluate(plan)
+        cols, valid, mult = queries.evaluate(self, plan)
         self._add_table(table)
         if self.in_transaction:
             self.undo.append(lambda: self._forget_table(name))
@@ -523,8 +519,8 @@ class Connection:
                 for m, t, c2 in zip(valid, types, plan.columns, strict=True)
             ]
             n = len(rep)
-            self._write(
-                (self.tables[name], Batch.build(cols, valid, np.full(n, self.time), np.ones(n, np.int64)))
+            transactions.write(
+                self, self.tables[name], Batch.build(cols, valid, np.full(n, self.time), np.ones(n, np.int64))
             )
             self.rowcount = n
             self.statusmessage = f"SELECT {n}"
@@ -604,7 +600,7 @@ class Connection:
             )
         query = stmt.expression
         plan = self._plan(query)
-        self._check_readable(plan)
+        queries.check_readable(self, plan)
         if replacing:
             self._replaceable(stmt, name, plan)
             old = self.views[name].view
@@ -673,7 +669,7 @@ class Connection:
             df.drop()
             self.registry.forget(name)
             raise DataError(f"view {name!r} was not created: {message or df.error}")
-        self._failed(failed)
+        transactions.stop_failed(self, failed)
 
     def _readers(self, owner: str) -> list[state.ViewState]:
         """The views (live, or dropped and retained) whose dataflows import an arrangement of the dataflow of
@@ -688,63 +684,6 @@ class Connection:
             for owner in unread:
                 self.retained.pop(owner).df.drop()
                 self.registry.forget(owner)
-
-    def _failed(self, failed: list[Dataflow], report: bool = True) -> list[str]:
-        """Views whose dataflows failed in the last step stop, keeping the cause; the commit itself stands, so
-        this is no error of the statement: a warning (``ivm.Warning``) names them (without ``report``, only the
-        returned names do)."""
-        names = []
-        for st in self.views.values():
-            if st.df in failed:
-                st.error = str(st.df.error)
-                self.registry.forget(st.view.name)
-                names.append(st.view.name)
-        if names and report:
-            first = self.views[names[0]].error
-            warnings.warn(
-                f"view {', '.join(map(repr, names))} failed and stopped: {first}; reading it raises this error "
-                "until it is dropped",
-                Warning,
-                stacklevel=4,
-            )
-        return names
-
-    def _check_readable(self, plan) -> None:
-        """Queries and views may not read a view that failed."""
-        from sql.logical import children
-
-        stack = [plan]
-        while stack:
-            p = stack.pop()
-            if isinstance(p, Scan) and p.table in self.views:
-                st = self.views[p.table]
-                if st.error:
-                    raise DataError(f"view {p.table!r} failed and must be dropped: {st.error}")
-                message = st.df.live_error()
-                if message is not None:
-                    raise DataError(f"view {p.table!r} is in error (until the rows at fault change): {message}")
-            stack.extend(children(p))
-
-    def _explain(self, stmt: exp.Command) -> None:
-        """EXPLAIN query (or EXPLAIN CREATE VIEW ...): the dataflow it would build, nothing is created."""
-        from planner.explain import explain
-
-        text = stmt.expression.this if isinstance(stmt.expression, exp.Literal) else stmt.expression.sql()
-        parsed = parsing.parse(text)
-        if len(parsed) != 1:
-            raise error_at(stmt, "EXPLAIN takes one statement")
-        inner = parsed[0]
-        if isinstance(inner, exp.Create) and (inner.args.get("kind") or "").upper() == "VIEW":
-            inner = inner.expression
-        plan = self._plan(inner)
-        name = f"__explain{self.time}"
-        compiled = compile_view(self.engine, self.registry, name, plan)
-        compiled.dataflow.drop()
-        self.registry.forget(name)
-        lines = explain(plan, compiled.used[:-1])
-        codes = np.array([POOL.code(line) for line in lines], dtype=np.int64)
-        self._result = ([codes], [None], np.ones(len(lines), np.int64), (Column("plan", TEXT, False),))
-        self.description = [("plan", "TEXT", None, None, None, None, False)]
 
     def _create_index(self, stmt: exp.Create) -> None:
         """CREATE INDEX name ON relation (columns): an arrangement of the relation by those columns, which
@@ -772,7 +711,7 @@ class Connection:
 
             compile_index(self.engine, self.registry, name, plan, tuple(key))
             self.engine.step()
-            self._failed(self.engine.failed)
+            transactions.stop_failed(self, self.engine.failed)
         self.catalog.indexes[name] = (rel, tuple(key))
 
     def _copy(self, stmt: exp.Copy) -> None:
@@ -787,85 +726,6 @@ class Connection:
         self.insert_arrow(target.name, data)
         self.rowcount = data.num_rows
         self.statusmessage = f"COPY {data.num_rows}"
-
-    def _query(self, stmt: exp.Expression) -> None:
-        """A query's rows, in its ORDER BY order (see ``ivm.db.ordering``)."""
-        from ivm.db.arrow import to_arrow_column
-
-        order = display_order(stmt)
-        plan = self._plan(stmt if order is None else order.query)
-        self._check_readable(plan)
-        if isinstance(plan, Canon) and isinstance(plan.input, Scan):
-            plan = plan.input  # a table's rows read the same through the codes they are stored with
-        cols, valid, mult = self._evaluate(plan)
-        columns = plan.columns
-        keys = None if order is None else order.positions([c.name for c in columns])
-        if keys and int(mult.sum()) > 1:
-            rep = np.repeat(np.arange(len(mult)), mult)
-            keyed = {k for k, _, _ in keys}
-            arrays = [
-                to_arrow_column(c[rep], None if m is None else m[rep], col.type) if i in keyed else None
-                for i, (c, m, col) in enumerate(zip(cols, valid, columns, strict=True))
-            ]
-            rep = rep[sort_indices(arrays, keys).to_numpy()]
-            cols = [c[rep] for c in cols]
-            valid = [None if m is None else m[rep] for m in valid]
-            mult = np.ones(len(rep), dtype=np.int64)
-        if order is not None and order.hidden:
-            shown = len(columns) - order.hidden
-            cols, valid, columns = cols[:shown], valid[:shown], columns[:shown]
-        self._result = (cols, valid, mult, columns)
-        self.description = [(c.name, str(c.type), None, None, None, None, c.nullable) for c in columns]
-        self.rowcount = int(mult.sum())
-        self.statusmessage = f"SELECT {self.rowcount}"
-
-    def _evaluate(self, plan) -> tuple[list, list, np.ndarray]:
-        """The current rows of a plan: read straight from a relation's arrangement when the plan is a relation,
-        else from a dataflow built for the query and dropped after. Tables read with this transaction's
-        changes; views as of the last commit, as they are maintained then."""
-        if isinstance(plan, Scan):
-            if plan.table in self.views:
-                return state.contents(self.views[plan.table].arranged)
-            st = self.tables[plan.table]
-            return state.contents(st.arranged, self.pending.get(plan.table, ()), st.table)
-        if any(self.pending.values()):
-            plan = substitute(plan, self._with_pending)
-        name = f"__query{next(self._serial)}"
-        compiled = compile_view(self.engine, self.registry, name, plan)
-        df, arranged = compiled.dataflow, compiled.arranged
-        try:
-            df.step()
-            message = df.live_error()
-            if message is not None:
-                raise DataError(message)
-            return state.contents(arranged)
-        except (IterationLimitError, EvaluationError) as err:
-            raise DataError(f"the query failed: {err}") from err
-        except MemoryError as err:
-            raise OperationalError(f"the query ran out of memory: {err}") from err
-        finally:
-            df.drop()
-            self.registry.forget(name)
-
-    def _with_pending(self, plan) -> Plan | None:
-        """A scan of a table changed in this transaction as its committed rows plus the changes (the rows
-        inserted, less the rows deleted); None for any other plan."""
-        if not (isinstance(plan, Scan) and self.pending.get(plan.table)):
-            return None
-        changes = Batch.concat(self.pending[plan.table])
-        parts = [plan]
-        for sign in (1, -1):
-            mine = changes.take(np.flatnonzero(changes.diffs * sign > 0))
-            rep = np.repeat(np.arange(len(mine)), np.abs(mine.diffs))
-            if not len(rep):
-                continue
-            cols = [
-                to_python(c[rep], None if m is None else m[rep], col.type)
-                for c, m, col in zip(mine.columns, mine.valid, plan.columns, strict=True)
-            ]
-            rows = Values(tuple(zip(*cols, strict=True)), plan.columns)
-            parts.append(rows if sign > 0 else Negate(rows))
-        return UnionAll(tuple(parts), plan.columns)
 
     def _drop(self, stmt: exp.Drop) -> None:
         kind = (stmt.args.get("kind") or "").upper()
@@ -906,7 +766,7 @@ class Connection:
         del self.catalog.views[name]
         # the relation goes; what it computed stays as long as other views read arrangements it built
         self.registry.drop_relation(name)
-        owner = f"{name} (dropped, #{next(self._serial)})"  # a new view may take the name
+        owner = f"{name} (dropped, #{next(self.serial)})"  # a new view may take the name
         self.registry.retire(name, owner)
         self.engine.step_seconds[owner] = self.engine.step_seconds.pop(st.df.name, 0.0)
         st.df.name = owner
@@ -978,7 +838,7 @@ class Connection:
             if listed:
                 raise error_at(query, "INSERT has more target columns than expressions")
             positions = positions[: len(plan.columns)]
-        cols, valid, mult = self._evaluate(plan)
+        cols, valid, mult = queries.evaluate(self, plan)
         rep = np.repeat(np.arange(len(mult)), mult)
         n = len(rep)
         out_cols = [
@@ -1083,388 +943,13 @@ class Connection:
         b = Batch(tuple(cols), tuple(valid), np.full((n, 1), self.time), np.ones(n, np.int64))
         return b.take(np.repeat(np.arange(n), mult))
 
-    def _write(self, change: tuple[state.TableState, Batch]) -> None:
-        """Check a change to a table against its types and constraints, then add it to the transaction (or
-        commit it, outside one)."""
-        st, batch = change
-        table = st.table
-        if st.admits is not None and not st.admits(batch):
-            batch = self._admit(table, batch)
-        for i, c in enumerate(table.columns):
-            m = batch.valid[i]
-            if not c.nullable and m is not None:
-                bad = np.flatnonzero(~m & (batch.diffs > 0))
-                if len(bad):
-                    raise IntegrityError(
-                        f"null value in column {c.name!r} of table {table.name!r} violates the not-null "
-                        f"constraint (row {int(bad[0]) + 1})"
-                    )
-        for check, violated in st.checks:
-            self._check(table, check, violated, batch)
-        if table.primary_key:
-            self._check_key(st, batch, table.primary_key, st.arranged)
-        for u, arranged in st.uniques:
-            self._check_key(st, batch, u.columns, arranged, u.name)
-        self.pending.setdefault(table.name, []).append(batch)
-        if not self.in_transaction:
-            self._commit()
-
-    def _admit(self, table: Table, batch: Batch) -> Batch:
-        """The rows a change inserts checked against their columns' declared types: SMALLINT and INTEGER
-        ranges, VARCHAR(n) and CHAR(n) lengths (spaces beyond the length are cut, as PostgreSQL does; CHAR's
-        trailing spaces are dropped, see ``sql.types.Domain``)."""
-        cols = None
-        inserted = batch.diffs > 0
-        for p, (c, d) in enumerate(zip(table.columns, table.domains, strict=True)):
-            if d is None:
-                continue
-            data, m = batch.columns[p], batch.valid[p]
-            rows = inserted if m is None else inserted & m
-            if d.low is not None:
-                bad = np.flatnonzero(rows & ((data < d.low) | (data > d.high)))
-                if len(bad):
-                    raise DataError(
-                        f"{d.name} out of range: {int(data[bad[0]])} (column {c.name!r} of table "
-                        f"{table.name!r}, row {int(bad[0]) + 1})"
-                    )
-                continue
-            at = np.flatnonzero(rows)
-            if not len(at):
-                continue
-            text = POOL.strings(data[at])
-            length = np.asarray(pc.utf8_length(text).to_numpy(zero_copy_only=False))
-            core = np.asarray(
-                pc.utf8_length(pc.utf8_rtrim(text, characters=" ")).to_numpy(zero_copy_only=False)
-            )
-            bad = np.flatnonzero(core > d.length)
-            if len(bad):
-                raise DataError(
-                    f"value too long for type {d.name} (column {c.name!r} of table {table.name!r}, row "
-                    f"{int(at[bad[0]]) + 1})"
-                )
-            # spaces beyond the length are cut; CHAR(n) drops its trailing spaces altogether
-            changed = np.flatnonzero((length > core) if d.padded else (length > d.length))
-            if len(changed):
-                text = text.take(pa.array(changed))
-                cut = (
-                    pc.utf8_rtrim(text, characters=" ")
-                    if d.padded
-                    else pc.utf8_slice_codeunits(text, 0, d.length)
-                )
-                cols = list(batch.columns) if cols is None else cols
-                cols[p] = cols[p].copy()
-                loose = p in self.registry.uninterned(table.name)
-                cols[p][at[changed]] = POOL.encode_arrow(cut, stored=loose)
-        return batch if cols is None else Batch(tuple(cols), batch.valid, batch.times, batch.diffs)
-
-    def _check(self, table: Table, check, violated, batch: Batch) -> None:
-        """No row the change inserts may make ``check`` FALSE."""
-        rows = np.flatnonzero(batch.diffs > 0)
-        if not len(rows):
-            return
-        part = batch.take(rows) if len(rows) < len(batch) else batch
-        try:
-            bad = np.flatnonzero(violated(part.columns, part.valid))
-        except EvaluationError as err:
-            raise DataError(f"check constraint {check.name!r} of table {table.name!r}: {err}") from None
-        if len(bad):
-            raise IntegrityError(
-                f"new row for relation {table.name!r} violates check constraint {check.name!r} (row "
-                f"{int(rows[bad[0]]) + 1})"
-            )
-
-    def _check_key(
-        self,
-        st: state.TableState,
-        batch: Batch,
-        pk: tuple[int, ...],
-        arranged: Arranged,
-        unique: str | None = None,
-    ) -> None:
-        """No two rows of the table (committed, pending and changed) may share a key of ``arranged``: the
-        primary key, or with ``unique`` the columns of that UNIQUE constraint (rows with a NULL in them are
-        exempt: NULLs are distinct)."""
-        table = st.table
-        before = self.pending.get(table.name)
-        if unique is not None:
-            batch = _without_nulls(batch, pk)
-            before = [_without_nulls(b, pk) for b in before or ()]
-            if not len(batch):
-                return
-        cols, valid = batch.select(pk)
-        if not before:
-            # the first change of the table in its transaction: deletions cannot duplicate a key, and
-            # insertions of distinct keys only need the keys' committed multiplicities
-            if (batch.diffs < 0).all():
-                return
-            held = _count_distinct(arranged.trace, cols, valid) if (batch.diffs == 1).all() else None
-            if held is not None:
-                present = np.flatnonzero(held > 0)
-                if len(present):
-                    self._duplicate_key(table, cols, present[:1], pk, unique)
-                return
-        h = key_hash(cols, valid, len(batch))
-        keys = Batch(cols, valid, batch.times, batch.diffs)
-        # the resulting multiplicity of every key touched: committed rows plus all pending changes
-        found, q = arranged.trace.gather(*state.unique(h, cols, valid), keys_only=True)
-        parts = [keys.with_times(np.zeros((len(keys), 1), np.int64))]
-        if found is not None:
-            kc, kv = found.select(range(len(pk)))
-            parts.append(Batch(kc, kv, np.zeros((len(found), 1), np.int64), found.diffs))
-        for b in before or []:
-            c, v = b.select(pk)
-            parts.append(Batch(c, v, np.zeros((len(b), 1), np.int64), b.diffs))
-        total, _ = consolidate(Batch.concat(parts))
-        dup = np.flatnonzero(total.diffs > 1)
-        if len(dup):
-            self._duplicate_key(table, total.columns, dup[:1], pk, unique)
-
-    @staticmethod
-    def _duplicate_key(table: Table, key_cols: tuple, first: np.ndarray, pk: tuple, unique: str | None) -> None:
-        shown = ", ".join(
-            f"{table.columns[p].name}={to_python(c[first], None, table.columns[p].type)[0]!r}"
-            for p, c in zip(pk, key_cols, strict=True)
-        )
-        what = f"unique constraint {unique!r}" if unique else f"the primary key of {table.name!r}"
-        raise IntegrityError(f"duplicate key value violates {what} ({shown})")
-
-    def _settle_stored(self, st: state.TableState, batch: Batch, tx: np.ndarray, texts: dict) -> Batch:
-        """The changes of several transactions to a table storing text uninterned, made consistent: a row
-        deleted in the first transaction that changes its key takes the codes the table holds it under, and
-        every other change of a key changed more than once is written in canonical codes, so that each
-        deletion carries the codes its insertion did. ``texts`` holds the strings of columns whose deleted
-        rows have no codes yet."""
-        deleted = batch.diffs < 0
-        if not deleted.any():
-            return batch
-        keys = [batch.columns[p] for p in st.table.primary_key]
-        order, starts = _sorted_by_key(keys, tx)
-        group = np.cumsum(starts) - 1
-        first = np.flatnonzero(starts)
-        count = np.diff(np.append(first, len(order)))
-        opening = tx[order] == tx[order][first][group]  # changes in the key's first transaction
-        from_table = np.zeros(len(order), dtype=bool)
-        from_table[order] = deleted[order] & opening
-        canonical = np.zeros(len(order), dtype=bool)
-        canonical[order] = (count[group] > 1) & ~from_table[order]
-        batch = self._stored_codes(st, batch, np.flatnonzero(from_table), texts=texts)[0]
-        cols = list(batch.columns)
-        for p in self.registry.uninterned(st.table.name):
-            col = cols[p] = cols[p].copy()
-            redo = np.flatnonzero(canonical & (col >= 0))
-            col[redo] = POOL.canonical(col[redo])
-            if p in texts:  # deleted rows not found stored: their text interned
-                rows = np.flatnonzero(col < 0)
-                if len(rows):
-                    col[rows] = POOL.encode_arrow(texts[p].take(pa.array(rows)))
-        return Batch(tuple(cols), batch.valid, batch.times, batch.diffs)
-
-    def _stored_codes(
-        self, st: state.TableState, batch: Batch, rows: np.ndarray, pending=(), texts: dict | None = None
-    ) -> tuple[Batch, bool]:
-        """``batch`` with the text that the table stores uninterned, in each of the deleted ``rows``, under the
-        codes the table holds it with: those of the live row (committed, or among the ``pending`` changes)
-        with the same key, when all its columns are the same (text compared by string; ``texts`` maps a
-        column to its strings when the batch holds no codes for it). Also whether each of ``rows`` met a live
-        row of its own in this way."""
-        loose = sorted(self.registry.uninterned(st.table.name))
-        rows = rows[batch.diffs[rows] < 0]
-        if not loose or not len(rows):
-            return batch, not len(rows)
-        texts = texts or {}
-        table = st.table
-        nkey = len(table.primary_key)
-        layout = state.column_layout(table, len(table.columns), nkey)
-        keys = tuple(batch.columns[p][rows] for p in table.primary_key)
-        nulls = (None,) * nkey
-        found, _ = st.arranged.trace.gather(*state.unique(key_hash(keys, nulls, len(rows)), keys, nulls))
-        parts = [] if found is None else [found.with_times(np.zeros((len(found), 1), np.int64))]
-        for b in pending:
-            parts.append(Batch(*b.select(layout), np.zeros((len(b), 1), np.int64), b.diffs))
-        if not parts:
-            return batch, False
-        live, _ = consolidate(Batch.concat(parts))
-        live = live.take(np.flatnonzero(live.diffs > 0))
-        if not len(live):
-            return batch, False
-        # each deleted row meets the live row of its key: sorted by key, a live row comes first
-        side = np.concatenate((np.zeros(len(live), np.int8), np.ones(len(rows), np.int8)))
-        both = [np.concatenate((live.columns[j], keys[j])) for j in range(nkey)]
-        order, starts = _sorted_by_key(both, side)
-        group = np.cumsum(starts)
-        last_live = np.maximum.accumulate(np.where(side[order] == 0, np.arange(len(order)), -1))
-        mine = np.flatnonzero(side[order] == 1)
-        partner = last_live[mine]
-        met = partner >= 0
-        met[met] = group[partner[met]] == group[mine[met]]
-        which = order[mine[met]] - len(live)  # positions in ``rows``
-        src = order[partner[met]]  # positions in ``live``
-        at = rows[which]
-        others = [p for p in range(len(table.columns)) if p not in loose]
-        same = rows_equal(
-            [batch.columns[p][at] for p in others],
-            [None if batch.valid[p] is None else batch.valid[p][at] for p in others],
-            [live.columns[layout.index(p)][src] for p in others],
-            [None if live.valid[layout.index(p)] is None else live.valid[layout.index(p)][src] for p in others],
-            n=len(at),
-        )
-        for p in loose:
-            k = layout.index(p)
-            same &= _same_text(batch.columns[p], batch.valid[p], texts.get(p), at, live, k, src)
-        at, src = at[same], src[same]
-        cols = list(batch.columns)
-        for p in loose:
-            cols[p] = cols[p].copy()
-            cols[p][at] = live.columns[layout.index(p)][src]
-        whole = len(at) == len(rows) and len(np.unique(src)) == len(src)
-        return Batch(tuple(cols), batch.valid, batch.times, batch.diffs), whole
-
-    def _check_present(self, st: state.TableState, batch: Batch, texts: dict | None = None) -> Batch:
-        """Every row deleted by ``batch`` must be in the table (with this transaction's changes). Returns the
-        batch with the codes the table holds its rows' text under (see ``_stored_codes``; ``texts`` holds the
-        strings of columns given as text rather than codes)."""
-        pending = self.pending.get(st.table.name)
-        once = not pending and bool((batch.diffs == -1).all())
-        if self.registry.uninterned(st.table.name):
-            if once and not texts and self._committed(st, batch):
-                return batch  # a few rows, given in the codes they are stored with (a small transaction's)
-            batch, found = self._stored_codes(st, batch, np.arange(len(batch)), pending or (), texts)
-            if once and found:
-                return batch
-        elif once:
-            # the first change of the table in its transaction, one copy of each row: when the rows' keys are
-            # distinct, each must match a committed row with the same key exactly
-            held = self._committed(st, batch)
-            if held is not None:
-                if not held:
-                    raise DataError(f"a deleted row is not in table {st.table.name!r}")
-                return batch
-        key = state.column_layout(st.table, len(st.table.columns), st.arranged.nkey)
-        changes = [batch, *(pending or ())]
-        parts = [Batch(*b.select(key), np.zeros((len(b), 1), np.int64), b.diffs) for b in changes]
-        every = Batch.concat(parts)
-        cols, valid = every.select(range(st.arranged.nkey))
-        found, _ = st.arranged.trace.gather(*state.unique(key_hash(cols, valid, len(every)), cols, valid))
-        if found is not None:
-            parts.append(found.with_times(np.zeros((len(found), 1), np.int64)))
-        total, _ = consolidate(Batch.concat(parts))
-        if (total.diffs < 0).any():
-            raise DataError(f"a deleted row is not in table {st.table.name!r}")
-        return batch
-
-    def _committed(self, st: state.TableState, batch: Batch) -> bool | None:
-        """Whether each row of ``batch`` (keys distinct) matches a committed row exactly; None when the keys
-        are not distinct."""
-        key = state.column_layout(st.table, len(st.table.columns), st.arranged.nkey)
-        cols, valid = batch.select(key)
-        held = _count_distinct(st.arranged.trace, cols, valid, st.arranged.nkey)
-        return None if held is None else bool((held >= 1).all())
-
-    def _begin(self, implicit: bool) -> None:
-        self.in_transaction = True
-        self.implicit = implicit
-        self.aborted = False
-        self.undo = []
-
-    def _commit(self) -> None:
-        sent = []
-        for name, batches in self.pending.items():
-            if batches:
-                b = Batch.concat(batches)
-                st = self.tables[name]
-                st.input.send(b.with_times(np.full((len(b), 1), self.time)))
-                sent.append((st, b))
-        undo = self.undo
-        self.pending = {}
-        self.in_transaction = self.implicit = self.aborted = False
-        self.undo = []
-        self._advance()
-        try:
-            self.engine.step()
-        except BaseException as err:
-            self._take_back(sent, undo, err)
-        self._failed(self.engine.failed)
-
-    def _advance(self) -> None:
-        self.time += 1
-        for st in self.tables.values():
-            st.input.advance_to(self.time)
-
-    def _take_back(self, sent: list, undo: list, err: BaseException) -> None:
-        """A commit stopped half-way (out of memory, interrupted) in some view's dataflow: the tables take
-        the transaction back at the next time, the views whose state it left inexact (that dataflow's and
-        those reading it) are built anew from the tables, and the relations the transaction created go.
-        Every table and view is then as before the transaction. Raises the error saying so."""
-        crashed = self.engine.crashed
-        owners = {st.df: name for name, st in self.views.items()}
-        if crashed not in owners:  # the tables or an index themselves: nothing exact to rebuild from
-            self.broken = f"{type(err).__name__} while committing left the tables inexact: {err}"
-            raise InternalError(f"{self.broken}; the database cannot be used any more") from err
-        for st, b in sent:
-            st.input.send(b.negate().with_times(np.full((len(b), 1), self.time)))
-        self._advance()
-        stale = {crashed}
-        for name, st in self.views.items():
-            if st.df in stale or any(src in stale for _, src in st.df.imports):
-                stale.add(st.df)
-                st.df.drop()
-                self.registry.forget(st.df.name)
-                c = compile_view(self.engine, self.registry, name, st.view.plan)
-                st.df, st.arranged, st.used = c.dataflow, c.arranged, c.used
-        try:
-            self.engine.step()
-        except BaseException as again:
-            self.broken = f"{type(again).__name__} while taking a transaction back: {again}"
-            raise InternalError(f"{self.broken}; the database cannot be used any more") from again
-        for u in reversed(undo):
-            u()
-        if not isinstance(err, Exception):
-            raise err  # an interruption goes on as itself, with the database as before the transaction
-        raise OperationalError(
-            f"the transaction was rolled back: {type(err).__name__} while maintaining view "
-            f"{owners[crashed]!r}{': ' + str(err) if str(err) else ''}"
-        ) from err
-
-    def _rollback(self) -> None:
-        """End the transaction leaving every table and view as before it: its changes are dropped and the
-        relations it created are removed."""
-        self._drop_changes()
-        self.in_transaction = self.implicit = self.aborted = False
-
-    def _drop_changes(self) -> None:
-        """Forget the transaction's pending changes and remove the relations it created."""
-        self.pending = {}
-        for undo in reversed(self.undo):
-            undo()
-        self.undo = []
-
-    def _failure(self) -> None:
-        """A statement failed: an implicit transaction is rolled back; a transaction block is aborted (its
-        changes are dropped at once; it ends at COMMIT or ROLLBACK)."""
-        if not self.in_transaction:
-            return
-        if self.implicit:
-            return self._rollback()
-        self._drop_changes()
-        self.aborted = True
+    def _failed(self, failed: list, report: bool = True) -> list[str]:
+        # the parameter ``transactions`` of apply_changes_arrow hides the module there
+        return transactions.stop_failed(self, failed, report)
 
     def _usable(self) -> None:
-        if self.closed:
-            raise InterfaceError("the connection is closed")
-        if self.broken:
-            raise InternalError(f"{self.broken}; the database cannot be used any more")
-
-
-def _count_distinct(trace, cols: tuple, valid: tuple, nkey: int | None = None) -> np.ndarray | None:
-    """For each row (of key columns, or of whole rows whose first ``nkey`` columns are the key), its committed
-    multiplicity; ``None`` when two keys share a hash."""
-    nkey = len(cols) if nkey is None else nkey
-    h = key_hash(cols[:nkey], valid[:nkey], len(cols[0]))
-    if len(h) > 1:
-        order = np.argsort(h)
-        if (h[order[1:]] == h[order[:-1]]).any():
-            return None
-    return trace.count(h, cols, valid)
+        """Raise if the connection cannot be used (see ``transactions.usable``)."""
+        transactions.usable(self)
 
 
 def _assigned_values(e, cols, valid, n: int, column: str) -> tuple[np.ndarray, np.ndarray | None]:
@@ -1475,16 +960,6 @@ def _assigned_values(e, cols, valid, n: int, column: str) -> tuple[np.ndarray, n
         return evaluate(e, cols, valid, n)
     except EvaluationError as err:
         raise DataError(f"column {column!r}: {err}") from None
-
-
-def _without_nulls(batch: Batch, positions: tuple[int, ...]) -> Batch:
-    """The rows of ``batch`` with no NULL in the columns at ``positions``."""
-    keep = None
-    for p in positions:
-        m = batch.valid[p]
-        if m is not None:
-            keep = m if keep is None else keep & m
-    return batch if keep is None or keep.all() else batch.take(np.flatnonzero(keep))
 
 
 def _column_resolver(scope: dict, table: Table):
@@ -1542,18 +1017,6 @@ def _fixed_keys(table: Table, cond: exp.Expression) -> tuple[np.ndarray, ...] | 
     return tuple(g.ravel() for g in grids)
 
 
-def _sorted_by_key(keys: list[np.ndarray], then: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The order sorting rows by their key columns, then by ``then``; and, in that order, where each key's
-    rows start."""
-    order = np.lexsort((then, *reversed(keys)))
-    starts = np.zeros(len(order), dtype=bool)
-    starts[0] = True
-    for k in keys:
-        ks = k[order]
-        starts[1:] |= ks[1:] != ks[:-1]
-    return order, starts
-
-
 def _column_of_changes(arr, c: Column, stored: bool, inserted: np.ndarray):
     """An engine column of changes, its validity, and (for text the table stores uninterned, when some rows
     are deleted) the strings: those rows get code -1 until they take the stored row's codes."""
@@ -1568,27 +1031,6 @@ def _column_of_changes(arr, c: Column, stored: bool, inserted: np.ndarray):
     if len(rows):
         data[rows] = to_engine_column(text.take(pa.array(rows)), c.type, c.name, True)[0]
     return data, (None if valid.all() else valid), text
-
-
-def _same_text(
-    codes: np.ndarray, valid, text, rows: np.ndarray, live: Batch, k: int, src: np.ndarray
-) -> np.ndarray:
-    """Whether the text at ``rows`` of a column (``codes`` with validity ``valid``, or the strings ``text``)
-    equals that of column ``k`` of ``live`` at ``src``, NULL equal to NULL."""
-    b = live.columns[k][src]
-    va = np.ones(len(rows), dtype=bool) if valid is None else valid[rows]
-    vb = np.ones(len(src), dtype=bool) if live.valid[k] is None else live.valid[k][src]
-    if text is not None:
-        same = pc.equal(text.take(pa.array(rows)), POOL.strings(b)).fill_null(True)
-        return np.asarray(same.to_numpy(zero_copy_only=False)) & (va == vb)
-    a = codes[rows]
-    same = (a == b) | ~va
-    differ = np.flatnonzero(~same)
-    if len(differ):
-        same[differ] = np.asarray(
-            pc.equal(POOL.strings(a[differ]), POOL.strings(b[differ])).to_numpy(zero_copy_only=False)
-        )
-    return same & (va == vb)
 
 
 def _arrow_reading(table: Table, schema: pa.Schema, loose: frozenset[int]) -> list[tuple]:
