@@ -64,7 +64,7 @@ def query(db: Connection, stmt: exp.Expression) -> None:
     db.statusmessage = f"SELECT {db.rowcount}"
 
 
-def evaluate(db: Connection, plan) -> tuple[list, list, np.ndarray]:
+def evaluate(db: Connection, plan: Plan) -> tuple[list, list, np.ndarray]:
     """The current rows of a plan: read straight from a relation's arrangement when the plan is a relation,
     else from a dataflow built for the query and dropped after. Tables read with this transaction's
     changes; views as of the last commit, as they are maintained then."""
@@ -114,7 +114,7 @@ def _with_pending(db: Connection, plan) -> Plan | None:
     return UnionAll(tuple(parts), plan.columns)
 
 
-def check_readable(db: Connection, plan) -> None:
+def check_readable(db: Connection, plan: Plan) -> None:
     """Queries and views may not read a view that failed."""
     stack = [plan]
     while stack:

@@ -79,7 +79,12 @@ def unique(h: np.ndarray, cols: Sequence[np.ndarray], valid: Sequence) -> tuple:
     )
 
 
-def contents(arranged: Arranged, extra: Sequence[Batch] = (), table: Table | None = None, keys=None):
+def contents(
+    arranged: Arranged,
+    extra: Sequence[Batch] = (),
+    table: Table | None = None,
+    keys: tuple[np.ndarray, ...] | None = None,
+) -> tuple[list, list, np.ndarray]:
     """The current rows of an arrangement (plus extra updates): columns in the relation's order, validity,
     and multiplicities. With ``keys`` (key columns as arrays), only rows with those keys are read from the
     arrangement (the extra updates are all kept)."""
