@@ -4,6 +4,10 @@ Tables are engine inputs, each arranged by its primary key (or by all its column
 compiled from SQL. Every transaction is one logical time: statements outside BEGIN ... COMMIT commit alone.
 Writes are checked (types, NOT NULL, primary keys) before anything reaches the engine, so a bad row rejects its
 statement (inside a transaction, the whole transaction) and leaves every table and view as it was.
+
+This module is the front: the connection's state and its public surface, and the dispatch of each statement
+to the module of its concern: ``parsing`` (SQL text into statements), ``ddl``, ``dml``, ``queries``,
+``constraints``, ``transactions``, ``arrow_io``, ``subscribe``; ``state`` holds what is kept per relation.
 """
 
 from __future__ import annotations
@@ -11,52 +15,27 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError, TokenError
-from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
-from ivm.db.ordering import display_order, sort_indices
-from ivm.engine.batch import Batch, consolidate, key_hash, rows_equal
-from ivm.engine.dataflow import Arranged, Dataflow, Engine, Input
-from ivm.engine.operators.basic import EvaluationError
-from ivm.engine.operators.iterate import IterationLimitError
-from ivm.engine.strings import FEW, POOL, StringPool
-from ivm.errors import (
-    DataError,
-    Error,
-    IntegrityError,
-    InterfaceError,
-    InternalError,
-    OperationalError,
-    ProgrammingError,
-    Warning,
-)
-from planner.canon import arranged_form
-from planner.compile import Compiled, compile_view
+from ivm.db import arrow_io, ddl, dml, introspect, parsing, queries, transactions
+from ivm.db.cursor import Cursor
+from ivm.db.state import TableState, ViewState
+from ivm.db.subscribe import Subscription
+from ivm.engine.batch import Batch
+from ivm.engine.dataflow import Engine
+from ivm.engine.strings import StringPool
+from ivm.errors import Error, InternalError, ProgrammingError
 from planner.passes import Context, optimize
 from planner.registry import Registry
-from planner.values import column_from_values, parse_engine, to_engine_value, to_python
+from planner.values import to_python
 from sql import allow
-from sql.catalog import Catalog, Table, View
-from sql.ddl import table_from_create
+from sql.catalog import Catalog
 from sql.errors import SqlError, UnsupportedError, error_at
-from sql.logical import Call, Canon, Column, Negate, Plan, Scan, UnionAll, Values, substitute
-from sql.recursive import attach_mutually_recursive, rewrite_mutually_recursive
-from sql.scalar import and_parts
+from sql.logical import Plan, Scan
 from sql.translate import translate_query
-from sql.types import TEXT, SqlType
-
-if TYPE_CHECKING:
-    from ivm.db.cursor import Cursor
-    from ivm.db.introspect import ArrangementInfo, RelationInfo
 
 __all__ = ["connect", "Connection", "Subscription", "SqlError", "UnsupportedError"]
 
@@ -66,29 +45,6 @@ logging.getLogger("sqlglot").setLevel(logging.ERROR)  # EXPLAIN parses as a comm
 def connect() -> Connection:
     """A new in-memory database."""
     return Connection()
-
-
-class _TableState:
-    def __init__(self, table: Table, inp: Input, arranged: Arranged) -> None:
-        self.table = table
-        self.input = inp
-        self.arranged = arranged
-        # how the columns of Arrow data with the last schema seen are read: (schema, stored text columns,
-        # per column its position in the data and its converter); small transactions repeat one schema
-        self.arrow_reading: tuple | None = None
-        self.checks: list[tuple] = []  # (CHECK constraint, predicate true where it is violated)
-        self.uniques: list[tuple] = []  # (UNIQUE constraint, the arrangement by its columns)
-        self.dataflows: list[Dataflow] = []  # what the table's constraints built, dropped with it
-        self.admits = _admission(table)  # a quick test that a change fits the declared types as it is
-
-
-class _ViewState:
-    def __init__(self, view: View, compiled: Compiled) -> None:
-        self.view = view
-        self.df = compiled.dataflow
-        self.arranged = compiled.arranged
-        self.used = compiled.used
-        self.error: str | None = None
 
 
 def _pooled(method):
@@ -111,12 +67,12 @@ class Connection:
         self.base = self.engine.dataflow("tables")
         self.catalog = Catalog()
         self.registry = Registry()
-        self.tables: dict[str, _TableState] = {}
-        self.views: dict[str, _ViewState] = {}
+        self.tables: dict[str, TableState] = {}
+        self.views: dict[str, ViewState] = {}
         # dropped views whose dataflows keep running because live views read arrangements they built, by
         # owner name in the registry; each goes once nothing reads them any more
-        self.retained: dict[str, _ViewState] = {}
-        self._serial = itertools.count(1)  # tells apart queries' dataflows and dropped views of one name
+        self.retained: dict[str, ViewState] = {}
+        self.serial = itertools.count(1)  # tells apart queries' dataflows and dropped views of one name
         self.time = 1  # time 0 holds what exists before any transaction (a global aggregate's row)
         self.in_transaction = False
         self.implicit = False  # the transaction is that of a string of statements, not a BEGIN ... block
@@ -138,31 +94,32 @@ class Connection:
         Transactions behave as PostgreSQL's: several statements in one string are one transaction (all or
         nothing) unless they hold transaction control of their own; an error inside BEGIN ... COMMIT aborts the
         transaction, so that every later statement fails until ROLLBACK (or COMMIT, which then rolls back)."""
-        self._usable()
+        transactions.usable(self)
         self._result = None
         word = sql.strip().rstrip(";").strip().upper()
-        if word in _CONTROL and not params:
+        if word in parsing.CONTROL and not params:
             # transaction control is the most frequent statement of all: no need to parse it
-            self._statement(_CONTROL[word]())
+            self._statement(parsing.CONTROL[word]())
             return self
         try:
-            statements = _parse(sql, params)
+            statements = parsing.parse(sql, params)
         except Error:
-            self._failure()
+            transactions.failure(self)
             raise
         implicit = not self.in_transaction and len(statements) > 1
         if implicit:
-            self._begin(implicit=True)
+            transactions.begin(self, implicit=True)
         try:
             for i, stmt in enumerate(statements):
                 self._statement(stmt)
                 if implicit and not self.in_transaction and i + 1 < len(statements):
-                    self._begin(implicit=True)  # after COMMIT or ROLLBACK, the rest is a transaction of its own
+                    # after COMMIT or ROLLBACK, the rest is a transaction of its own
+                    transactions.begin(self, implicit=True)
         except BaseException:
-            self._failure()
+            transactions.failure(self)
             raise
         if self.in_transaction and self.implicit:
-            self._commit()
+            transactions.commit(self)
         return self
 
     @_pooled
@@ -177,21 +134,9 @@ class Connection:
         return [r for r, k in zip(rows, mult.tolist(), strict=True) for _ in range(k)]
 
     @_pooled
-    def fetch_arrow(self):
+    def fetch_arrow(self) -> pa.Table:
         """The rows of the last query as a ``pyarrow.Table``."""
-
-        from ivm.db.arrow import to_arrow_column
-
-        if self._result is None:
-            return pa.table({})
-        cols, valid, mult, columns = self._result
-        self._result = None
-        rep = np.repeat(np.arange(len(mult)), mult)
-        arrays = [
-            to_arrow_column(c[rep], None if m is None else m[rep], col.type)
-            for c, m, col in zip(cols, valid, columns, strict=True)
-        ]
-        return pa.Table.from_arrays(arrays, names=[c.name for c in columns])
+        return arrow_io.fetch(self)
 
     @_pooled
     def subscribe(self, view: str, snapshot: bool = True) -> Subscription:
@@ -202,19 +147,19 @@ class Connection:
             raise ProgrammingError(f"relation {view!r} does not exist")
         st = self.views.get(view) or self.tables[view]
         if view in self.views:
-            self._check_readable(Scan(view, st.view.columns))
+            queries.check_readable(self, Scan(view, st.view.columns))
         columns = st.view.columns if view in self.views else st.table.columns
         return Subscription(self, st.arranged, columns, snapshot, view in self.tables and st.table or None)
 
     @_pooled
     def insert_arrow(self, table: str, data) -> None:
         """Insert the rows of a ``pyarrow.Table`` (columns matched by name)."""
-        self._arrow_write(table, data, 1)
+        arrow_io.write(self, table, data, 1)
 
     @_pooled
     def delete_arrow(self, table: str, data) -> None:
         """Delete the rows of a ``pyarrow.Table`` (whole rows, columns matched by name); each must exist."""
-        self._arrow_write(table, data, -1)
+        arrow_io.write(self, table, data, -1)
 
     @_pooled
     def apply_changes_arrow(self, changes: dict, transactions: int) -> list[str]:
@@ -224,133 +169,19 @@ class Connection:
         the engine processes them all in one step, with the same results as committing them one by one but
         without the cost per transaction. Meant for the change log of a database that enforced its keys: types
         and NOT NULL are checked, primary keys and the presence of deleted rows are not. Returns the views
-        that stopped (see ``_failed``): the transactions stand, those views must be dropped."""
-
-        if self.in_transaction:
-            raise ProgrammingError("apply_changes_arrow cannot run inside a transaction")
-        if transactions < 1:
-            return
-        batches = []
-        for table, (data, diff, tx) in changes.items():
-            if table not in self.tables:
-                raise ProgrammingError(f"table {table!r} does not exist")
-            st = self.tables[table]
-            tx = np.asarray(tx, dtype=np.int64)
-            diff = np.asarray(diff, dtype=np.int64)
-            if not (len(tx) == len(diff) == data.num_rows):
-                raise ProgrammingError(f"changes of {table!r}: rows, diffs and transactions differ in length")
-            if len(tx) and (tx.min() < 0 or tx.max() >= transactions):
-                raise ProgrammingError(f"changes of {table!r} name a transaction outside 0..{transactions - 1}")
-            cols, masks = [], []
-            names = data.schema.names
-            stored = self.registry.uninterned(table)
-            texts = {}
-            for p, c in enumerate(st.table.columns):
-                if c.name not in names:
-                    raise ProgrammingError(f"column {c.name!r} of table {table!r} is missing")
-                col, mask, text = _column_of_changes(data.column(c.name), c, p in stored, diff > 0)
-                if text is not None:
-                    texts[p] = text
-                if mask is not None and not c.nullable and not mask.all():
-                    raise IntegrityError(
-                        f"null value in column {c.name!r} of table {table!r} violates the not-null constraint"
-                    )
-                cols.append(col)
-                masks.append(mask)
-            batch = Batch.build(cols, masks, self.time + tx, diff)
-            batches.append((st, self._settle_stored(st, batch, tx, texts) if stored else batch))
-        for st, b in batches:
-            st.input.send(b)
-        self.time += transactions
-        for st in self.tables.values():
-            st.input.advance_to(self.time)
-        self.engine.step()
-        return self._failed(self.engine.failed, report=False)
+        that stopped (see ``transactions.stop_failed``): the transactions stand, those views must be
+        dropped."""
+        return arrow_io.apply_changes(self, changes, transactions)
 
     @_pooled
-    def lookup_arrow(self, table: str, keys):
+    def lookup_arrow(self, table: str, keys) -> pa.Table:
         """The committed rows of ``table`` whose primary key equals a row of ``keys`` (a ``pyarrow.Table`` with
         the key columns, matched by name), as a ``pyarrow.Table`` of all the table's columns. A change log that
         names deleted rows by key alone (as Postgres replication does) finds the whole rows here: one seek
         per distinct key, no scan."""
+        return arrow_io.lookup(self, table, keys)
 
-        from ivm.db.arrow import to_arrow_column, to_engine_column
-
-        if table not in self.tables:
-            raise ProgrammingError(f"table {table!r} does not exist")
-        st = self.tables[table]
-        t = st.table
-        if not t.primary_key:
-            raise ProgrammingError(f"table {table!r} has no primary key to look rows up by")
-        cols, masks = [], []
-        for p in t.primary_key:
-            c = t.columns[p]
-            if c.name not in keys.schema.names:
-                raise ProgrammingError(f"key column {c.name!r} of table {table!r} is missing from the lookup")
-            col, mask = to_engine_column(keys.column(c.name), c.type, c.name)
-            cols.append(col)
-            masks.append(mask)
-        found = None
-        if keys.num_rows:
-            found, _ = st.arranged.trace.gather(*_unique(key_hash(cols, masks, keys.num_rows), cols, masks))
-        if found is None:
-            return pa.Table.from_arrays(
-                [to_arrow_column(np.zeros(0, c.type.dtype), None, c.type) for c in t.columns],
-                names=[c.name for c in t.columns],
-            )
-        total, _ = consolidate(found.with_times(np.zeros((len(found), 1), np.int64)))
-        rep = np.repeat(np.arange(len(total)), np.maximum(total.diffs, 0))
-        layout = _layout(t, len(t.columns), st.arranged.nkey)
-        arrays = []
-        for i, c in enumerate(t.columns):
-            k = layout.index(i)
-            m = total.valid[k]
-            arrays.append(to_arrow_column(total.columns[k][rep], None if m is None else m[rep], c.type))
-        return pa.Table.from_arrays(arrays, names=[c.name for c in t.columns])
-
-    def _arrow_write(self, table: str, data, sign: int) -> None:
-        self._usable()
-        if self.aborted:
-            raise InternalError(
-                "current transaction is aborted, commands ignored until end of transaction block"
-            )
-        if table not in self.tables:
-            raise ProgrammingError(f"table {table!r} does not exist")
-        st = self.tables[table]
-        schema = data.schema
-        loose = self.registry.uninterned(table)
-        reading = st.arrow_reading
-        if reading is None or reading[1] is not loose or not schema.equals(reading[0]):
-            reading = st.arrow_reading = (schema, loose, _arrow_reading(st.table, schema, loose))
-        texts: dict[int, pa.Array] = {}
-        cols, masks = [], []
-        n = data.num_rows
-        for p, c, i, convert in reading[2]:
-            if i < 0:
-                d = self._default(st.table, p)
-                cols.append(np.full(n, 0 if d is None else d, dtype=c.type.dtype))
-                masks.append(np.full(n, d is not None))
-                continue
-            if sign < 0 and n > FEW and p in loose and _is_text(schema.field(i).type):
-                # text the table may store uninterned is compared as it comes and takes the stored codes
-                texts[p] = data.column(i).combine_chunks().cast(pa.large_string())
-                col, mask = np.full(n, -1, np.int64), None
-                if texts[p].null_count:
-                    mask = np.asarray(texts[p].is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-            else:
-                col, mask = convert(data.column(i))
-            cols.append(col)
-            masks.append(mask)
-        batch = Batch.build(cols, masks, np.full(n, self.time), np.full(n, sign, np.int64))
-        try:
-            if sign < 0:
-                batch = self._check_present(st, batch, texts)
-            self._write((st, batch))
-        except BaseException:
-            self._failure()
-            raise
-
-    def _plan(self, query: exp.Expression):
+    def _plan(self, query: exp.Expression) -> Plan:
         """The plan of a query: translated, then through the planner's passes."""
         cx = Context(self._primary_key, self._arranged, self.registry.uninterned)
         return optimize(translate_query(query, self.catalog), cx)
@@ -374,41 +205,35 @@ class Connection:
         return out
 
     @_pooled
-    def relations(self) -> list[RelationInfo]:
+    def relations(self) -> list[introspect.RelationInfo]:
         """Tables, views and indexes with row counts and stored sizes (``ivm.db.introspect.RelationInfo``)."""
-        from ivm.db.introspect import relations
-
-        return relations(self)
+        return introspect.relations(self)
 
     @_pooled
-    def arrangements(self, view: str) -> list[ArrangementInfo]:
+    def arrangements(self, view: str) -> list[introspect.ArrangementInfo]:
         """The arrangements view ``view`` reads, each built or reused, with who else reads it
         (``ivm.db.introspect.ArrangementInfo``)."""
-        from ivm.db.introspect import arrangements
-
-        return arrangements(self, view)
+        return introspect.arrangements(self, view)
 
     def cursor(self) -> Cursor:
         """A new cursor: it keeps the result of its own statements apart from other cursors'."""
-        from ivm.db.cursor import Cursor
-
-        self._usable()
+        transactions.usable(self)
         return Cursor(self)
 
     @_pooled
     def commit(self) -> None:
         """End the transaction: commit it, or roll it back if it was aborted (as COMMIT does)."""
-        self._usable()
+        transactions.usable(self)
         if self.in_transaction:
             self.statusmessage = "ROLLBACK" if self.aborted else "COMMIT"
-            self._rollback() if self.aborted else self._commit()
+            transactions.rollback(self) if self.aborted else transactions.commit(self)
 
     @_pooled
     def rollback(self) -> None:
         """End the transaction leaving every table and view as before it."""
-        self._usable()
+        transactions.usable(self)
         if self.in_transaction:
-            self._rollback()
+            transactions.rollback(self)
 
     def __enter__(self) -> Connection:
         return self
@@ -439,8 +264,13 @@ class Connection:
         self.closed = True
         self.pool = StringPool()
 
+    def _usable(self) -> None:
+        """Raise if the connection cannot be used (see ``transactions.usable``)."""
+        transactions.usable(self)
+
     # -- statements -------------------------------------------------------------------------------------
     def _statement(self, stmt: exp.Expression) -> None:
+        """Run one parsed statement: each kind goes to the module of its concern."""
         self.description = None
         self.statusmessage = None
         if self.aborted and not isinstance(stmt, (exp.Commit, exp.Rollback)):
@@ -456,1578 +286,43 @@ class Connection:
             )
             self.statusmessage = f"CREATE {'MATERIALIZED ' if materialized else ''}{kind}"
             if kind == "TABLE":
-                return self._create_table(stmt)
+                return ddl.create_table(self, stmt)
             if kind == "VIEW":
-                return self._create_view(stmt)
+                return ddl.create_view(self, stmt)
             if kind == "INDEX":
-                return self._create_index(stmt)
+                return ddl.create_index(self, stmt)
             raise error_at(stmt, f"CREATE {kind} is not supported yet", unsupported=True)
         if isinstance(stmt, (exp.Insert, exp.Delete, exp.Update)):
             what = {exp.Insert: "INSERT 0", exp.Delete: "DELETE", exp.Update: "UPDATE"}[type(stmt)]
-            st, batch = {exp.Insert: self._insert, exp.Delete: self._delete, exp.Update: self._update}[
-                type(stmt)
-            ](stmt)
-            self._write((st, batch))
+            st, batch = {exp.Insert: dml.insert, exp.Delete: dml.delete, exp.Update: dml.update}[type(stmt)](
+                self, stmt
+            )
+            transactions.write(self, st, batch)
             self.rowcount = len(batch) // 2 if isinstance(stmt, exp.Update) else len(batch)
             self.statusmessage = f"{what} {self.rowcount}"
             return None
         if isinstance(stmt, (exp.Select, exp.Union, exp.Except, exp.Intersect)):
-            return self._query(stmt)
+            return queries.query(self, stmt)
         if isinstance(stmt, exp.Drop):
             self.statusmessage = f"DROP {(stmt.args.get('kind') or '').upper()}"
-            return self._drop(stmt)
+            return ddl.drop(self, stmt)
         if isinstance(stmt, exp.Command) and stmt.name.upper() == "EXPLAIN":
             self.statusmessage = "EXPLAIN"
-            return self._explain(stmt)
+            return queries.explain(self, stmt)
         if isinstance(stmt, exp.Copy):
-            return self._copy(stmt)
+            return dml.copy(self, stmt)
         if isinstance(stmt, (exp.Commit, exp.Rollback)):
             if self.aborted or isinstance(stmt, exp.Rollback):
                 self.statusmessage = "ROLLBACK"
-                return self._rollback()
+                return transactions.rollback(self)
             self.statusmessage = "COMMIT"
-            return self._commit() if self.in_transaction else None  # PostgreSQL only warns without one
+            # PostgreSQL only warns of a COMMIT without a transaction
+            return transactions.commit(self) if self.in_transaction else None
         if isinstance(stmt, exp.Transaction):
             self.statusmessage = "BEGIN"
             if not self.in_transaction:
-                self._begin(implicit=False)
+                transactions.begin(self, implicit=False)
             self.implicit = False  # BEGIN in a string of statements makes its transaction a block of its own
             return None
         what = stmt.name.upper() if isinstance(stmt, exp.Command) else allow.sql_name(stmt)
         raise error_at(stmt, f"{what} statements are not supported", unsupported=True)
-
-    def _create_table(self, stmt: exp.Create) -> None:
-        target = stmt.this
-        name = target.this.name if isinstance(target, exp.Schema) else target.name
-        if self.catalog.exists(name):
-            if stmt.args.get("exists"):
-                return
-            raise error_at(stmt, f"relation {name!r} already exists")
-        if stmt.expression is not None:
-            return self._create_table_as(stmt, name)
-        table = table_from_create(stmt)
-        for p, d in enumerate(table.defaults):
-            if d is not None:
-                try:
-                    self._default(table, p)
-                except SqlError as err:
-                    raise error_at(d, f"DEFAULT of column {table.columns[p].name!r}: {err.message}") from None
-        self._add_table(table)
-        if self.in_transaction:
-            self.undo.append(lambda: self._forget_table(table.name))
-
-    def _create_table_as(self, stmt: exp.Create, name: str) -> None:
-        """CREATE TABLE name [(columns)] AS query: a table of the query's columns holding its rows now."""
-        plan = self._plan(stmt.expression)
-        self._check_readable(plan)
-        names = [c.name for c in plan.columns]
-        if isinstance(stmt.this, exp.Schema):
-            given = [e.name for e in stmt.this.expressions]
-            if len(given) > len(names):
-                raise error_at(stmt.this, "CREATE TABLE AS specifies too many column names")
-            names = given + names[len(given) :]
-        twice = next((n for n in names if names.count(n) > 1), None)
-        if twice is not None:
-            raise error_at(stmt, f"column {twice!r} specified more than once")
-        types = [TEXT if c.type.precision == -1 else c.type for c in plan.columns]  # a bare NULL is text
-        table = Table(name, tuple(Column(n, t) for n, t in zip(names, types, strict=True)))
-        cols, valid, mult = self._evaluate(plan)
-        self._add_table(table)
-        if self.in_transaction:
-            self.undo.append(lambda: self._forget_table(name))
-        try:
-            rep = np.repeat(np.arange(len(mult)), mult)
-            cols = [
-                c[rep] if t == c2.type else np.zeros(len(rep), t.dtype)
-                for c, t, c2 in zip(cols, types, plan.columns, strict=True)
-            ]
-            valid = [
-                (None if m is None else m[rep]) if t == c2.type else np.zeros(len(rep), bool)
-                for m, t, c2 in zip(valid, types, plan.columns, strict=True)
-            ]
-            n = len(rep)
-            self._write(
-                (self.tables[name], Batch.build(cols, valid, np.full(n, self.time), np.ones(n, np.int64)))
-            )
-            self.rowcount = n
-            self.statusmessage = f"SELECT {n}"
-        except BaseException:
-            if name in self.tables and not self.in_transaction:
-                self._forget_table(name)
-            raise
-
-    def _add_table(self, table: Table) -> None:
-        """Make ``table`` an engine input arranged by its primary key (or all its columns), with the
-        arrangements its UNIQUE constraints check against and its CHECK constraints compiled."""
-        from planner.compile import compile_index
-        from planner.expr import compile_predicate
-        from sql.scalar import boolean, translate_scalar
-
-        name = table.name
-        cols = table.columns
-        key = table.primary_key or tuple(range(len(cols)))
-        inp = self.base.input([c.type.dtype for c in cols], name)
-        inp.advance_to(self.time)
-        arranged = inp.arrange(key)
-        st = _TableState(table, inp, arranged)
-        scope = {(name, c.name): i for i, c in enumerate(cols)}
-        for check in table.checks:
-            cond = boolean(check.condition, translate_scalar(check.condition, _column_resolver(scope, table)))
-            st.checks.append((check, compile_predicate(Call("not", (cond,), cond.type))))
-        self.catalog.tables[name] = table
-        self.tables[name] = st
-        self.registry.add_table(Scan(name, table.columns), key, arranged, _uninterned(table))
-        for u in table.uniques:
-            plan = arranged_form(Scan(name, cols), u.columns, self.registry.uninterned)
-            if self.registry.lookup(plan, u.columns) is None:
-                st.dataflows.append(
-                    compile_index(self.engine, self.registry, f"{name}.{u.name}", plan, u.columns)
-                )
-            st.uniques.append((u, self.registry.lookup(plan, u.columns).arranged))
-        self.base.step()  # the empty table's arrangement is complete up to now (a global COUNT reads 0)
-
-    def _forget_table(self, name: str) -> None:
-        """Remove a table and what it owns (its input, its constraints' arrangements) from the database."""
-        st = self.tables.pop(name)
-        for df in st.dataflows:
-            df.drop()
-            self.registry.forget(df.name)
-        st.arranged.op.release()
-        self.base.inputs.remove(st.input)
-        self.registry.drop_relation(name)
-        for idx, (rel, _) in list(self.catalog.indexes.items()):
-            if rel == name:
-                del self.catalog.indexes[idx]
-        del self.catalog.tables[name]
-        self.pending.pop(name, None)
-
-    def _default(self, table: Table, p: int) -> object:
-        """Column ``p``'s DEFAULT as the engine holds it (NULL without one)."""
-        node = table.defaults[p]
-        if node is None:
-            return None
-        c = table.columns[p]
-        return _literal_value(node, c.type, c.name, 1)
-
-    def _create_view(self, stmt: exp.Create) -> None:
-        if isinstance(stmt.this, exp.Schema):
-            raise error_at(stmt.this, "CREATE VIEW with a column list is not supported", unsupported=True)
-        name = stmt.this.name
-        replace = bool(stmt.args.get("replace"))
-        if self.catalog.exists(name) and not replace:
-            if stmt.args.get("exists"):
-                return
-            raise error_at(stmt, f"relation {name!r} already exists")
-        if replace and name in self.catalog.tables:
-            raise error_at(stmt, f"{name!r} is not a view")
-        replacing = replace and name in self.views
-        if replacing and self.in_transaction:
-            raise error_at(
-                stmt, "CREATE OR REPLACE VIEW inside a transaction is not supported", unsupported=True
-            )
-        query = stmt.expression
-        plan = self._plan(query)
-        self._check_readable(plan)
-        if replacing:
-            self._replaceable(stmt, name, plan)
-            old = self.views[name].view
-            self._drop_view(name)
-            try:
-                self._new_view(stmt, name, query, plan)
-            except BaseException:
-                if name not in self.views:
-                    self._new_view(stmt, name, None, old.plan, old.sql)
-                raise
-            return
-        self._new_view(stmt, name, query, plan)
-        if self.in_transaction:
-            self.undo.append(lambda: self._drop_view(name) if name in self.views else None)
-
-    def _replaceable(self, stmt: exp.Create, name: str, plan: Plan) -> None:
-        """CREATE OR REPLACE VIEW keeps the view's columns (names and types, in order; new ones may follow),
-        as in PostgreSQL, and here also needs no other view to read it."""
-        for v in [*self.views.values(), *self.retained.values()]:
-            if v.view.name != name and any(isinstance(p, Scan) and p.table == name for p, _, _ in v.used):
-                raise error_at(
-                    stmt, f"cannot replace view {name!r}: other views depend on it (drop them first)", True
-                )
-        old = self.views[name].view.columns
-        new = plan.columns
-        if len(new) < len(old):
-            raise error_at(stmt, "cannot drop columns from view")
-        for a, b in zip(old, new, strict=False):
-            if a.name != b.name:
-                raise error_at(stmt, f"cannot change name of view column {a.name!r} to {b.name!r}")
-            if a.type != b.type:
-                raise error_at(
-                    stmt, f"cannot change data type of view column {a.name!r} from {a.type} to {b.type}"
-                )
-
-    def _new_view(
-        self, stmt: exp.Create, name: str, query: exp.Expression | None, plan: Plan, sql=None
-    ) -> None:
-        names = [c.name for c in plan.columns]
-        twice = next((n for n in names if names.count(n) > 1), None)
-        if twice is not None:
-            repeated = [e for e in getattr(query, "selects", []) if e.alias_or_name == twice][1:]
-            query = query or stmt
-            raise error_at(
-                repeated[0] if repeated else query,
-                f"column {twice!r} specified more than once in view {name!r} (rename one with AS)",
-            )
-        view = View(name, plan, sql if query is None else query.sql(dialect="postgres"))
-        compiled = compile_view(self.engine, self.registry, name, plan)
-        df = compiled.dataflow
-        self.catalog.views[name] = view
-        self.views[name] = _ViewState(view, compiled)
-        try:
-            self.engine.step()
-        except BaseException as err:
-            del self.views[name], self.catalog.views[name]
-            df.drop()
-            self.registry.forget(name)
-            if not isinstance(err, Exception) or self.engine.crashed is not df:
-                raise
-            raise OperationalError(f"view {name!r} was not created: {type(err).__name__}: {err}") from err
-        failed = self.engine.failed
-        message = None if df in failed else df.live_error()
-        if df in failed or message is not None:
-            del self.views[name], self.catalog.views[name]
-            df.drop()
-            self.registry.forget(name)
-            raise DataError(f"view {name!r} was not created: {message or df.error}")
-        self._failed(failed)
-
-    def _readers(self, owner: str) -> list[_ViewState]:
-        """The views (live, or dropped and retained) whose dataflows import an arrangement of the dataflow of
-        ``owner`` (its output or any arrangement it built)."""
-        everyone = [*self.views.values(), *self.retained.values()]
-        source = next((st.df for st in everyone if st.df.name == owner), None)
-        return [st for st in everyone if st.df is not source and any(src is source for _, src in st.df.imports)]
-
-    def _release_unshared(self) -> None:
-        """Drop the dataflows of dropped views that no view (live or retained) reads an arrangement of."""
-        while unread := [owner for owner in self.retained if not self._readers(owner)]:
-            for owner in unread:
-                self.retained.pop(owner).df.drop()
-                self.registry.forget(owner)
-
-    def _failed(self, failed: list[Dataflow], report: bool = True) -> list[str]:
-        """Views whose dataflows failed in the last step stop, keeping the cause; the commit itself stands, so
-        this is no error of the statement: a warning (``ivm.Warning``) names them (without ``report``, only the
-        returned names do)."""
-        names = []
-        for st in self.views.values():
-            if st.df in failed:
-                st.error = str(st.df.error)
-                self.registry.forget(st.view.name)
-                names.append(st.view.name)
-        if names and report:
-            first = self.views[names[0]].error
-            warnings.warn(
-                f"view {', '.join(map(repr, names))} failed and stopped: {first}; reading it raises this error "
-                "until it is dropped",
-                Warning,
-                stacklevel=4,
-            )
-        return names
-
-    def _check_readable(self, plan) -> None:
-        """Queries and views may not read a view that failed."""
-        from sql.logical import children
-
-        stack = [plan]
-        while stack:
-            p = stack.pop()
-            if isinstance(p, Scan) and p.table in self.views:
-                st = self.views[p.table]
-                if st.error:
-                    raise DataError(f"view {p.table!r} failed and must be dropped: {st.error}")
-                message = st.df.live_error()
-                if message is not None:
-                    raise DataError(f"view {p.table!r} is in error (until the rows at fault change): {message}")
-            stack.extend(children(p))
-
-    def _explain(self, stmt: exp.Command) -> None:
-        """EXPLAIN query (or EXPLAIN CREATE VIEW ...): the dataflow it would build, nothing is created."""
-        text = stmt.expression.this if isinstance(stmt.expression, exp.Literal) else stmt.expression.sql()
-        parsed = _parse(text)
-        if len(parsed) != 1:
-            raise error_at(stmt, "EXPLAIN takes one statement")
-        inner = parsed[0]
-        if isinstance(inner, exp.Create) and (inner.args.get("kind") or "").upper() == "VIEW":
-            inner = inner.expression
-        plan = self._plan(inner)
-        name = f"__explain{self.time}"
-        compiled = compile_view(self.engine, self.registry, name, plan)
-        compiled.dataflow.drop()
-        self.registry.forget(name)
-        lines = compiled.explain()
-        codes = np.array([POOL.code(line) for line in lines], dtype=np.int64)
-        self._result = ([codes], [None], np.ones(len(lines), np.int64), (Column("plan", TEXT, False),))
-        self.description = [("plan", "TEXT", None, None, None, None, False)]
-
-    def _create_index(self, stmt: exp.Create) -> None:
-        """CREATE INDEX name ON relation (columns): an arrangement of the relation by those columns, which
-        views created later reuse."""
-        if self.in_transaction:
-            raise error_at(stmt, "CREATE INDEX inside a transaction is not supported: run it alone", True)
-        index = stmt.this
-        name = index.name
-        rel = index.args["table"].name
-        if name in self.catalog.indexes:
-            if stmt.args.get("exists"):
-                return
-            raise error_at(stmt, f"index {name!r} already exists")
-        plan = self.catalog.relation_plan(rel, index.args["table"])
-        names = [c.name for c in plan.columns]
-        key = []
-        for o in index.args["params"].args.get("columns") or []:
-            col = o.this if isinstance(o, exp.Ordered) else o
-            if not isinstance(col, exp.Column) or col.name not in names:
-                raise error_at(col, f"column {col.sql()!r} of {rel!r} does not exist")
-            key.append(names.index(col.name))
-        plan = arranged_form(plan, tuple(key), self.registry.uninterned)
-        if self.registry.lookup(plan, tuple(key)) is None:
-            from planner.compile import compile_index
-
-            compile_index(self.engine, self.registry, name, plan, tuple(key))
-            self.engine.step()
-            self._failed(self.engine.failed)
-        self.catalog.indexes[name] = (rel, tuple(key))
-
-    def _copy(self, stmt: exp.Copy) -> None:
-        """COPY table [(columns)] FROM 'file' [WITH] (options): load a file as PostgreSQL's COPY reads it
-        (text or CSV), or a Parquet file (see ``ivm.db.copying``)."""
-        from ivm.db.copying import read_copy
-
-        target = stmt.this.this if isinstance(stmt.this, exp.Schema) else stmt.this
-        if target.name not in self.tables:
-            raise error_at(target, f"table {target.name!r} does not exist")
-        data = read_copy(stmt, self.tables[target.name].table)
-        self.insert_arrow(target.name, data)
-        self.rowcount = data.num_rows
-        self.statusmessage = f"COPY {data.num_rows}"
-
-    def _query(self, stmt: exp.Expression) -> None:
-        """A query's rows, in its ORDER BY order (see ``ivm.db.ordering``)."""
-        from ivm.db.arrow import to_arrow_column
-
-        order = display_order(stmt)
-        plan = self._plan(stmt if order is None else order.query)
-        self._check_readable(plan)
-        if isinstance(plan, Canon) and isinstance(plan.input, Scan):
-            plan = plan.input  # a table's rows read the same through the codes they are stored with
-        cols, valid, mult = self._evaluate(plan)
-        columns = plan.columns
-        keys = None if order is None else order.positions([c.name for c in columns])
-        if keys and int(mult.sum()) > 1:
-            rep = np.repeat(np.arange(len(mult)), mult)
-            keyed = {k for k, _, _ in keys}
-            arrays = [
-                to_arrow_column(c[rep], None if m is None else m[rep], col.type) if i in keyed else None
-                for i, (c, m, col) in enumerate(zip(cols, valid, columns, strict=True))
-            ]
-            rep = rep[sort_indices(arrays, keys).to_numpy()]
-            cols = [c[rep] for c in cols]
-            valid = [None if m is None else m[rep] for m in valid]
-            mult = np.ones(len(rep), dtype=np.int64)
-        if order is not None and order.hidden:
-            shown = len(columns) - order.hidden
-            cols, valid, columns = cols[:shown], valid[:shown], columns[:shown]
-        self._result = (cols, valid, mult, columns)
-        self.description = [(c.name, str(c.type), None, None, None, None, c.nullable) for c in columns]
-        self.rowcount = int(mult.sum())
-        self.statusmessage = f"SELECT {self.rowcount}"
-
-    def _evaluate(self, plan) -> tuple[list, list, np.ndarray]:
-        """The current rows of a plan: read straight from a relation's arrangement when the plan is a relation,
-        else from a dataflow built for the query and dropped after. Tables read with this transaction's
-        changes; views as of the last commit, as they are maintained then."""
-        if isinstance(plan, Scan):
-            if plan.table in self.views:
-                return _contents(self.views[plan.table].arranged)
-            st = self.tables[plan.table]
-            return _contents(st.arranged, self.pending.get(plan.table, ()), st.table)
-        if any(self.pending.values()):
-            plan = substitute(plan, self._with_pending)
-        name = f"__query{next(self._serial)}"
-        compiled = compile_view(self.engine, self.registry, name, plan)
-        df, arranged = compiled.dataflow, compiled.arranged
-        try:
-            df.step()
-            message = df.live_error()
-            if message is not None:
-                raise DataError(message)
-            return _contents(arranged)
-        except (IterationLimitError, EvaluationError) as err:
-            raise DataError(f"the query failed: {err}") from err
-        except MemoryError as err:
-            raise OperationalError(f"the query ran out of memory: {err}") from err
-        finally:
-            df.drop()
-            self.registry.forget(name)
-
-    def _with_pending(self, plan) -> Plan | None:
-        """A scan of a table changed in this transaction as its committed rows plus the changes (the rows
-        inserted, less the rows deleted); None for any other plan."""
-        if not (isinstance(plan, Scan) and self.pending.get(plan.table)):
-            return None
-        changes = Batch.concat(self.pending[plan.table])
-        parts = [plan]
-        for sign in (1, -1):
-            mine = changes.take(np.flatnonzero(changes.diffs * sign > 0))
-            rep = np.repeat(np.arange(len(mine)), np.abs(mine.diffs))
-            if not len(rep):
-                continue
-            cols = [
-                to_python(c[rep], None if m is None else m[rep], col.type)
-                for c, m, col in zip(mine.columns, mine.valid, plan.columns, strict=True)
-            ]
-            rows = Values(tuple(zip(*cols, strict=True)), plan.columns)
-            parts.append(rows if sign > 0 else Negate(rows))
-        return UnionAll(tuple(parts), plan.columns)
-
-    def _drop(self, stmt: exp.Drop) -> None:
-        kind = (stmt.args.get("kind") or "").upper()
-        targets = stmt.args.get("tables") or ([stmt.this] if stmt.this is not None else [])
-        if len(targets) != 1:
-            raise error_at(stmt, "DROP of several relations at once is not supported", unsupported=True)
-        name = targets[0].name
-        if kind not in ("TABLE", "VIEW", "MATERIALIZED VIEW"):
-            raise error_at(stmt, f"DROP {kind} is not supported", unsupported=True)
-        is_view = kind != "TABLE"
-        if (name not in self.views) if is_view else (name not in self.tables):
-            if stmt.args.get("exists"):
-                return
-            raise error_at(stmt, f"{'view' if is_view else 'table'} {name!r} does not exist")
-        # a view may go while only dropped views (kept running for the arrangements others read) read it: it
-        # is kept running too; a table may not, for its input is not kept
-        readers = [*self.views.values(), *([] if is_view else self.retained.values())]
-        for v in readers:
-            if v.view.name == name:
-                continue
-            if any(isinstance(p, Scan) and p.table == name for p, _, _ in v.used):
-                reader = v
-                while reader not in self.views.values():  # a dropped view kept for those reading it
-                    reader = next(r for r in self._readers(reader.df.name))
-                raise error_at(stmt, f"cannot drop {name!r}: view {reader.view.name!r} depends on it")
-        if self.in_transaction:
-            raise error_at(stmt, f"DROP {kind} inside a transaction is not supported: run it alone", True)
-        if is_view:
-            self._drop_view(name)
-        else:
-            if self.pending.get(name):
-                raise error_at(stmt, f"table {name!r} has uncommitted changes")
-            self._forget_table(name)
-
-    def _drop_view(self, name: str) -> None:
-        """Remove view ``name``; its dataflow goes once no other view reads an arrangement it built."""
-        st = self.views.pop(name)
-        del self.catalog.views[name]
-        # the relation goes; what it computed stays as long as other views read arrangements it built
-        self.registry.drop_relation(name)
-        owner = f"{name} (dropped, #{next(self._serial)})"  # a new view may take the name
-        self.registry.retire(name, owner)
-        self.engine.step_seconds[owner] = self.engine.step_seconds.pop(st.df.name, 0.0)
-        st.df.name = owner
-        self.retained[owner] = st
-        self._release_unshared()
-
-    # -- writes -----------------------------------------------------------------------------------------
-    def _table(self, node: exp.Expression) -> _TableState:
-        t = node.this if isinstance(node, exp.Schema) else node
-        name = t.name
-        if name not in self.tables:
-            raise error_at(t, f"table {name!r} does not exist")
-        return self.tables[name]
-
-    def _insert(self, stmt: exp.Insert) -> tuple[_TableState, Batch]:
-        st = self._table(stmt.this)
-        table = st.table
-        target = stmt.this
-        listed = isinstance(target, exp.Schema) and bool(target.expressions)
-        if listed:
-            positions = []
-            for ident in target.expressions:
-                p = table.position(ident.name)
-                if p is None:
-                    raise error_at(ident, f"column {ident.name!r} of table {table.name!r} does not exist")
-                if p in positions:
-                    raise error_at(ident, f"column {ident.name!r} specified more than once")
-                positions.append(p)
-        else:
-            positions = list(range(len(table.columns)))
-        source = stmt.expression
-        defaults = [self._default(table, p) for p in range(len(table.columns))]
-        if stmt.args.get("default"):  # INSERT ... DEFAULT VALUES
-            return st, self._rows_to_batch(table, [defaults])
-        if not isinstance(source, exp.Values):
-            return st, self._insert_select(st, positions, source, defaults, listed)
-        rows = []
-        widths = {len(t.expressions) if isinstance(t, exp.Tuple) else 1 for t in source.expressions}
-        if len(widths) > 1:
-            raise error_at(source, "VALUES lists must all be the same length")
-        for r, tup in enumerate(source.expressions, start=1):
-            vals = tup.expressions if isinstance(tup, exp.Tuple) else [tup]
-            if len(vals) > len(positions):
-                raise error_at(tup, f"INSERT has more expressions than target columns (row {r})")
-            if len(vals) < len(positions) and listed:
-                raise error_at(tup, f"INSERT has more target columns than expressions (row {r})")
-            row = list(defaults)
-            for p, v in zip(positions, vals, strict=False):  # without a column list, the first columns
-                if _is_default(v):
-                    continue
-                row[p] = _literal_value(v, table.columns[p].type, table.columns[p].name, r)
-            rows.append(row)
-        batch = self._rows_to_batch(table, rows)
-        return st, batch
-
-    def _insert_select(
-        self, st: _TableState, positions: list[int], query: exp.Expression, defaults: list[object], listed: bool
-    ) -> Batch:
-        table = st.table
-        plan = self._plan(query)
-        if len(plan.columns) > len(positions):
-            raise error_at(query, "INSERT has more expressions than target columns")
-        if len(plan.columns) < len(positions):
-            if listed:
-                raise error_at(query, "INSERT has more target columns than expressions")
-            positions = positions[: len(plan.columns)]
-        cols, valid, mult = self._evaluate(plan)
-        rep = np.repeat(np.arange(len(mult)), mult)
-        n = len(rep)
-        out_cols = [
-            np.full(n, 0 if d is None else d, dtype=c.type.dtype)
-            for c, d in zip(table.columns, defaults, strict=True)
-        ]
-        out_valid: list = [np.full(n, d is not None) for d in defaults]
-        from sql.logical import ColRef
-        from sql.scalar import assigned, cast_to
-
-        # PostgreSQL types a string constant of a plain SELECT by the column it goes to; DISTINCT or GROUP BY
-        # make it text first
-        plain = isinstance(query, exp.Select) and not query.args.get("distinct") and not query.args.get("group")
-        selects = query.selects if plain else []
-        strings = {
-            j
-            for j, item in enumerate(selects)
-            if isinstance(item.unalias(), exp.Literal) and item.unalias().is_string
-        }
-        rows = tuple(c[rep] for c in cols)
-        rows_valid = tuple(None if m is None else m[rep] for m in valid)
-        for j, p in enumerate(positions):
-            column = table.columns[p]
-            e = ColRef(j, plan.columns[j].type)
-            if j in strings and column.type.kind != "text":  # a string constant: read as the column's type
-                e = cast_to(query, e, column.type)
-            e = assigned(query, e, column.type, column.name)
-            data, mask = _assigned_values(e, rows, rows_valid, n, column.name)
-            out_cols[p] = data.astype(column.type.dtype)
-            out_valid[p] = mask
-        return Batch.build(out_cols, out_valid, np.full(n, self.time), np.ones(n, np.int64))
-
-    def _rows_to_batch(self, table: Table, rows: list[list[object]]) -> Batch:
-        cols, masks = [], []
-        for i, c in enumerate(table.columns):
-            data, mask = column_from_values([r[i] for r in rows], c.type)
-            cols.append(data)
-            masks.append(mask)
-        n = len(rows)
-        return Batch.build(cols, masks, np.full(n, self.time), np.ones(n, np.int64))
-
-    def _delete(self, stmt: exp.Delete) -> tuple[_TableState, Batch]:
-        st = self._table(stmt.this)
-        current = self._current(st, stmt.args.get("where"))
-        keep = self._where(st, stmt.args.get("where"), current)
-        return st, current.take(keep).negate()
-
-    def _update(self, stmt: exp.Update) -> tuple[_TableState, Batch]:
-        st = self._table(stmt.this)
-        table = st.table
-        current = self._current(st, stmt.args.get("where"))
-        sel = current.take(self._where(st, stmt.args.get("where"), current))
-        from sql.scalar import assigned, translate_scalar
-
-        scope = {(table.name, c.name): i for i, c in enumerate(table.columns)}
-        cols, valid = list(sel.columns), list(sel.valid)
-        assigned_to: set[int] = set()
-        for assign in stmt.expressions:
-            p = table.position(assign.this.name)
-            if p is None:
-                raise error_at(
-                    assign.this, f"column {assign.this.name!r} of table {table.name!r} does not exist"
-                )
-            if p in assigned_to:
-                raise error_at(assign.this, f"multiple assignments to same column {assign.this.name!r}")
-            assigned_to.add(p)
-            column = table.columns[p]
-            value = assign.expression
-            if _is_default(value):
-                value = table.defaults[p] or exp.Null()
-            e = translate_scalar(value, _column_resolver(scope, table))
-            e = assigned(assign, e, column.type, column.name)
-            data, mask = _assigned_values(e, sel.columns, sel.valid, len(sel), column.name)
-            if e.type.kind == "text" and p not in self.registry.uninterned(table.name):
-                data = POOL.canonical(data)  # keys and tables without one hold canonical text only
-            cols[p] = data.astype(table.columns[p].type.dtype)
-            valid[p] = mask
-        new = Batch.build(cols, valid, sel.times, sel.diffs)
-        return st, Batch.concat([sel.negate(), new])
-
-    def _where(self, st: _TableState, where: exp.Where | None, current: Batch) -> np.ndarray:
-        if where is None:
-            return np.ones(len(current), dtype=bool)
-        from planner.expr import compile_predicate
-        from sql.scalar import boolean, translate_scalar
-
-        table = st.table
-        scope = {(table.name, c.name): i for i, c in enumerate(table.columns)}
-        pred = boolean(where, translate_scalar(where.this, _column_resolver(scope, table)))
-        return compile_predicate(pred)(current.columns, current.valid)
-
-    def _current(self, st: _TableState, where: exp.Where | None = None) -> Batch:
-        """The table's rows as of now, including this transaction's changes, one update per copy; only those
-        with the keys ``where`` asks for when it fixes every key column (then read by seeking the keys)."""
-        keys = _fixed_keys(st.table, where.this) if where is not None else None
-        extra = self.pending.get(st.table.name, [])
-        if keys is None:
-            cols, valid, mult = _contents(st.arranged, extra, st.table)
-        else:
-            cols, valid, mult = _contents(st.arranged, extra, st.table, keys)
-        n = len(mult)
-        b = Batch(tuple(cols), tuple(valid), np.full((n, 1), self.time), np.ones(n, np.int64))
-        return b.take(np.repeat(np.arange(n), mult))
-
-    def _write(self, change: tuple[_TableState, Batch]) -> None:
-        """Check a change to a table against its types and constraints, then add it to the transaction (or
-        commit it, outside one)."""
-        st, batch = change
-        table = st.table
-        if st.admits is not None and not st.admits(batch):
-            batch = self._admit(table, batch)
-        for i, c in enumerate(table.columns):
-            m = batch.valid[i]
-            if not c.nullable and m is not None:
-                bad = np.flatnonzero(~m & (batch.diffs > 0))
-                if len(bad):
-                    raise IntegrityError(
-                        f"null value in column {c.name!r} of table {table.name!r} violates the not-null "
-                        f"constraint (row {int(bad[0]) + 1})"
-                    )
-        for check, violated in st.checks:
-            self._check(table, check, violated, batch)
-        if table.primary_key:
-            self._check_key(st, batch, table.primary_key, st.arranged)
-        for u, arranged in st.uniques:
-            self._check_key(st, batch, u.columns, arranged, u.name)
-        self.pending.setdefault(table.name, []).append(batch)
-        if not self.in_transaction:
-            self._commit()
-
-    def _admit(self, table: Table, batch: Batch) -> Batch:
-        """The rows a change inserts checked against their columns' declared types: SMALLINT and INTEGER
-        ranges, VARCHAR(n) and CHAR(n) lengths (spaces beyond the length are cut, as PostgreSQL does; CHAR's
-        trailing spaces are dropped, see ``sql.types.Domain``)."""
-        cols = None
-        inserted = batch.diffs > 0
-        for p, (c, d) in enumerate(zip(table.columns, table.domains, strict=True)):
-            if d is None:
-                continue
-            data, m = batch.columns[p], batch.valid[p]
-            rows = inserted if m is None else inserted & m
-            if d.low is not None:
-                bad = np.flatnonzero(rows & ((data < d.low) | (data > d.high)))
-                if len(bad):
-                    raise DataError(
-                        f"{d.name} out of range: {int(data[bad[0]])} (column {c.name!r} of table "
-                        f"{table.name!r}, row {int(bad[0]) + 1})"
-                    )
-                continue
-            at = np.flatnonzero(rows)
-            if not len(at):
-                continue
-            text = POOL.strings(data[at])
-            length = np.asarray(pc.utf8_length(text).to_numpy(zero_copy_only=False))
-            core = np.asarray(
-                pc.utf8_length(pc.utf8_rtrim(text, characters=" ")).to_numpy(zero_copy_only=False)
-            )
-            bad = np.flatnonzero(core > d.length)
-            if len(bad):
-                raise DataError(
-                    f"value too long for type {d.name} (column {c.name!r} of table {table.name!r}, row "
-                    f"{int(at[bad[0]]) + 1})"
-                )
-            # spaces beyond the length are cut; CHAR(n) drops its trailing spaces altogether
-            changed = np.flatnonzero((length > core) if d.padded else (length > d.length))
-            if len(changed):
-                text = text.take(pa.array(changed))
-                cut = (
-                    pc.utf8_rtrim(text, characters=" ")
-                    if d.padded
-                    else pc.utf8_slice_codeunits(text, 0, d.length)
-                )
-                cols = list(batch.columns) if cols is None else cols
-                cols[p] = cols[p].copy()
-                loose = p in self.registry.uninterned(table.name)
-                cols[p][at[changed]] = POOL.encode_arrow(cut, stored=loose)
-        return batch if cols is None else Batch(tuple(cols), batch.valid, batch.times, batch.diffs)
-
-    def _check(self, table: Table, check, violated, batch: Batch) -> None:
-        """No row the change inserts may make ``check`` FALSE."""
-        rows = np.flatnonzero(batch.diffs > 0)
-        if not len(rows):
-            return
-        part = batch.take(rows) if len(rows) < len(batch) else batch
-        try:
-            bad = np.flatnonzero(violated(part.columns, part.valid))
-        except EvaluationError as err:
-            raise DataError(f"check constraint {check.name!r} of table {table.name!r}: {err}") from None
-        if len(bad):
-            raise IntegrityError(
-                f"new row for relation {table.name!r} violates check constraint {check.name!r} (row "
-                f"{int(rows[bad[0]]) + 1})"
-            )
-
-    def _check_key(
-        self, st: _TableState, batch: Batch, pk: tuple[int, ...], arranged: Arranged, unique: str | None = None
-    ) -> None:
-        """No two rows of the table (committed, pending and changed) may share a key of ``arranged``: the
-        primary key, or with ``unique`` the columns of that UNIQUE constraint (rows with a NULL in them are
-        exempt: NULLs are distinct)."""
-        table = st.table
-        before = self.pending.get(table.name)
-        if unique is not None:
-            batch = _without_nulls(batch, pk)
-            before = [_without_nulls(b, pk) for b in before or ()]
-            if not len(batch):
-                return
-        cols, valid = batch.select(pk)
-        if not before:
-            # the first change of the table in its transaction: deletions cannot duplicate a key, and
-            # insertions of distinct keys only need the keys' committed multiplicities
-            if (batch.diffs < 0).all():
-                return
-            held = _count_distinct(arranged.trace, cols, valid) if (batch.diffs == 1).all() else None
-            if held is not None:
-                present = np.flatnonzero(held > 0)
-                if len(present):
-                    self._duplicate_key(table, cols, present[:1], pk, unique)
-                return
-        h = key_hash(cols, valid, len(batch))
-        keys = Batch(cols, valid, batch.times, batch.diffs)
-        # the resulting multiplicity of every key touched: committed rows plus all pending changes
-        found, q = arranged.trace.gather(*_unique(h, cols, valid), keys_only=True)
-        parts = [keys.with_times(np.zeros((len(keys), 1), np.int64))]
-        if found is not None:
-            kc, kv = found.select(range(len(pk)))
-            parts.append(Batch(kc, kv, np.zeros((len(found), 1), np.int64), found.diffs))
-        for b in before or []:
-            c, v = b.select(pk)
-            parts.append(Batch(c, v, np.zeros((len(b), 1), np.int64), b.diffs))
-        total, _ = consolidate(Batch.concat(parts))
-        dup = np.flatnonzero(total.diffs > 1)
-        if len(dup):
-            self._duplicate_key(table, total.columns, dup[:1], pk, unique)
-
-    @staticmethod
-    def _duplicate_key(table: Table, key_cols: tuple, first: np.ndarray, pk: tuple, unique: str | None) -> None:
-        shown = ", ".join(
-            f"{table.columns[p].name}={to_python(c[first], None, table.columns[p].type)[0]!r}"
-            for p, c in zip(pk, key_cols, strict=True)
-        )
-        what = f"unique constraint {unique!r}" if unique else f"the primary key of {table.name!r}"
-        raise IntegrityError(f"duplicate key value violates {what} ({shown})")
-
-    def _settle_stored(self, st: _TableState, batch: Batch, tx: np.ndarray, texts: dict) -> Batch:
-        """The changes of several transactions to a table storing text uninterned, made consistent: a row
-        deleted in the first transaction that changes its key takes the codes the table holds it under, and
-        every other change of a key changed more than once is written in canonical codes, so that each
-        deletion carries the codes its insertion did. ``texts`` holds the strings of columns whose deleted
-        rows have no codes yet."""
-        deleted = batch.diffs < 0
-        if not deleted.any():
-            return batch
-        keys = [batch.columns[p] for p in st.table.primary_key]
-        order, starts = _sorted_by_key(keys, tx)
-        group = np.cumsum(starts) - 1
-        first = np.flatnonzero(starts)
-        count = np.diff(np.append(first, len(order)))
-        opening = tx[order] == tx[order][first][group]  # changes in the key's first transaction
-        from_table = np.zeros(len(order), dtype=bool)
-        from_table[order] = deleted[order] & opening
-        canonical = np.zeros(len(order), dtype=bool)
-        canonical[order] = (count[group] > 1) & ~from_table[order]
-        batch = self._stored_codes(st, batch, np.flatnonzero(from_table), texts=texts)[0]
-        cols = list(batch.columns)
-        for p in self.registry.uninterned(st.table.name):
-            col = cols[p] = cols[p].copy()
-            redo = np.flatnonzero(canonical & (col >= 0))
-            col[redo] = POOL.canonical(col[redo])
-            if p in texts:  # deleted rows not found stored: their text interned
-                rows = np.flatnonzero(col < 0)
-                if len(rows):
-                    col[rows] = POOL.encode_arrow(texts[p].take(pa.array(rows)))
-        return Batch(tuple(cols), batch.valid, batch.times, batch.diffs)
-
-    def _stored_codes(
-        self, st: _TableState, batch: Batch, rows: np.ndarray, pending=(), texts: dict | None = None
-    ) -> tuple[Batch, bool]:
-        """``batch`` with the text that the table stores uninterned, in each of the deleted ``rows``, under the
-        codes the table holds it with: those of the live row (committed, or among the ``pending`` changes)
-        with the same key, when all its columns are the same (text compared by string; ``texts`` maps a
-        column to its strings when the batch holds no codes for it). Also whether each of ``rows`` met a live
-        row of its own in this way."""
-        loose = sorted(self.registry.uninterned(st.table.name))
-        rows = rows[batch.diffs[rows] < 0]
-        if not loose or not len(rows):
-            return batch, not len(rows)
-        texts = texts or {}
-        table = st.table
-        nkey = len(table.primary_key)
-        layout = _layout(table, len(table.columns), nkey)
-        keys = tuple(batch.columns[p][rows] for p in table.primary_key)
-        nulls = (None,) * nkey
-        found, _ = st.arranged.trace.gather(*_unique(key_hash(keys, nulls, len(rows)), keys, nulls))
-        parts = [] if found is None else [found.with_times(np.zeros((len(found), 1), np.int64))]
-        for b in pending:
-            parts.append(Batch(*b.select(layout), np.zeros((len(b), 1), np.int64), b.diffs))
-        if not parts:
-            return batch, False
-        live, _ = consolidate(Batch.concat(parts))
-        live = live.take(np.flatnonzero(live.diffs > 0))
-        if not len(live):
-            return batch, False
-        # each deleted row meets the live row of its key: sorted by key, a live row comes first
-        side = np.concatenate((np.zeros(len(live), np.int8), np.ones(len(rows), np.int8)))
-        both = [np.concatenate((live.columns[j], keys[j])) for j in range(nkey)]
-        order, starts = _sorted_by_key(both, side)
-        group = np.cumsum(starts)
-        last_live = np.maximum.accumulate(np.where(side[order] == 0, np.arange(len(order)), -1))
-        mine = np.flatnonzero(side[order] == 1)
-        partner = last_live[mine]
-        met = partner >= 0
-        met[met] = group[partner[met]] == group[mine[met]]
-        which = order[mine[met]] - len(live)  # positions in ``rows``
-        src = order[partner[met]]  # positions in ``live``
-        at = rows[which]
-        others = [p for p in range(len(table.columns)) if p not in loose]
-        same = rows_equal(
-            [batch.columns[p][at] for p in others],
-            [None if batch.valid[p] is None else batch.valid[p][at] for p in others],
-            [live.columns[layout.index(p)][src] for p in others],
-            [None if live.valid[layout.index(p)] is None else live.valid[layout.index(p)][src] for p in others],
-            n=len(at),
-        )
-        for p in loose:
-            k = layout.index(p)
-            same &= _same_text(batch.columns[p], batch.valid[p], texts.get(p), at, live, k, src)
-        at, src = at[same], src[same]
-        cols = list(batch.columns)
-        for p in loose:
-            cols[p] = cols[p].copy()
-            cols[p][at] = live.columns[layout.index(p)][src]
-        whole = len(at) == len(rows) and len(np.unique(src)) == len(src)
-        return Batch(tuple(cols), batch.valid, batch.times, batch.diffs), whole
-
-    def _check_present(self, st: _TableState, batch: Batch, texts: dict | None = None) -> Batch:
-        """Every row deleted by ``batch`` must be in the table (with this transaction's changes). Returns the
-        batch with the codes the table holds its rows' text under (see ``_stored_codes``; ``texts`` holds the
-        strings of columns given as text rather than codes)."""
-        pending = self.pending.get(st.table.name)
-        once = not pending and bool((batch.diffs == -1).all())
-        if self.registry.uninterned(st.table.name):
-            if once and not texts and self._committed(st, batch):
-                return batch  # a few rows, given in the codes they are stored with (a small transaction's)
-            batch, found = self._stored_codes(st, batch, np.arange(len(batch)), pending or (), texts)
-            if once and found:
-                return batch
-        elif once:
-            # the first change of the table in its transaction, one copy of each row: when the rows' keys are
-            # distinct, each must match a committed row with the same key exactly
-            held = self._committed(st, batch)
-            if held is not None:
-                if not held:
-                    raise DataError(f"a deleted row is not in table {st.table.name!r}")
-                return batch
-        key = _layout(st.table, len(st.table.columns), st.arranged.nkey)
-        changes = [batch, *(pending or ())]
-        parts = [Batch(*b.select(key), np.zeros((len(b), 1), np.int64), b.diffs) for b in changes]
-        every = Batch.concat(parts)
-        cols, valid = every.select(range(st.arranged.nkey))
-        found, _ = st.arranged.trace.gather(*_unique(key_hash(cols, valid, len(every)), cols, valid))
-        if found is not None:
-            parts.append(found.with_times(np.zeros((len(found), 1), np.int64)))
-        total, _ = consolidate(Batch.concat(parts))
-        if (total.diffs < 0).any():
-            raise DataError(f"a deleted row is not in table {st.table.name!r}")
-        return batch
-
-    def _committed(self, st: _TableState, batch: Batch) -> bool | None:
-        """Whether each row of ``batch`` (keys distinct) matches a committed row exactly; None when the keys
-        are not distinct."""
-        key = _layout(st.table, len(st.table.columns), st.arranged.nkey)
-        cols, valid = batch.select(key)
-        held = _count_distinct(st.arranged.trace, cols, valid, st.arranged.nkey)
-        return None if held is None else bool((held >= 1).all())
-
-    def _begin(self, implicit: bool) -> None:
-        self.in_transaction = True
-        self.implicit = implicit
-        self.aborted = False
-        self.undo = []
-
-    def _commit(self) -> None:
-        sent = []
-        for name, batches in self.pending.items():
-            if batches:
-                b = Batch.concat(batches)
-                st = self.tables[name]
-                st.input.send(b.with_times(np.full((len(b), 1), self.time)))
-                sent.append((st, b))
-        undo = self.undo
-        self.pending = {}
-        self.in_transaction = self.implicit = self.aborted = False
-        self.undo = []
-        self._advance()
-        try:
-            self.engine.step()
-        except BaseException as err:
-            self._take_back(sent, undo, err)
-        self._failed(self.engine.failed)
-
-    def _advance(self) -> None:
-        self.time += 1
-        for st in self.tables.values():
-            st.input.advance_to(self.time)
-
-    def _take_back(self, sent: list, undo: list, err: BaseException) -> None:
-        """A commit stopped half-way (out of memory, interrupted) in some view's dataflow: the tables take
-        the transaction back at the next time, the views whose state it left inexact (that dataflow's and
-        those reading it) are built anew from the tables, and the relations the transaction created go.
-        Every table and view is then as before the transaction. Raises the error saying so."""
-        crashed = self.engine.crashed
-        owners = {st.df: name for name, st in self.views.items()}
-        if crashed not in owners:  # the tables or an index themselves: nothing exact to rebuild from
-            self.broken = f"{type(err).__name__} while committing left the tables inexact: {err}"
-            raise InternalError(f"{self.broken}; the database cannot be used any more") from err
-        for st, b in sent:
-            st.input.send(b.negate().with_times(np.full((len(b), 1), self.time)))
-        self._advance()
-        stale = {crashed}
-        for name, st in self.views.items():
-            if st.df in stale or any(src in stale for _, src in st.df.imports):
-                stale.add(st.df)
-                st.df.drop()
-                self.registry.forget(st.df.name)
-                c = compile_view(self.engine, self.registry, name, st.view.plan)
-                st.df, st.arranged, st.used = c.dataflow, c.arranged, c.used
-        try:
-            self.engine.step()
-        except BaseException as again:
-            self.broken = f"{type(again).__name__} while taking a transaction back: {again}"
-            raise InternalError(f"{self.broken}; the database cannot be used any more") from again
-        for u in reversed(undo):
-            u()
-        if not isinstance(err, Exception):
-            raise err  # an interruption goes on as itself, with the database as before the transaction
-        raise OperationalError(
-            f"the transaction was rolled back: {type(err).__name__} while maintaining view "
-            f"{owners[crashed]!r}{': ' + str(err) if str(err) else ''}"
-        ) from err
-
-    def _rollback(self) -> None:
-        """End the transaction leaving every table and view as before it: its changes are dropped and the
-        relations it created are removed."""
-        self._drop_changes()
-        self.in_transaction = self.implicit = self.aborted = False
-
-    def _drop_changes(self) -> None:
-        """Forget the transaction's pending changes and remove the relations it created."""
-        self.pending = {}
-        for undo in reversed(self.undo):
-            undo()
-        self.undo = []
-
-    def _failure(self) -> None:
-        """A statement failed: an implicit transaction is rolled back; a transaction block is aborted (its
-        changes are dropped at once; it ends at COMMIT or ROLLBACK)."""
-        if not self.in_transaction:
-            return
-        if self.implicit:
-            return self._rollback()
-        self._drop_changes()
-        self.aborted = True
-
-    def _usable(self) -> None:
-        if self.closed:
-            raise InterfaceError("the connection is closed")
-        if self.broken:
-            raise InternalError(f"{self.broken}; the database cannot be used any more")
-
-
-class Subscription:
-    """A view's diffs as Arrow record batches (see ``Connection.subscribe``)."""
-
-    def __init__(
-        self, conn: Connection, arranged: Arranged, columns, snapshot: bool, table: Table | None
-    ) -> None:
-        self.columns = columns
-        self.table = table
-        self.pool = conn.pool
-        self.pending: list[Batch] = []
-        layout = None if table is None else _layout(table, len(columns), arranged.nkey)
-        # a table's arrangement holds its key columns first: the order that restores the table's columns
-        self.order = None if layout is None else [layout.index(i) for i in range(len(columns))]
-        if snapshot:
-            cols, valid, mult = _contents(arranged)
-            n = len(mult)
-            at = np.full((n, 1), max(conn.time - 1, 0))
-            self.pending.append(Batch(tuple(cols), tuple(valid), at, mult))
-        arranged.op.subscribe(_Sink(self.pending))
-
-    def __iter__(self):
-        from ivm.db.arrow import to_arrow_column
-
-        while self.pending:
-            b = self.pending.pop(0)
-            if self.order is not None:
-                o = self.order
-                b = Batch(tuple(b.columns[i] for i in o), tuple(b.valid[i] for i in o), b.times, b.diffs)
-            with self.pool.active():
-                arrays = [
-                    to_arrow_column(c, m, col.type)
-                    for c, m, col in zip(b.columns, b.valid, self.columns, strict=True)
-                ]
-            arrays += [pa.array(b.times[:, 0]), pa.array(b.diffs)]
-            yield pa.RecordBatch.from_arrays(arrays, names=[c.name for c in self.columns] + ["time", "diff"])
-
-
-class _Sink:
-    """A queue-like consumer of an arrangement's output batches, for subscriptions."""
-
-    def __init__(self, out: list[Batch]) -> None:
-        self.out = out
-
-    def put(self, point, item) -> None:
-        self.out.append(item.updates if hasattr(item, "updates") else item)
-
-
-_CONTROL = {
-    "BEGIN": exp.Transaction,
-    "START TRANSACTION": exp.Transaction,
-    "COMMIT": exp.Commit,
-    "END": exp.Commit,
-    "ROLLBACK": exp.Rollback,
-    "ABORT": exp.Rollback,
-}
-
-
-def _parse(sql: str, params: Sequence | dict | None = None) -> list[exp.Expression]:
-    """The statements of ``sql`` (with ``params`` bound to its placeholders), each checked against the
-    allow-list; or a syntax error with its line and column."""
-    names = None
-    if params is not None:
-        if isinstance(params, (str, bytes)) or not isinstance(params, (Sequence, dict)):
-            raise ProgrammingError("parameters must be a sequence or a mapping")
-        sql, names = _numbered(sql, params)
-    sql, mutual = rewrite_mutually_recursive(sql)
-    try:
-        statements = [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
-        attach_mutually_recursive(statements, mutual)
-    except ParseError as err:
-        e = err.errors[0] if err.errors else {}
-        what = e.get("description", str(err))
-        if "<class" in what or "Required keyword" in what:  # the parser's words, not SQL's
-            near = (e.get("highlight") or "").strip()
-            what = f"at or near {near!r}" if near else "at end of input"
-        raise ProgrammingError(f"syntax error: {what}", e.get("line"), e.get("col")) from err
-    except TokenError:
-        raise _token_error(sql) from None
-    if params is not None:
-        statements = _bind(statements, [params[n] for n in names] if names is not None else list(params))
-    else:
-        for s in statements:
-            for node in s.find_all(exp.Placeholder, exp.Parameter):
-                raise error_at(node, "a parameter placeholder, but no parameters were given")
-    for s in statements:
-        allow.check(s)
-        for node in s.walk():
-            node.comments = None  # comments mean nothing, and must not make equal expressions differ
-    return [normalize_identifiers(s, dialect="postgres") for s in statements]
-
-
-def _count_distinct(trace, cols: tuple, valid: tuple, nkey: int | None = None) -> np.ndarray | None:
-    """For each row (of key columns, or of whole rows whose first ``nkey`` columns are the key), its committed
-    multiplicity; ``None`` when two keys share a hash."""
-    nkey = len(cols) if nkey is None else nkey
-    h = key_hash(cols[:nkey], valid[:nkey], len(cols[0]))
-    if len(h) > 1:
-        order = np.argsort(h)
-        if (h[order[1:]] == h[order[:-1]]).any():
-            return None
-    return trace.count(h, cols, valid)
-
-
-def _assigned_values(e, cols, valid, n: int, column: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """The values of ``e`` written to ``column``; one it cannot take rejects the statement."""
-    from planner.expr import evaluate
-
-    try:
-        return evaluate(e, cols, valid, n)
-    except EvaluationError as err:
-        raise DataError(f"column {column!r}: {err}") from None
-
-
-def _admission(table: Table):
-    """A test, in a few numpy calls for all the columns together, that every value a change holds already fits
-    the table's declared types (integer ranges, text lengths without anything to cut); None when no column
-    declares more than its engine type. A change failing it is checked (and fixed, or refused) row by row."""
-    ints = [(p, d.low, d.high) for p, d in enumerate(table.domains) if d is not None and d.low is not None]
-    texts = [(p, d) for p, d in enumerate(table.domains) if d is not None and d.length is not None]
-    if not ints and not texts:
-        return None
-    positions = [p for p, _ in texts]
-    limit = np.array([d.length for _, d in texts], dtype=np.int64)[:, None]
-    padded = np.array([d.padded for _, d in texts])[:, None]
-    numbers = [p for p, _, _ in ints]
-    low = np.array([lo for _, lo, _ in ints], dtype=np.int64)[:, None]
-    high = np.array([hi for _, _, hi in ints], dtype=np.int64)[:, None]
-
-    def admits(batch: Batch) -> bool:
-        if not len(batch):
-            return True
-        if ints:
-            values = np.array([batch.columns[p] for p in numbers])
-            if ((values < low) | (values > high)).any():
-                return False
-        if texts:
-            size, trailing = POOL.sizes(np.array([batch.columns[p] for p in positions]))
-            if ((size > limit) | (padded & trailing.astype(bool))).any():
-                return False
-        return True
-
-    return admits
-
-
-def _without_nulls(batch: Batch, positions: tuple[int, ...]) -> Batch:
-    """The rows of ``batch`` with no NULL in the columns at ``positions``."""
-    keep = None
-    for p in positions:
-        m = batch.valid[p]
-        if m is not None:
-            keep = m if keep is None else keep & m
-    return batch if keep is None or keep.all() else batch.take(np.flatnonzero(keep))
-
-
-def _unique(h, cols, valid):
-    b, _ = consolidate(
-        Batch(tuple(cols), tuple(valid), np.zeros((len(h), 1), np.int64), np.ones(len(h), np.int64))
-    )
-    hh = key_hash(b.columns, b.valid, len(b))
-    order = np.argsort(hh, kind="stable")
-    return (
-        hh[order],
-        tuple(c[order] for c in b.columns),
-        tuple(None if m is None else m[order] for m in b.valid),
-    )
-
-
-def _column_resolver(scope: dict, table: Table):
-    from sql.logical import ColRef
-
-    def resolve(node):
-        if isinstance(node, exp.Column):
-            if node.table and node.table != table.name:
-                raise error_at(node, f"missing FROM-clause entry for table {node.table!r}")
-            key = (table.name, node.name)
-            if key not in scope:
-                raise error_at(node, f"column {node.name!r} of table {table.name!r} does not exist")
-            i = scope[key]
-            return ColRef(i, table.columns[i].type)
-        return None
-
-    return resolve
-
-
-def _contents(arranged: Arranged, extra: Sequence[Batch] = (), table: Table | None = None, keys=None):
-    """The current rows of an arrangement (plus extra updates): columns in the relation's order, validity,
-    and multiplicities. With ``keys`` (key columns as arrays), only rows with those keys are read from the
-    arrangement (the extra updates are all kept)."""
-    if keys is None:
-        batches = [b.updates for b in arranged.trace.batches()]
-    else:
-        valid = (None,) * len(keys)
-        found, _ = arranged.trace.gather(*_unique(key_hash(keys, valid, len(keys[0])), keys, valid))
-        batches = [] if found is None else [found]
-    width = len(arranged.dtypes)
-    if not batches and not extra:
-        empty = Batch.empty(arranged.dtypes)
-        cols, valid = list(empty.columns), list(empty.valid)
-        mult = np.zeros(0, dtype=np.int64)
-    else:
-        allb = [b.with_times(np.zeros((len(b), 1), np.int64)) for b in batches]
-        if extra:
-            key = _layout(table, width, arranged.nkey)
-            for e in extra:
-                cols, valid = e.select(key)
-                allb.append(Batch(cols, valid, np.zeros((len(e), 1), np.int64), e.diffs))
-        total, _ = consolidate(Batch.concat(allb))
-        if keys is not None:  # extra updates of other keys have no rows to meet: keep what is there
-            total = total.take(total.diffs > 0)
-        if (total.diffs < 0).any():
-            raise InternalError("negative multiplicity in a relation")
-        cols, valid, mult = list(total.columns), list(total.valid), total.diffs
-    if table is not None:
-        layout = _layout(table, width, arranged.nkey)
-        inv = [layout.index(i) for i in range(width)]
-        cols = [cols[i] for i in inv]
-        valid = [valid[i] for i in inv]
-    return cols, valid, mult
-
-
-def _fixed_keys(table: Table, cond: exp.Expression) -> tuple[np.ndarray, ...] | None:
-    """The key values (arrays, in key order; every combination) a condition allows when its conjuncts fix each
-    key column of ``table``'s arrangement to constants with ``=`` or ``IN``; None when it does not."""
-    width = len(table.columns)
-    key = list(table.primary_key) or list(range(width))
-    allowed: dict[int, list] = {}
-    for c in and_parts(cond):
-        if isinstance(c, exp.EQ):
-            pairs = [(c.this, [c.expression]), (c.expression, [c.this])]
-        elif isinstance(c, exp.In) and c.expressions and not c.args.get("query"):
-            pairs = [(c.this, list(c.expressions))]
-        else:
-            continue
-        for col, values in pairs:
-            if not isinstance(col, exp.Column) or col.table not in ("", table.name):
-                continue
-            p = table.position(col.name)
-            if p is None or p not in key or table.columns[p].type.kind == "float":
-                continue
-            if not all(isinstance(v, (exp.Literal, exp.Neg, exp.Null)) for v in values):
-                continue
-            try:
-                vals = [_literal_value(v, table.columns[p].type, col.name, 0) for v in values]
-            except SqlError:
-                return None
-            got = [v for v in vals if v is not None]
-            allowed[p] = got if p not in allowed else [v for v in allowed[p] if v in got]
-    if any(p not in allowed for p in key):
-        return None
-    combos = 1
-    for p in key:
-        combos *= len(allowed[p])
-    if combos > 100_000:
-        return None
-    grids = np.meshgrid(*[np.array(allowed[p], dtype=table.columns[p].type.dtype) for p in key], indexing="ij")
-    return tuple(g.ravel() for g in grids)
-
-
-def _sorted_by_key(keys: list[np.ndarray], then: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The order sorting rows by their key columns, then by ``then``; and, in that order, where each key's
-    rows start."""
-    order = np.lexsort((then, *reversed(keys)))
-    starts = np.zeros(len(order), dtype=bool)
-    starts[0] = True
-    for k in keys:
-        ks = k[order]
-        starts[1:] |= ks[1:] != ks[:-1]
-    return order, starts
-
-
-def _column_of_changes(arr, c: Column, stored: bool, inserted: np.ndarray):
-    """An engine column of changes, its validity, and (for text the table stores uninterned, when some rows
-    are deleted) the strings: those rows get code -1 until they take the stored row's codes."""
-    from ivm.db.arrow import to_engine_column
-
-    if not stored or inserted.all() or not _is_text(arr.type):
-        return (*to_engine_column(arr, c.type, c.name, stored), None)
-    text = arr.combine_chunks().cast(pa.large_string())
-    data = np.full(len(arr), -1, dtype=np.int64)
-    valid = np.asarray(text.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-    rows = np.flatnonzero(inserted)
-    if len(rows):
-        data[rows] = to_engine_column(text.take(pa.array(rows)), c.type, c.name, True)[0]
-    return data, (None if valid.all() else valid), text
-
-
-def _same_text(
-    codes: np.ndarray, valid, text, rows: np.ndarray, live: Batch, k: int, src: np.ndarray
-) -> np.ndarray:
-    """Whether the text at ``rows`` of a column (``codes`` with validity ``valid``, or the strings ``text``)
-    equals that of column ``k`` of ``live`` at ``src``, NULL equal to NULL."""
-    b = live.columns[k][src]
-    va = np.ones(len(rows), dtype=bool) if valid is None else valid[rows]
-    vb = np.ones(len(src), dtype=bool) if live.valid[k] is None else live.valid[k][src]
-    if text is not None:
-        same = pc.equal(text.take(pa.array(rows)), POOL.strings(b)).fill_null(True)
-        return np.asarray(same.to_numpy(zero_copy_only=False)) & (va == vb)
-    a = codes[rows]
-    same = (a == b) | ~va
-    differ = np.flatnonzero(~same)
-    if len(differ):
-        same[differ] = np.asarray(
-            pc.equal(POOL.strings(a[differ]), POOL.strings(b[differ])).to_numpy(zero_copy_only=False)
-        )
-    return same & (va == vb)
-
-
-def _arrow_reading(table: Table, schema: pa.Schema, loose: frozenset[int]) -> list[tuple]:
-    """Per column of ``table``: its position, the column, its position in Arrow data of ``schema`` (-1 when
-    absent, allowed for a nullable column) and the converter of that data."""
-    from ivm.db.arrow import converter
-
-    out = []
-    for p, c in enumerate(table.columns):
-        i = schema.get_field_index(c.name)
-        if i < 0:
-            if c.name in schema.names:
-                raise ProgrammingError(
-                    f"column {c.name!r} appears more than once in the data for table {table.name!r}"
-                )
-            if not c.nullable and table.defaults[p] is None:
-                raise IntegrityError(
-                    f"column {c.name!r} of table {table.name!r} is missing and may not be NULL"
-                )
-            out.append((p, c, -1, None))
-        else:
-            out.append((p, c, i, converter(schema.field(i).type, c.type, c.name, p in loose)))
-    return out
-
-
-def _is_text(t) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
-
-
-def _uninterned(table: Table) -> frozenset[int]:
-    """The columns a table stores without interning their text when it looks mostly distinct: text outside
-    the primary key (a deleted row is found by its key, and so are the codes it was stored with)."""
-    if not table.primary_key:
-        return frozenset()
-    keyed = {*table.primary_key, *(p for u in table.uniques for p in u.columns)}
-    return frozenset(i for i, c in enumerate(table.columns) if c.type.kind == "text" and i not in keyed)
-
-
-def _layout(table: Table, width: int, nkey: int) -> list[int]:
-    key = list(table.primary_key) or list(range(width))
-    return key + [i for i in range(width) if i not in key]
-
-
-def _is_default(node: exp.Expression) -> bool:
-    """Whether a value is the keyword DEFAULT (as VALUES and UPDATE ... SET write it)."""
-    if isinstance(node, exp.Var):
-        return node.name.upper() == "DEFAULT"
-    return (
-        isinstance(node, exp.Column)
-        and not node.table
-        and node.name.upper() == "DEFAULT"
-        and not (node.this.args.get("quoted"))
-    )
-
-
-def _literal_value(node: exp.Expression, t: SqlType, column: str, row: int) -> object:
-    """A VALUES entry as the engine holds it, converted as PostgreSQL assigns a constant to a column: a string
-    is read as the column's type, a number rounded to the column's scale (half away from zero); or an error
-    naming the row and column."""
-    import decimal
-
-    v = node
-    neg = False
-    if isinstance(v, exp.Neg):
-        neg, v = True, v.this
-    if isinstance(v, exp.Null):
-        return None
-    if isinstance(v, exp.Cast) and isinstance(v.this, exp.Literal):
-        v = v.this
-    where = f"row {row}, column {column!r}"
-    if isinstance(v, exp.Literal) and v.is_string and t.kind != "text" and not neg:
-        try:
-            return parse_engine(v.this, t)
-        except ValueError:
-            raise error_at(
-                node, f"{where}: invalid input syntax for type {t}: {v.this!r}", cls=DataError
-            ) from None
-    try:
-        if isinstance(v, exp.Boolean):
-            value: object = bool(v.this)
-        elif isinstance(v, exp.Literal):
-            if v.is_string:
-                value = v.this
-            else:
-                value = int(v.this) if v.this.isdigit() else decimal.Decimal(v.this)
-                if t.kind == "float":
-                    value = float(value)
-                elif t.kind == "int" and isinstance(value, decimal.Decimal):
-                    value = int(value.to_integral_value(rounding=decimal.ROUND_HALF_UP))
-                if neg:
-                    value = -value
-        else:
-            raise error_at(node, f"row {row}: only constants are supported in VALUES", unsupported=True)
-        if neg and isinstance(value, (str, bool)):
-            raise error_at(node, f"{where}: cannot negate {value!r}")
-        return to_engine_value(value, t)
-    except TypeError as err:
-        raise error_at(node, f"{where}: invalid value for {t}: {err}") from err
-    except (ValueError, ArithmeticError) as err:
-        raise error_at(node, f"{where}: invalid value for {t}: {err}", cls=DataError) from err
-
-
-def _numbered(sql: str, params: Sequence | dict) -> tuple[str, list[str] | None]:
-    """``sql`` with its parameter placeholders written as ``$1``, ``$2``, ... (and, for a mapping, the names in
-    their numbers' order): ``%s`` and ``?`` in order,
-    ``%(name)s`` by name (``params`` a mapping), ``%%`` as ``%``; ``$n`` stays. Found among the statement's
-    tokens, so never inside a string, a quoted name or a comment."""
-    from sqlglot.dialects.postgres import Postgres
-
-    try:
-        toks = Postgres().tokenize(sql)
-    except TokenError:
-        raise _token_error(sql) from None
-    T = sqlglot.tokens.TokenType
-    named = isinstance(params, dict)
-    names: dict[str, int] = {}
-    edits: list[tuple[int, int, str]] = []
-    count = 0
-    i = 0
-    while i < len(toks):
-        t = toks[i]
-
-        def glued(k: int, kind, text: str | None = None, i: int = i) -> bool:
-            return _glued(toks, i + k, kind, text)
-
-        if t.token_type == T.PLACEHOLDER and t.text == "?" and not named:
-            count += 1
-            edits.append((t.start, t.end, f"${count}"))
-        elif t.token_type == T.MOD and glued(1, T.MOD):
-            edits.append((t.start, toks[i + 1].end, "%"))
-            i += 1
-        elif t.token_type == T.MOD and glued(1, T.VAR, "s") and not named:
-            count += 1
-            edits.append((t.start, toks[i + 1].end, f"${count}"))
-            i += 1
-        elif (
-            t.token_type == T.MOD
-            and named
-            and glued(1, T.L_PAREN)
-            and glued(2, T.VAR)
-            and glued(3, T.R_PAREN)
-            and glued(4, T.VAR, "s")
-        ):
-            name = toks[i + 2].text
-            if name not in params:
-                raise ProgrammingError(f"no value given for the parameter %({name})s")
-            k = names.setdefault(name, len(names) + 1)
-            edits.append((t.start, toks[i + 4].end, f"${k}"))
-            i += 4
-        i += 1
-    out = sql
-    for start, end, text in reversed(edits):
-        out = out[:start] + text + out[end + 1 :]
-    return out, (list(names) if named else None)
-
-
-def _glued(toks: list, at: int, kind, text: str | None) -> bool:
-    """Whether token ``at`` is of ``kind`` (and ``text``) and follows the one before without a space."""
-    if at >= len(toks):
-        return False
-    u = toks[at]
-    return u.token_type == kind and u.start == toks[at - 1].end + 1 and (text is None or u.text == text)
-
-
-def _bind(statements: list[exp.Expression], values: list) -> list[exp.Expression]:
-    """The statements with each ``$n`` replaced by the n-th value as a typed SQL constant."""
-    used = set()
-
-    def replace(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Parameter):
-            k = node.this
-            if not (isinstance(k, exp.Literal) and k.is_int):
-                raise error_at(node, f"{node.sql()} is not a parameter of this statement")
-            n = int(k.this)
-            if not 1 <= n <= len(values):
-                raise ProgrammingError(f"the statement uses parameter ${n}, but {len(values)} were given")
-            used.add(n)
-            return _constant(values[n - 1])
-        if isinstance(node, exp.Placeholder):
-            raise error_at(node, "parameter placeholders need parameters")
-        return node
-
-    out = [s.transform(replace) for s in statements]
-    if len(used) != len(values):
-        raise ProgrammingError(f"the statement uses {len(used)} parameters, but {len(values)} were given")
-    return out
-
-
-def _constant(v: object) -> exp.Expression:
-    """A Python value as a SQL constant of its type (a ``datetime`` with a time zone in UTC, as TIMESTAMP
-    holds it)."""
-    import datetime as dt
-    import decimal
-    import math
-
-    if v is None:
-        return exp.Null()
-    if isinstance(v, (bool, np.bool_)):
-        return exp.Boolean(this=bool(v))
-    if isinstance(v, (int, np.integer)):
-        return _signed(exp.Literal.number(abs(int(v))), int(v) < 0)
-    if isinstance(v, (float, np.floating)):
-        f = float(v)
-        double = exp.DataType.build("DOUBLE PRECISION", dialect="postgres")
-        if not math.isfinite(f):
-            return exp.cast(
-                exp.Literal.string("NaN" if f != f else "Infinity" if f > 0 else "-Infinity"), double
-            )
-        return _signed(exp.cast(exp.Literal.number(repr(abs(f))), double), f < 0)
-    if isinstance(v, decimal.Decimal):
-        if not v.is_finite():
-            raise DataError(f"the parameter {v} is not a number ivm can hold")
-        return _signed(exp.Literal.number(format(abs(v), "f")), v < 0)
-    if isinstance(v, str):
-        return exp.Literal.string(v)
-    if isinstance(v, dt.datetime):
-        if v.tzinfo is not None:
-            v = v.astimezone(dt.UTC).replace(tzinfo=None)
-        return exp.cast(exp.Literal.string(v.isoformat(sep=" ")), "TIMESTAMP", dialect="postgres")
-    if isinstance(v, dt.date):
-        return exp.cast(exp.Literal.string(v.isoformat()), "DATE", dialect="postgres")
-    raise ProgrammingError(f"cannot pass a parameter of type {type(v).__name__}")
-
-
-def _signed(node: exp.Expression, negative: bool) -> exp.Expression:
-    return exp.Neg(this=node) if negative else node
-
-
-def _token_error(sql: str) -> ProgrammingError:
-    """The syntax error for text sqlglot cannot split into tokens: an unterminated string, quoted identifier,
-    dollar quote or comment, pointed at where it opens."""
-    i, n = 0, len(sql)
-    while i < n:
-        ch = sql[i]
-        if sql.startswith("--", i):
-            end = sql.find("\n", i)
-            i = n if end < 0 else end + 1
-            continue
-        opener, what = None, None
-        if sql.startswith("/*", i):
-            opener, what, close = "/*", "comment", "*/"
-        elif ch in "'\"":
-            opener, close = ch, ch
-            what = "quoted string" if ch == "'" else "quoted identifier"
-        elif ch == "$":
-            tag = sql[i : sql.find("$", i + 1) + 1] if sql.find("$", i + 1) > 0 else ""
-            if tag and (tag == "$$" or tag[1:-1].isidentifier()):
-                opener, what, close = tag, "dollar-quoted string", tag
-        if opener is None:
-            i += 1
-            continue
-        j = sql.find(close, i + len(opener))
-        while close in "'\"" and j >= 0 and sql.startswith(close * 2, j):
-            j = sql.find(close, j + 2)  # a doubled quote stands for itself
-        if j < 0:
-            line = sql.count("\n", 0, i) + 1
-            col = i - (sql.rfind("\n", 0, i) + 1) + 1
-            return ProgrammingError(f"syntax error: unterminated {what}", line, col)
-        i = j + len(close)
-    return ProgrammingError("syntax error: the statement text cannot be read")

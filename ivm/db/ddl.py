@@ -1,0 +1,321 @@
+"""DDL: CREATE TABLE (and CREATE TABLE AS), CREATE [OR REPLACE] VIEW, CREATE INDEX and DROP, and the
+lifecycle of the relations they make.
+
+A table becomes an engine input with its arrangement, the arrangements its UNIQUE constraints check
+against and its compiled CHECK constraints; a view becomes a dataflow compiled from its plan, reusing the
+arrangements that exist. A dropped view's dataflow keeps running while other views read arrangements it
+built, and goes when none does. Relations created inside a transaction are removed should it roll back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from sqlglot import exp
+
+from ivm.db import dml, queries, state, transactions
+from ivm.engine.batch import Batch
+from ivm.errors import DataError, OperationalError
+from planner.canon import arranged_form
+from planner.compile import compile_index, compile_view
+from planner.expr import compile_predicate
+from sql.catalog import Table, View
+from sql.ddl import table_from_create
+from sql.errors import SqlError, error_at
+from sql.logical import Call, Column, Plan, Scan
+from sql.scalar import boolean, translate_scalar
+from sql.types import TEXT
+
+if TYPE_CHECKING:
+    from ivm.db.connection import Connection
+
+__all__ = ["create_table", "create_view", "create_index", "drop"]
+
+
+def create_table(db: Connection, stmt: exp.Create) -> None:
+    """CREATE TABLE [IF NOT EXISTS] name (columns and constraints), or CREATE TABLE name AS query."""
+    target = stmt.this
+    name = target.this.name if isinstance(target, exp.Schema) else target.name
+    if db.catalog.exists(name):
+        if stmt.args.get("exists"):
+            return
+        raise error_at(stmt, f"relation {name!r} already exists")
+    if stmt.expression is not None:
+        return _create_table_as(db, stmt, name)
+    table = table_from_create(stmt)
+    for p, d in enumerate(table.defaults):
+        if d is not None:
+            try:
+                dml.default(table, p)
+            except SqlError as err:
+                raise error_at(d, f"DEFAULT of column {table.columns[p].name!r}: {err.message}") from None
+    _add_table(db, table)
+    if db.in_transaction:
+        db.undo.append(lambda: _forget_table(db, table.name))
+
+
+def _create_table_as(db: Connection, stmt: exp.Create, name: str) -> None:
+    """CREATE TABLE name [(columns)] AS query: a table of the query's columns holding its rows now."""
+    plan = db._plan(stmt.expression)
+    queries.check_readable(db, plan)
+    names = [c.name for c in plan.columns]
+    if isinstance(stmt.this, exp.Schema):
+        given = [e.name for e in stmt.this.expressions]
+        if len(given) > len(names):
+            raise error_at(stmt.this, "CREATE TABLE AS specifies too many column names")
+        names = given + names[len(given) :]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise error_at(stmt, f"column {twice!r} specified more than once")
+    types = [TEXT if c.type.precision == -1 else c.type for c in plan.columns]  # a bare NULL is text
+    table = Table(name, tuple(Column(n, t) for n, t in zip(names, types, strict=True)))
+    cols, valid, mult = queries.evaluate(db, plan)
+    _add_table(db, table)
+    if db.in_transaction:
+        db.undo.append(lambda: _forget_table(db, name))
+    try:
+        rep = np.repeat(np.arange(len(mult)), mult)
+        cols = [
+            c[rep] if t == c2.type else np.zeros(len(rep), t.dtype)
+            for c, t, c2 in zip(cols, types, plan.columns, strict=True)
+        ]
+        valid = [
+            (None if m is None else m[rep]) if t == c2.type else np.zeros(len(rep), bool)
+            for m, t, c2 in zip(valid, types, plan.columns, strict=True)
+        ]
+        n = len(rep)
+        transactions.write(
+            db, db.tables[name], Batch.build(cols, valid, np.full(n, db.time), np.ones(n, np.int64))
+        )
+        db.rowcount = n
+        db.statusmessage = f"SELECT {n}"
+    except BaseException:
+        if name in db.tables and not db.in_transaction:
+            _forget_table(db, name)
+        raise
+
+
+def _add_table(db: Connection, table: Table) -> None:
+    """Make ``table`` an engine input arranged by its primary key (or all its columns), with the
+    arrangements its UNIQUE constraints check against and its CHECK constraints compiled."""
+    name = table.name
+    cols = table.columns
+    key = table.primary_key or tuple(range(len(cols)))
+    inp = db.base.input([c.type.dtype for c in cols], name)
+    inp.advance_to(db.time)
+    arranged = inp.arrange(key)
+    st = state.TableState(table, inp, arranged)
+    scope = {(name, c.name): i for i, c in enumerate(cols)}
+    for check in table.checks:
+        cond = boolean(check.condition, translate_scalar(check.condition, dml.column_resolver(scope, table)))
+        st.checks.append((check, compile_predicate(Call("not", (cond,), cond.type))))
+    db.catalog.tables[name] = table
+    db.tables[name] = st
+    db.registry.add_table(Scan(name, table.columns), key, arranged, state.uninterned(table))
+    for u in table.uniques:
+        plan = arranged_form(Scan(name, cols), u.columns, db.registry.uninterned)
+        if db.registry.lookup(plan, u.columns) is None:
+            st.dataflows.append(compile_index(db.engine, db.registry, f"{name}.{u.name}", plan, u.columns))
+        st.uniques.append((u, db.registry.lookup(plan, u.columns).arranged))
+    db.base.step()  # the empty table's arrangement is complete up to now (a global COUNT reads 0)
+
+
+def _forget_table(db: Connection, name: str) -> None:
+    """Remove a table and what it owns (its input, its constraints' arrangements) from the database."""
+    st = db.tables.pop(name)
+    for df in st.dataflows:
+        df.drop()
+        db.registry.forget(df.name)
+    st.arranged.op.release()
+    db.base.inputs.remove(st.input)
+    db.registry.drop_relation(name)
+    for idx, (rel, _) in list(db.catalog.indexes.items()):
+        if rel == name:
+            del db.catalog.indexes[idx]
+    del db.catalog.tables[name]
+    db.pending.pop(name, None)
+
+
+def create_view(db: Connection, stmt: exp.Create) -> None:
+    """CREATE [OR REPLACE] [MATERIALIZED] VIEW name AS query: a dataflow maintaining the query's rows."""
+    if isinstance(stmt.this, exp.Schema):
+        raise error_at(stmt.this, "CREATE VIEW with a column list is not supported", unsupported=True)
+    name = stmt.this.name
+    replace = bool(stmt.args.get("replace"))
+    if db.catalog.exists(name) and not replace:
+        if stmt.args.get("exists"):
+            return
+        raise error_at(stmt, f"relation {name!r} already exists")
+    if replace and name in db.catalog.tables:
+        raise error_at(stmt, f"{name!r} is not a view")
+    replacing = replace and name in db.views
+    if replacing and db.in_transaction:
+        raise error_at(stmt, "CREATE OR REPLACE VIEW inside a transaction is not supported", unsupported=True)
+    query = stmt.expression
+    plan = db._plan(query)
+    queries.check_readable(db, plan)
+    if replacing:
+        _replaceable(db, stmt, name, plan)
+        old = db.views[name].view
+        _drop_view(db, name)
+        try:
+            _new_view(db, stmt, name, query, plan)
+        except BaseException:
+            if name not in db.views:
+                _new_view(db, stmt, name, None, old.plan, old.sql)
+            raise
+        return
+    _new_view(db, stmt, name, query, plan)
+    if db.in_transaction:
+        db.undo.append(lambda: _drop_view(db, name) if name in db.views else None)
+
+
+def _replaceable(db: Connection, stmt: exp.Create, name: str, plan: Plan) -> None:
+    """CREATE OR REPLACE VIEW keeps the view's columns (names and types, in order; new ones may follow),
+    as in PostgreSQL, and here also needs no other view to read it."""
+    for v in [*db.views.values(), *db.retained.values()]:
+        if v.view.name != name and any(isinstance(p, Scan) and p.table == name for p, _, _ in v.used):
+            raise error_at(
+                stmt, f"cannot replace view {name!r}: other views depend on it (drop them first)", True
+            )
+    old = db.views[name].view.columns
+    new = plan.columns
+    if len(new) < len(old):
+        raise error_at(stmt, "cannot drop columns from view")
+    for a, b in zip(old, new, strict=False):
+        if a.name != b.name:
+            raise error_at(stmt, f"cannot change name of view column {a.name!r} to {b.name!r}")
+        if a.type != b.type:
+            raise error_at(stmt, f"cannot change data type of view column {a.name!r} from {a.type} to {b.type}")
+
+
+def _new_view(
+    db: Connection, stmt: exp.Create, name: str, query: exp.Expression | None, plan: Plan, sql=None
+) -> None:
+    """Compile view ``name`` of ``plan`` (its text ``sql`` when there is no ``query`` to write it from) and
+    bring it up to date; a view that fails doing so is not created."""
+    names = [c.name for c in plan.columns]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        repeated = [e for e in getattr(query, "selects", []) if e.alias_or_name == twice][1:]
+        query = query or stmt
+        raise error_at(
+            repeated[0] if repeated else query,
+            f"column {twice!r} specified more than once in view {name!r} (rename one with AS)",
+        )
+    view = View(name, plan, sql if query is None else query.sql(dialect="postgres"))
+    compiled = compile_view(db.engine, db.registry, name, plan)
+    df = compiled.dataflow
+    db.catalog.views[name] = view
+    db.views[name] = state.ViewState(view, compiled)
+    try:
+        db.engine.step()
+    except BaseException as err:
+        del db.views[name], db.catalog.views[name]
+        df.drop()
+        db.registry.forget(name)
+        if not isinstance(err, Exception) or db.engine.crashed is not df:
+            raise
+        raise OperationalError(f"view {name!r} was not created: {type(err).__name__}: {err}") from err
+    failed = db.engine.failed
+    message = None if df in failed else df.live_error()
+    if df in failed or message is not None:
+        del db.views[name], db.catalog.views[name]
+        df.drop()
+        db.registry.forget(name)
+        raise DataError(f"view {name!r} was not created: {message or df.error}")
+    transactions.stop_failed(db, failed)
+
+
+def create_index(db: Connection, stmt: exp.Create) -> None:
+    """CREATE INDEX name ON relation (columns): an arrangement of the relation by those columns, which
+    views created later reuse."""
+    if db.in_transaction:
+        raise error_at(stmt, "CREATE INDEX inside a transaction is not supported: run it alone", True)
+    index = stmt.this
+    name = index.name
+    rel = index.args["table"].name
+    if name in db.catalog.indexes:
+        if stmt.args.get("exists"):
+            return
+        raise error_at(stmt, f"index {name!r} already exists")
+    plan = db.catalog.relation_plan(rel, index.args["table"])
+    names = [c.name for c in plan.columns]
+    key = []
+    for o in index.args["params"].args.get("columns") or []:
+        col = o.this if isinstance(o, exp.Ordered) else o
+        if not isinstance(col, exp.Column) or col.name not in names:
+            raise error_at(col, f"column {col.sql()!r} of {rel!r} does not exist")
+        key.append(names.index(col.name))
+    plan = arranged_form(plan, tuple(key), db.registry.uninterned)
+    if db.registry.lookup(plan, tuple(key)) is None:
+        compile_index(db.engine, db.registry, name, plan, tuple(key))
+        db.engine.step()
+        transactions.stop_failed(db, db.engine.failed)
+    db.catalog.indexes[name] = (rel, tuple(key))
+
+
+def drop(db: Connection, stmt: exp.Drop) -> None:
+    """DROP TABLE / DROP [MATERIALIZED] VIEW [IF EXISTS] name, refused while a view reads it."""
+    kind = (stmt.args.get("kind") or "").upper()
+    targets = stmt.args.get("tables") or ([stmt.this] if stmt.this is not None else [])
+    if len(targets) != 1:
+        raise error_at(stmt, "DROP of several relations at once is not supported", unsupported=True)
+    name = targets[0].name
+    if kind not in ("TABLE", "VIEW", "MATERIALIZED VIEW"):
+        raise error_at(stmt, f"DROP {kind} is not supported", unsupported=True)
+    is_view = kind != "TABLE"
+    if (name not in db.views) if is_view else (name not in db.tables):
+        if stmt.args.get("exists"):
+            return
+        raise error_at(stmt, f"{'view' if is_view else 'table'} {name!r} does not exist")
+    # a view may go while only dropped views (kept running for the arrangements others read) read it: it
+    # is kept running too; a table may not, for its input is not kept
+    readers = [*db.views.values(), *([] if is_view else db.retained.values())]
+    for v in readers:
+        if v.view.name == name:
+            continue
+        if any(isinstance(p, Scan) and p.table == name for p, _, _ in v.used):
+            reader = v
+            while reader not in db.views.values():  # a dropped view kept for those reading it
+                reader = next(r for r in _readers(db, reader.df.name))
+            raise error_at(stmt, f"cannot drop {name!r}: view {reader.view.name!r} depends on it")
+    if db.in_transaction:
+        raise error_at(stmt, f"DROP {kind} inside a transaction is not supported: run it alone", True)
+    if is_view:
+        _drop_view(db, name)
+    else:
+        if db.pending.get(name):
+            raise error_at(stmt, f"table {name!r} has uncommitted changes")
+        _forget_table(db, name)
+
+
+def _drop_view(db: Connection, name: str) -> None:
+    """Remove view ``name``; its dataflow goes once no other view reads an arrangement it built."""
+    st = db.views.pop(name)
+    del db.catalog.views[name]
+    # the relation goes; what it computed stays as long as other views read arrangements it built
+    db.registry.drop_relation(name)
+    owner = f"{name} (dropped, #{next(db.serial)})"  # a new view may take the name
+    db.registry.retire(name, owner)
+    db.engine.step_seconds[owner] = db.engine.step_seconds.pop(st.df.name, 0.0)
+    st.df.name = owner
+    db.retained[owner] = st
+    _release_unshared(db)
+
+
+def _readers(db: Connection, owner: str) -> list[state.ViewState]:
+    """The views (live, or dropped and retained) whose dataflows import an arrangement of the dataflow of
+    ``owner`` (its output or any arrangement it built)."""
+    everyone = [*db.views.values(), *db.retained.values()]
+    source = next((st.df for st in everyone if st.df.name == owner), None)
+    return [st for st in everyone if st.df is not source and any(src is source for _, src in st.df.imports)]
+
+
+def _release_unshared(db: Connection) -> None:
+    """Drop the dataflows of dropped views that no view (live or retained) reads an arrangement of."""
+    while unread := [owner for owner in db.retained if not _readers(db, owner)]:
+        for owner in unread:
+            db.retained.pop(owner).df.drop()
+            db.registry.forget(owner)

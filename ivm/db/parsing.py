@@ -1,0 +1,227 @@
+"""SQL text into the statements the database runs: parsing, the allow-list check, and parameters.
+
+``parse`` turns a string (with its parameters bound to its placeholders) into sqlglot statements that
+passed ``sql.allow``, normalized as PostgreSQL names identifiers, or raises the syntax error with its line
+and column. Parameters become typed SQL constants in the statement itself, so nothing later knows there
+were any.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+
+from ivm.errors import DataError, ProgrammingError
+from sql import allow
+from sql.errors import error_at
+from sql.recursive import attach_mutually_recursive, rewrite_mutually_recursive
+
+__all__ = ["CONTROL", "parse"]
+
+
+# transaction control, recognized before parsing (the most frequent statements of all)
+CONTROL = {
+    "BEGIN": exp.Transaction,
+    "START TRANSACTION": exp.Transaction,
+    "COMMIT": exp.Commit,
+    "END": exp.Commit,
+    "ROLLBACK": exp.Rollback,
+    "ABORT": exp.Rollback,
+}
+
+
+def parse(sql: str, params: Sequence | dict | None = None) -> list[exp.Expression]:
+    """The statements of ``sql`` (with ``params`` bound to its placeholders), each checked against the
+    allow-list; or a syntax error with its line and column."""
+    names = None
+    if params is not None:
+        if isinstance(params, (str, bytes)) or not isinstance(params, (Sequence, dict)):
+            raise ProgrammingError("parameters must be a sequence or a mapping")
+        sql, names = _numbered(sql, params)
+    sql, mutual = rewrite_mutually_recursive(sql)
+    try:
+        statements = [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
+        attach_mutually_recursive(statements, mutual)
+    except ParseError as err:
+        e = err.errors[0] if err.errors else {}
+        what = e.get("description", str(err))
+        if "<class" in what or "Required keyword" in what:  # the parser's words, not SQL's
+            near = (e.get("highlight") or "").strip()
+            what = f"at or near {near!r}" if near else "at end of input"
+        raise ProgrammingError(f"syntax error: {what}", e.get("line"), e.get("col")) from err
+    except TokenError:
+        raise _token_error(sql) from None
+    if params is not None:
+        statements = _bind(statements, [params[n] for n in names] if names is not None else list(params))
+    else:
+        for s in statements:
+            for node in s.find_all(exp.Placeholder, exp.Parameter):
+                raise error_at(node, "a parameter placeholder, but no parameters were given")
+    for s in statements:
+        allow.check(s)
+        for node in s.walk():
+            node.comments = None  # comments mean nothing, and must not make equal expressions differ
+    return [normalize_identifiers(s, dialect="postgres") for s in statements]
+
+
+def _numbered(sql: str, params: Sequence | dict) -> tuple[str, list[str] | None]:
+    """``sql`` with its parameter placeholders written as ``$1``, ``$2``, ... (and, for a mapping, the names in
+    their numbers' order): ``%s`` and ``?`` in order,
+    ``%(name)s`` by name (``params`` a mapping), ``%%`` as ``%``; ``$n`` stays. Found among the statement's
+    tokens, so never inside a string, a quoted name or a comment."""
+    try:
+        toks = Postgres().tokenize(sql)
+    except TokenError:
+        raise _token_error(sql) from None
+    T = sqlglot.tokens.TokenType
+    named = isinstance(params, dict)
+    names: dict[str, int] = {}
+    edits: list[tuple[int, int, str]] = []
+    count = 0
+    i = 0
+    while i < len(toks):
+        t = toks[i]
+
+        def glued(k: int, kind, text: str | None = None, i: int = i) -> bool:
+            return _glued(toks, i + k, kind, text)
+
+        if t.token_type == T.PLACEHOLDER and t.text == "?" and not named:
+            count += 1
+            edits.append((t.start, t.end, f"${count}"))
+        elif t.token_type == T.MOD and glued(1, T.MOD):
+            edits.append((t.start, toks[i + 1].end, "%"))
+            i += 1
+        elif t.token_type == T.MOD and glued(1, T.VAR, "s") and not named:
+            count += 1
+            edits.append((t.start, toks[i + 1].end, f"${count}"))
+            i += 1
+        elif (
+            t.token_type == T.MOD
+            and named
+            and glued(1, T.L_PAREN)
+            and glued(2, T.VAR)
+            and glued(3, T.R_PAREN)
+            and glued(4, T.VAR, "s")
+        ):
+            name = toks[i + 2].text
+            if name not in params:
+                raise ProgrammingError(f"no value given for the parameter %({name})s")
+            k = names.setdefault(name, len(names) + 1)
+            edits.append((t.start, toks[i + 4].end, f"${k}"))
+            i += 4
+        i += 1
+    out = sql
+    for start, end, text in reversed(edits):
+        out = out[:start] + text + out[end + 1 :]
+    return out, (list(names) if named else None)
+
+
+def _glued(toks: list, at: int, kind, text: str | None) -> bool:
+    """Whether token ``at`` is of ``kind`` (and ``text``) and follows the one before without a space."""
+    if at >= len(toks):
+        return False
+    u = toks[at]
+    return u.token_type == kind and u.start == toks[at - 1].end + 1 and (text is None or u.text == text)
+
+
+def _bind(statements: list[exp.Expression], values: list) -> list[exp.Expression]:
+    """The statements with each ``$n`` replaced by the n-th value as a typed SQL constant."""
+    used = set()
+
+    def replace(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Parameter):
+            k = node.this
+            if not (isinstance(k, exp.Literal) and k.is_int):
+                raise error_at(node, f"{node.sql()} is not a parameter of this statement")
+            n = int(k.this)
+            if not 1 <= n <= len(values):
+                raise ProgrammingError(f"the statement uses parameter ${n}, but {len(values)} were given")
+            used.add(n)
+            return _constant(values[n - 1])
+        if isinstance(node, exp.Placeholder):
+            raise error_at(node, "parameter placeholders need parameters")
+        return node
+
+    out = [s.transform(replace) for s in statements]
+    if len(used) != len(values):
+        raise ProgrammingError(f"the statement uses {len(used)} parameters, but {len(values)} were given")
+    return out
+
+
+def _constant(v: object) -> exp.Expression:
+    """A Python value as a SQL constant of its type (a ``datetime`` with a time zone in UTC, as TIMESTAMP
+    holds it)."""
+    if v is None:
+        return exp.Null()
+    if isinstance(v, (bool, np.bool_)):
+        return exp.Boolean(this=bool(v))
+    if isinstance(v, (int, np.integer)):
+        return _signed(exp.Literal.number(abs(int(v))), int(v) < 0)
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        double = exp.DataType.build("DOUBLE PRECISION", dialect="postgres")
+        if not math.isfinite(f):
+            return exp.cast(
+                exp.Literal.string("NaN" if f != f else "Infinity" if f > 0 else "-Infinity"), double
+            )
+        return _signed(exp.cast(exp.Literal.number(repr(abs(f))), double), f < 0)
+    if isinstance(v, decimal.Decimal):
+        if not v.is_finite():
+            raise DataError(f"the parameter {v} is not a number ivm can hold")
+        return _signed(exp.Literal.number(format(abs(v), "f")), v < 0)
+    if isinstance(v, str):
+        return exp.Literal.string(v)
+    if isinstance(v, dt.datetime):
+        if v.tzinfo is not None:
+            v = v.astimezone(dt.UTC).replace(tzinfo=None)
+        return exp.cast(exp.Literal.string(v.isoformat(sep=" ")), "TIMESTAMP", dialect="postgres")
+    if isinstance(v, dt.date):
+        return exp.cast(exp.Literal.string(v.isoformat()), "DATE", dialect="postgres")
+    raise ProgrammingError(f"cannot pass a parameter of type {type(v).__name__}")
+
+
+def _signed(node: exp.Expression, negative: bool) -> exp.Expression:
+    return exp.Neg(this=node) if negative else node
+
+
+def _token_error(sql: str) -> ProgrammingError:
+    """The syntax error for text sqlglot cannot split into tokens: an unterminated string, quoted identifier,
+    dollar quote or comment, pointed at where it opens."""
+    i, n = 0, len(sql)
+    while i < n:
+        ch = sql[i]
+        if sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+            continue
+        opener, what = None, None
+        if sql.startswith("/*", i):
+            opener, what, close = "/*", "comment", "*/"
+        elif ch in "'\"":
+            opener, close = ch, ch
+            what = "quoted string" if ch == "'" else "quoted identifier"
+        elif ch == "$":
+            tag = sql[i : sql.find("$", i + 1) + 1] if sql.find("$", i + 1) > 0 else ""
+            if tag and (tag == "$$" or tag[1:-1].isidentifier()):
+                opener, what, close = tag, "dollar-quoted string", tag
+        if opener is None:
+            i += 1
+            continue
+        j = sql.find(close, i + len(opener))
+        while close in "'\"" and j >= 0 and sql.startswith(close * 2, j):
+            j = sql.find(close, j + 2)  # a doubled quote stands for itself
+        if j < 0:
+            line = sql.count("\n", 0, i) + 1
+            col = i - (sql.rfind("\n", 0, i) + 1) + 1
+            return ProgrammingError(f"syntax error: unterminated {what}", line, col)
+        i = j + len(close)
+    return ProgrammingError("syntax error: the statement text cannot be read")
