@@ -13,6 +13,7 @@ it and never yields rows.
 from __future__ import annotations
 
 import os
+import uuid
 import zlib
 from dataclasses import dataclass
 
@@ -22,9 +23,10 @@ import pyarrow.fs as pafs
 
 from ivm.engine.batch import Batch
 from ivm.engine.trace.batch import TraceBatch
+from ivm.engine.trace.spine import Spine
 from ivm.errors import OperationalError
 
-__all__ = ["FORMAT", "BatchFile", "read_batch", "resolve", "write_batch"]
+__all__ = ["FORMAT", "BatchFile", "read_batch", "read_trace", "resolve", "write_batch", "write_trace"]
 
 FORMAT = 1  # the layout below; a file of another version is refused, never misread
 
@@ -83,6 +85,26 @@ def read_batch(file: BatchFile) -> TraceBatch:
         return _decode(buf)
     except (pa.ArrowException, KeyError, ValueError) as err:
         raise OperationalError(f"{file.path} is not a trace batch of format {FORMAT}: {err}") from None
+
+
+def write_trace(
+    spine: Spine, directory: str, written: dict[int, tuple[TraceBatch, BatchFile]]
+) -> list[BatchFile]:
+    """The files of ``spine``'s readable batches, oldest first, each written under ``directory`` unless
+    ``written`` (by batch identity, kept from checkpoint to checkpoint) holds it already: batches are
+    immutable, so a batch is written once whatever the number of checkpoints naming it."""
+    out = []
+    for b in spine.batches():
+        known = written.get(id(b))
+        if known is None or known[0] is not b:
+            known = written[id(b)] = (b, write_batch(b, f"{directory.rstrip('/')}/{uuid.uuid4().hex}.arrow"))
+        out.append(known[1])
+    return out
+
+
+def read_trace(spine: Spine, files: list[BatchFile]) -> None:
+    """Load ``spine`` (new, empty) with the batches of ``files``, as ``write_trace`` named them."""
+    spine.load([read_batch(f) for f in files])
 
 
 def _encode(batch: TraceBatch) -> pa.Buffer:

@@ -273,6 +273,15 @@ class Spine:
                 self._merging = True
             self._emptied = True
 
+    def load(self, batches: list[TraceBatch]) -> None:
+        """Take ``batches`` (as ``batches()`` gave them, oldest first) as the whole trace: a trace opened from
+        a checkpoint. Later insertions merge with them as with any batches."""
+        self.entries = [b for b in batches if len(b)]
+        self._readable = None
+        self._merging = False
+        self._emptied = False
+        self.inserted = sum(len(b) for b in self.entries)
+
     @staticmethod
     def _complete(e: TraceBatch | _Merge) -> TraceBatch:
         if isinstance(e, _Merge):
