@@ -31,3 +31,13 @@ def assert_golden(path: Path, lines: list[str]) -> None:
 def read_golden(path: Path) -> list[str]:
     """The lines of golden file ``path``."""
     return path.read_text().splitlines()
+
+
+def explain_as_created(db, views: dict[str, str]) -> dict[str, list[str]]:
+    """Each view's EXPLAIN, made just before it is created in ``db`` after the ones before it (so that what it
+    reuses of them shows)."""
+    out = {}
+    for name, sql in views.items():
+        out[name] = [r[0] for r in db.execute(f"EXPLAIN CREATE VIEW {name} AS {sql}").fetchall()]
+        db.execute(f"CREATE VIEW {name} AS {sql}")
+    return out

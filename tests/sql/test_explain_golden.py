@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import ivm
-from tests.golden import assert_golden
+from tests.golden import assert_golden, explain_as_created
 
 GOLDEN = Path(__file__).parent / "explain"
 
@@ -47,11 +47,7 @@ def explained() -> dict[str, list[str]]:
     db = ivm.connect()
     db.execute(SCHEMA)
     db.execute("CREATE INDEX o_by_ck ON o (ck)")
-    out = {}
-    for name, sql in VIEWS.items():
-        out[name] = [r[0] for r in db.execute(f"EXPLAIN CREATE VIEW {name} AS {sql}").fetchall()]
-        db.execute(f"CREATE VIEW {name} AS {sql}")
-    return out
+    return explain_as_created(db, VIEWS)
 
 
 @pytest.mark.parametrize("name", VIEWS)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import ivm
-from tests.golden import assert_golden
+from tests.golden import assert_golden, explain_as_created
 from tpch import SCHEMA
 from tpch.queries import QUERIES, query
 
@@ -18,11 +18,7 @@ GOLDEN = Path(__file__).parent / "explain"
 def explained() -> dict[str, list[str]]:
     db = ivm.connect()
     db.execute(SCHEMA)
-    out = {}
-    for q in QUERIES:
-        out[q] = [r[0] for r in db.execute(f"EXPLAIN CREATE VIEW {q} AS {query(q)}").fetchall()]
-        db.execute(f"CREATE VIEW {q} AS {query(q)}")
-    return out
+    return explain_as_created(db, {q: query(q) for q in QUERIES})
 
 
 @pytest.mark.parametrize("q", QUERIES)
