@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from ivm.engine.operators.basic import EvaluationError
 from ivm.engine.strings import POOL
-from planner.functions import COMPARISONS, FUNCTIONS, compare_values, text_ranks
+from planner.functions import COMPARISONS, FUNCTIONS, compare_values, concat_codes, text_ranks
 from planner.values import encode, parse_engine, to_python
 from sql.logical import Call, ColRef, Const, Expr
 from sql.types import format_text
@@ -546,10 +546,7 @@ def _concat(e: Call, cols, valid, n):
     (a, ma), (b, mb) = _args(e, cols, valid, n)
     if n == 0:
         return a, _and_masks(ma, mb)
-    pairs, inv = np.unique(np.stack([a, b], axis=1), axis=0, return_inverse=True)
-    left, right = POOL.decode(pairs[:, 0]), POOL.decode(pairs[:, 1])
-    codes = POOL.encode(str(x) + str(y) for x, y in zip(left, right, strict=True))
-    return codes[inv.reshape(-1)], _and_masks(ma, mb)
+    return concat_codes([a, b]), _and_masks(ma, mb)
 
 
 _CALLS = {

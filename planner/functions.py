@@ -16,7 +16,9 @@ import pyarrow.compute as pc
 from ivm.engine.strings import POOL
 from sql.logical import Call
 
-__all__ = ["FUNCTIONS", "text_ranks"]
+__all__ = ["FUNCTIONS", "concat_codes", "text_ranks"]
+
+_NOTHING = pa.scalar("", pa.large_string())  # the separator of text joined end to end
 
 Value = tuple[np.ndarray, np.ndarray | None]
 
@@ -240,10 +242,15 @@ def _concat_all(e: Call, args: list[Value], n: int) -> Value:
     cols = [a if m is None else np.where(m, a, empty) for a, m in args]
     if n == 0:
         return np.zeros(0, dtype=np.int64), None
+    return concat_codes(cols), None
+
+
+def concat_codes(cols: list[np.ndarray]) -> np.ndarray:
+    """The codes of the texts of ``cols`` joined end to end, row by row: joined by Arrow once per distinct
+    row."""
     rows, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
-    texts = [POOL.decode(rows[:, j]) for j in range(rows.shape[1])]
-    codes = POOL.encode("".join(str(t[i]) for t in texts) for i in range(len(rows)))
-    return codes[inv.reshape(-1)], None
+    joined = pc.binary_join_element_wise(*(POOL.strings(rows[:, j]) for j in range(rows.shape[1])), _NOTHING)
+    return POOL.encode_arrow(joined)[inv.reshape(-1)]
 
 
 def _clipper(e: Call) -> Callable[[pa.Array], pa.Array]:
