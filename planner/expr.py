@@ -11,6 +11,7 @@ import functools
 from collections.abc import Sequence
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from ivm.engine.operators.basic import EvaluationError
@@ -526,18 +527,31 @@ def _from_text(e: Call, cols, valid, n):
         except ValueError as err:
             raise EvaluationError(str(err)) from None
 
-    out[sel] = POOL.apply(a[sel], parse, t.dtype)
+    def parse_all(texts: pa.Array) -> pa.Array:
+        # plain integers of up to 18 digits (never beyond BIGINT) are read by Arrow; anything else by Python
+        if t.kind == "int" and pc.all(pc.match_substring_regex(texts, _PLAIN_INT)).as_py() is not False:
+            digits = pc.replace_substring_regex(pc.utf8_trim(texts, characters=" \t\n\r\f"), r"^\+", "")
+            return pc.cast(digits, pa.int64())
+        return pa.array([parse(x) for x in texts.to_pylist()], pa.from_numpy_dtype(t.dtype))
+
+    out[sel] = POOL.compute(a[sel], parse_all, t.dtype)
     return out, m
 
 
+_PLAIN_INT = r"^[ \t\n\r\f]*[+-]?[0-9]{1,18}[ \t\n\r\f]*$"
+
+
 def _to_text(e: Call, cols, valid, n):
-    """Values written as text, once per distinct value."""
+    """Values written as text, once per distinct value (integers and booleans by Arrow)."""
     a, m = evaluate(e.args[0], cols, valid, n)
     src = e.param
     out = np.zeros(n, dtype=np.int64)
     sel = np.flatnonzero(m) if m is not None else slice(None)
     uniq, inv = np.unique(a[sel], return_inverse=True)
-    codes = POOL.encode(format_text(v, src) for v in to_python(uniq, None, src))
+    if src.kind in ("int", "bool"):  # Arrow writes these as PostgreSQL does
+        codes = POOL.encode_arrow(pc.cast(pa.array(uniq), pa.large_string()))
+    else:
+        codes = POOL.encode(format_text(v, src) for v in to_python(uniq, None, src))
     out[sel] = codes[inv.reshape(-1)] if len(uniq) else 0
     return out, m
 

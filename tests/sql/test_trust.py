@@ -329,6 +329,13 @@ LEAST = -(2**63)
             "SELECT lpad('ab', 7, 'é🙂z'), rpad('abc', 2, 'xy'), 'a.b' LIKE 'a_b', 'a\nb' LIKE 'a%'",
             [("é🙂zé🙂ab", "ab", True, True)],
         ),
+        # text read as integers and integers and booleans written as text
+        (
+            [f"INSERT INTO n VALUES ({LEAST}), (7)"],
+            "SELECT CAST(c AS TEXT), CAST(CAST(c AS TEXT) AS BIGINT), CAST(' +0' || CAST(abs(c % 5) AS TEXT) "
+            "|| ' ' AS BIGINT), CAST(c > 0 AS TEXT) FROM n ORDER BY c",
+            [(str(LEAST), LEAST, 3, "false"), ("7", 7, 2, "true")],
+        ),
         # a backslash in a LIKE pattern makes the next character stand for itself
         (
             [],
