@@ -44,11 +44,12 @@ threadsafety = 1  # threads may share the module, not a connection
 paramstyle = "pyformat"  # %s and %(name)s; ? and $1 are understood too
 
 
-def connect():
-    """A new in-memory database (see ``ivm.db.connection``)."""
+def connect(path: str | None = None, **options):
+    """A new in-memory database, or the durable database in directory ``path`` (see
+    ``ivm.db.connection.connect`` for the options)."""
     from ivm.db.connection import connect as _connect
 
-    return _connect()
+    return _connect(path, **options)
 
 
 def __getattr__(name: str):

@@ -133,11 +133,15 @@ def apply_changes(db: Connection, changes: dict, count: int) -> list[str]:
         batches.append((st, constraints.settle_stored(db, st, batch, tx, texts) if stored else batch))
     for st, b in batches:
         st.input.send(b)
+    start = db.time
     db.time += count
     for st in db.tables.values():
         st.input.advance_to(db.time)
     db.engine.step()
-    return transactions.stop_failed(db, db.engine.failed, report=False)
+    stopped = transactions.stop_failed(db, db.engine.failed, report=False)
+    if db.store is not None:
+        db.store.committed(db, [(st.table.name, b) for st, b in batches], start)
+    return stopped
 
 
 def _column_of_changes(arr, c: Column, stored: bool, inserted: np.ndarray):

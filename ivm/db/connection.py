@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 from sqlglot import exp
 
-from ivm.db import arrow_io, ddl, dml, introspect, parsing, queries, transactions
+from ivm.db import arrow_io, ddl, dml, introspect, parsing, queries, storage, transactions
 from ivm.db.cursor import Cursor
 from ivm.db.state import TableState, ViewState
 from ivm.db.subscribe import Subscription
@@ -42,9 +42,19 @@ __all__ = ["connect", "Connection", "Subscription", "SqlError", "UnsupportedErro
 logging.getLogger("sqlglot").setLevel(logging.ERROR)  # EXPLAIN parses as a command; that is expected
 
 
-def connect() -> Connection:
-    """A new in-memory database."""
-    return Connection()
+def connect(
+    path: str | None = None, *, synchronous: bool = True, checkpoint_bytes: int = 64 << 20
+) -> Connection:
+    """A new in-memory database, or with ``path`` the database in that directory (created if it holds
+    none), kept durable there (see ``ivm.db.storage``): every COMMIT is in the write-ahead log when it
+    returns, and synced to disk unless ``synchronous`` is off (for bulk loads: a crash of the machine, not of
+    the process, may then lose the last commits). A checkpoint is taken when the log passes
+    ``checkpoint_bytes``, after DDL, and at ``close``."""
+    db = Connection()
+    if path is not None:
+        with db.pool.active():
+            storage.open_database(db, path, synchronous, checkpoint_bytes)
+    return db
 
 
 def _pooled(method):
@@ -62,6 +72,11 @@ class Connection:
     """Executes SQL; ``fetchall`` and ``description`` describe the last query's result."""
 
     def __init__(self) -> None:
+        self.store: storage.Store | None = None  # the database's directory, if it is durable
+        self._reset()
+
+    def _reset(self) -> None:
+        """Empty state: no table, view or string."""
         self.pool = StringPool()
         self.engine = Engine()
         self.base = self.engine.dataflow("tables")
@@ -73,6 +88,10 @@ class Connection:
         # owner name in the registry; each goes once nothing reads them any more
         self.retained: dict[str, ViewState] = {}
         self.serial = itertools.count(1)  # tells apart queries' dataflows and dropped views of one name
+        self.seq = itertools.count(1)  # versions of the catalog (see ``state.changed``)
+        self.version = 0
+        self.index_sql: dict[str, tuple[int, str]] = {}  # per index, the version it came with and its SQL
+        self.positions: dict = {}  # where each source of changes is (a replication LSN): kept with the state
         self.time = 1  # time 0 holds what exists before any transaction (a global aggregate's row)
         self.in_transaction = False
         self.implicit = False  # the transaction is that of a string of statements, not a BEGIN ... block
@@ -120,6 +139,8 @@ class Connection:
             raise
         if self.in_transaction and self.implicit:
             transactions.commit(self)
+        if self.store is not None:
+            self.store.changed(self)
         return self
 
     @_pooled
@@ -251,7 +272,15 @@ class Connection:
     def close(self) -> None:
         """Drop every view and table now, releasing their arrangements (whose arrays go at once, rather than
         whenever the garbage collector reaches the operators' reference cycles) and the connection's strings
-        (subscriptions already taken keep what they decode)."""
+        (subscriptions already taken keep what they decode). A durable database takes a checkpoint first,
+        so that opening it again replays nothing."""
+        if self.closed:
+            return
+        if self.store is not None:
+            if self.in_transaction:
+                transactions.rollback(self)
+            store, self.store = self.store, None
+            store.close(self)
         for df in list(self.engine.dataflows):
             df.drop()
         self.views.clear()

@@ -50,7 +50,7 @@ def create_table(db: Connection, stmt: exp.Create) -> None:
                 dml.default(table, p)
             except SqlError as err:
                 raise error_at(d, f"DEFAULT of column {table.columns[p].name!r}: {err.message}") from None
-    _add_table(db, table)
+    _add_table(db, table, stmt.sql(dialect="postgres"))
     if db.in_transaction:
         db.undo.append(lambda: _forget_table(db, table.name))
 
@@ -71,7 +71,7 @@ def _create_table_as(db: Connection, stmt: exp.Create, name: str) -> None:
     types = [TEXT if c.type.precision == -1 else c.type for c in plan.columns]  # a bare NULL is text
     table = Table(name, tuple(Column(n, t) for n, t in zip(names, types, strict=True)))
     cols, valid, mult = queries.evaluate(db, plan)
-    _add_table(db, table)
+    _add_table(db, table, _table_sql(table))
     if db.in_transaction:
         db.undo.append(lambda: _forget_table(db, name))
     try:
@@ -96,7 +96,13 @@ def _create_table_as(db: Connection, stmt: exp.Create, name: str) -> None:
         raise
 
 
-def _add_table(db: Connection, table: Table) -> None:
+def _table_sql(table: Table) -> str:
+    """A CREATE TABLE making ``table`` again (one of plain columns, as CREATE TABLE AS makes)."""
+    columns = ", ".join(f"{exp.to_identifier(c.name).sql(dialect='postgres')} {c.type}" for c in table.columns)
+    return f"CREATE TABLE {exp.to_identifier(table.name).sql(dialect='postgres')} ({columns})"
+
+
+def _add_table(db: Connection, table: Table, sql: str) -> None:
     """Make ``table`` an engine input arranged by its primary key (or all its columns), with the
     arrangements its UNIQUE constraints check against and its CHECK constraints compiled."""
     name = table.name
@@ -105,7 +111,7 @@ def _add_table(db: Connection, table: Table) -> None:
     inp = db.base.input([c.type.dtype for c in cols], name)
     inp.advance_to(db.time)
     arranged = inp.arrange(key)
-    st = state.TableState(table, inp, arranged)
+    st = state.TableState(table, inp, arranged, sql, state.changed(db))
     scope = {(name, c.name): i for i, c in enumerate(cols)}
     for check in table.checks:
         cond = boolean(check.condition, translate_scalar(check.condition, dml.column_resolver(scope, table)))
@@ -133,6 +139,8 @@ def _forget_table(db: Connection, name: str) -> None:
     for idx, (rel, _) in list(db.catalog.indexes.items()):
         if rel == name:
             del db.catalog.indexes[idx]
+            db.index_sql.pop(idx, None)
+    state.changed(db)
     del db.catalog.tables[name]
     db.pending.pop(name, None)
 
@@ -208,7 +216,7 @@ def _new_view(
     compiled = compile_view(db.engine, db.registry, name, plan)
     df = compiled.dataflow
     db.catalog.views[name] = view
-    db.views[name] = state.ViewState(view, compiled)
+    db.views[name] = state.ViewState(view, compiled, state.changed(db))
     try:
         db.engine.step()
     except BaseException as err:
@@ -254,6 +262,7 @@ def create_index(db: Connection, stmt: exp.Create) -> None:
         db.engine.step()
         transactions.stop_failed(db, db.engine.failed)
     db.catalog.indexes[name] = (rel, tuple(key))
+    db.index_sql[name] = (state.changed(db), stmt.sql(dialect="postgres"))
 
 
 def drop(db: Connection, stmt: exp.Drop) -> None:
@@ -297,7 +306,9 @@ def _drop_view(db: Connection, name: str) -> None:
     del db.catalog.views[name]
     # the relation goes; what it computed stays as long as other views read arrangements it built
     db.registry.drop_relation(name)
-    owner = f"{name} (dropped, #{next(db.serial)})"  # a new view may take the name
+    number = next(db.serial)
+    owner = f"{name} (dropped, #{number})"  # a new view may take the name
+    st.dropped = (state.changed(db), number)
     db.registry.retire(name, owner)
     db.engine.step_seconds[owner] = db.engine.step_seconds.pop(st.df.name, 0.0)
     st.df.name = owner

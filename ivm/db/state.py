@@ -19,14 +19,16 @@ from ivm.errors import InternalError
 from planner.compile import Compiled
 from sql.catalog import Table, View
 
-__all__ = ["TableState", "ViewState", "uninterned", "column_layout", "unique", "contents"]
+__all__ = ["TableState", "ViewState", "changed", "uninterned", "column_layout", "unique", "contents"]
 
 
 class TableState:
     """A table: its engine input and arrangement, and what its constraints need to check a change."""
 
-    def __init__(self, table: Table, inp: Input, arranged: Arranged) -> None:
+    def __init__(self, table: Table, inp: Input, arranged: Arranged, sql: str, created: int) -> None:
         self.table = table
+        self.sql = sql  # the CREATE TABLE that makes it again, empty
+        self.created = created  # the catalog version it came with (see ``changed``)
         self.input = inp
         self.arranged = arranged
         # how the columns of Arrow data with the last schema seen are read: (schema, stored text columns,
@@ -41,12 +43,21 @@ class TableState:
 class ViewState:
     """A view: its dataflow, the arrangement of its rows, the arrangements it reads, and why it stopped."""
 
-    def __init__(self, view: View, compiled: Compiled) -> None:
+    def __init__(self, view: View, compiled: Compiled, created: int) -> None:
         self.view = view
+        self.created = created  # the catalog version it came with (see ``changed``)
+        self.stopped: int | None = None  # the version at which it stopped
+        self.dropped: tuple[int, int] | None = None  # the version and serial number of its DROP, if retained
         self.df = compiled.dataflow
         self.arranged = compiled.arranged
         self.used = compiled.used
         self.error: str | None = None
+
+
+def changed(db) -> int:
+    """Note a change of the catalog: its new version, which also orders the events that made it."""
+    db.version = next(db.seq)
+    return db.version
 
 
 def uninterned(table: Table) -> frozenset[int]:

@@ -22,7 +22,7 @@ from planner.compile import compile_view
 if TYPE_CHECKING:
     from ivm.db.connection import Connection
 
-__all__ = ["begin", "write", "commit", "stop_failed", "rollback", "failure", "usable"]
+__all__ = ["begin", "write", "commit", "advance", "stop_failed", "rollback", "failure", "usable"]
 
 
 def begin(db: Connection, implicit: bool) -> None:
@@ -46,6 +46,7 @@ def commit(db: Connection) -> None:
     """Commit the transaction as the next logical time: its changes go to the tables' inputs and the engine
     brings every view up to date (see ``_take_back`` should that fail half-way)."""
     sent = []
+    start = db.time
     for name, batches in db.pending.items():
         if batches:
             b = Batch.concat(batches)
@@ -56,15 +57,19 @@ def commit(db: Connection) -> None:
     db.pending = {}
     db.in_transaction = db.implicit = db.aborted = False
     db.undo = []
-    _advance(db)
+    advance(db)
     try:
         db.engine.step()
     except BaseException as err:
         _take_back(db, sent, undo, err)
     stop_failed(db, db.engine.failed)
+    if db.store is not None:
+        times = np.full((1, 1), start, np.int64)
+        logged = [(st.table.name, b.with_times(np.broadcast_to(times, (len(b), 1)))) for st, b in sent]
+        db.store.committed(db, logged, start)
 
 
-def _advance(db: Connection) -> None:
+def advance(db: Connection) -> None:
     """Move the tables' inputs to the next logical time."""
     db.time += 1
     for st in db.tables.values():
@@ -83,7 +88,7 @@ def _take_back(db: Connection, sent: list, undo: list, err: BaseException) -> No
         raise InternalError(f"{db.broken}; the database cannot be used any more") from err
     for st, b in sent:
         st.input.send(b.negate().with_times(np.full((len(b), 1), db.time)))
-    _advance(db)
+    advance(db)
     stale = {crashed}
     for name, st in db.views.items():
         if st.df in stale or any(src in stale for _, src in st.df.imports):
@@ -115,6 +120,7 @@ def stop_failed(db: Connection, failed: list[Dataflow], report: bool = True) -> 
     for st in db.views.values():
         if st.df in failed:
             st.error = str(st.df.error)
+            st.stopped = state.changed(db)
             db.registry.forget(st.view.name)
             names.append(st.view.name)
     if names and report:

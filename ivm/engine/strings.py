@@ -154,6 +154,57 @@ class StringPool:
         finally:
             _active.reset(token)
 
+    # -- at rest -----------------------------------------------------------------------------------
+    def at_rest(self) -> tuple[list[pa.Array], list[int], list[int], np.ndarray]:
+        """The pool as a checkpoint keeps it: its string chunks (immutable: a chunk written once serves every
+        later checkpoint), each chunk's first code and tier, and each code's canonical code (-1: none yet).
+        The hash table is not kept: it hashes with the process's string hash."""
+        self._flush()
+        return list(self._chunks), list(self._starts), list(self._tiers), self._canon[: self._size].copy()
+
+    def load(self, chunks: list[pa.Array], starts: list[int], tiers: list[int], canon: np.ndarray) -> None:
+        """Replace the contents of this (new) pool with those ``at_rest`` gave: every code means the same
+        string, and the same strings are canonical."""
+        n = len(canon)
+        capacity = 1 << 12
+        while capacity < n:
+            capacity *= 2
+        self._chunks, self._starts, self._tiers = list(chunks), list(starts), list(tiers)
+        self._tail, self._size, self._others, self._recent = [], n, {}, {}
+        self._canon = np.empty(capacity, dtype=np.int64)
+        self._canon[:n] = canon
+        self._lengths = np.full((capacity, 2), np.iinfo(np.int64).max, dtype=np.int64)
+        for chunk, start in zip(self._chunks, self._starts, strict=True):
+            self._measure(chunk, start)
+        self._table = _HashTable()
+        self._index(np.flatnonzero(self._canon[:n] == np.arange(n)))
+
+    def added_since(self, start: int) -> tuple[pa.Array, np.ndarray]:
+        """The strings of codes ``start`` onwards, and whether each was added canonical: what ``extend``
+        needs to give another pool, at the same size, the same codes."""
+        codes = np.arange(start, self._size, dtype=np.int64)
+        return self.strings(codes), self._canon[start : self._size] == codes
+
+    def extend(self, strings: pa.Array, canonical: np.ndarray) -> None:
+        """Add ``strings`` under the next codes, canonical where ``canonical`` says (see ``added_since``)."""
+        if not len(strings):
+            return
+        codes = self._append(strings, canonical=True)
+        self._canon[codes[~canonical]] = -1
+        self._index(codes[canonical])
+        self._recent = {}
+
+    def _index(self, codes: np.ndarray) -> None:
+        """Put canonical ``codes`` in the hash table; a string whose hash another string holds goes to the
+        side table, as when it was first added."""
+        if not len(codes):
+            return
+        values = self.strings(codes).to_pylist()
+        keys = np.fromiter(map(_hash, values), dtype=np.int64, count=len(values)).view(np.uint64)
+        found, _ = self._table.claim(keys, codes)
+        for i in np.flatnonzero(found >= 0).tolist():  # 64-bit hash collisions: vanishingly rare
+            self._others[values[i]] = int(codes[i])
+
     def code(self, s: str) -> int:
         return int(self._encode_few([s])[0])
 
@@ -285,22 +336,26 @@ class StringPool:
         start = self._size
         self._mark(len(strings), canonical)
         large = strings.cast(pa.large_string())
+        self._measure(large, start)
+        self._size += len(strings)
+        self._chunk(large, start)
+        return np.arange(start, self._size, dtype=np.int64)
+
+    def _measure(self, large: pa.Array, start: int) -> None:
+        """Record the byte length and trailing space of strings that take the codes from ``start``."""
         offsets = np.frombuffer(large.buffers()[1], dtype=np.int64)[
             large.offset : large.offset + len(large) + 1
         ]
         size = np.diff(offsets)
-        rows = self._lengths[start : start + len(strings)]
+        rows = self._lengths[start : start + len(large)]
         rows[:, 0] = size
         data = large.buffers()[2]
-        if data is None or not len(size):
+        if data is None or not len(size) or not data.size:
             rows[:, 1] = 0
         else:  # whether the last byte is a space (in UTF-8 a space is never part of another character)
             rows[:, 1] = (size > 0) & (
                 np.frombuffer(data, dtype=np.uint8)[np.maximum(offsets[1:] - 1, 0)] == 32
             )
-        self._size += len(strings)
-        self._chunk(large, start)
-        return np.arange(start, self._size, dtype=np.int64)
 
     def _mark(self, n: int, canonical: bool) -> None:
         """Record whether the next ``n`` codes are canonical."""

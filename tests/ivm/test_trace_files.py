@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ivm.engine.batch import Batch
+from ivm.engine.files import StoredFile
 from ivm.engine.lattice import Antichain
 from ivm.engine.trace.batch import TraceBatch
-from ivm.engine.trace.files import BatchFile, read_batch, read_trace, write_batch, write_trace
+from ivm.engine.trace.files import read_batch, read_trace, write_batch, write_trace
 from ivm.engine.trace.spine import Spine
 from ivm.errors import OperationalError
 
@@ -97,7 +98,7 @@ def test_damaged_files_are_errors_naming_them(tmp_path):
     other = tmp_path / "other.arrow"
     other.write_bytes(b"not arrow at all")
     with pytest.raises(OperationalError, match=f"{other} is not a trace batch"):
-        read_batch(BatchFile(str(other), 16, zlib.crc32(b"not arrow at all")))
+        read_batch(StoredFile(str(other), 16, zlib.crc32(b"not arrow at all")))
 
 
 @settings(max_examples=15, deadline=None)

@@ -201,6 +201,7 @@ class ReduceOp(Operator):
         qh = h[reps]
         qcols = tuple(c[reps] for c in kcols)
         qvalid = tuple(None if m is None else m[reps] for m in kvalid)
+        self.state.writes += 1
         slots = self.state.find(qh, qcols, qvalid)
         seen = slots >= 0
         step = q[1:] != q[:-1]

@@ -27,6 +27,7 @@ class RunningStates:
 
     def __init__(self, key_dtypes: Sequence, state_dtypes: Sequence, capacity: int = 64) -> None:
         self.size = 0
+        self.writes = 0  # how many times the states were updated: a saved copy is current while it holds
         self.keys = [np.zeros(capacity, dtype=d) for d in key_dtypes]
         self.valid = [np.ones(capacity, dtype=bool) for _ in key_dtypes]
         self.hashes = np.zeros(capacity, dtype=np.int64)
@@ -37,6 +38,36 @@ class RunningStates:
     def nbytes(self) -> int:
         arrays = [*self.keys, *self.valid, self.hashes, *self.states, self._slots]
         return sum(a.nbytes for a in arrays)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The groups' keys, validity, hashes and states (one entry per slot): what ``load`` takes back."""
+        n = self.size
+        out = {"hash": self.hashes[:n]}
+        for i, (k, m) in enumerate(zip(self.keys, self.valid, strict=True)):
+            out[f"k{i}"], out[f"kv{i}"] = k[:n], m[:n]
+        for j, s in enumerate(self.states):
+            out[f"s{j}"] = s[:n]
+        return out
+
+    def load(self, columns: dict[str, np.ndarray]) -> None:
+        """Take the groups of ``columns`` (as ``columns`` gave them) as the only ones, in their slots."""
+        n = len(columns["hash"])
+        capacity = 64
+        while capacity < n:
+            capacity *= 2
+
+        def filled(a: np.ndarray, dtype) -> np.ndarray:
+            b = np.zeros(capacity, dtype=dtype)
+            b[:n] = a
+            return b
+
+        self.keys = [filled(columns[f"k{i}"], k.dtype) for i, k in enumerate(self.keys)]
+        self.valid = [filled(columns[f"kv{i}"], bool) for i in range(len(self.valid))]
+        self.hashes = filled(columns["hash"], np.int64)
+        self.states = [filled(columns[f"s{j}"], s.dtype) for j, s in enumerate(self.states)]
+        self.size = n
+        self._slots = np.full(2 * capacity, -1, dtype=np.int64)
+        self._place(np.arange(n))
 
     def find(self, hashes: np.ndarray, cols: Sequence[np.ndarray], valid: Sequence[Mask]) -> np.ndarray:
         """The slot of each key, or -1 for a key never seen."""

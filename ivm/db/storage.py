@@ -1,0 +1,494 @@
+"""A database directory: checkpoints of the engine's state, and the write-ahead log of the commits after them.
+
+``DIR/manifest-N.json`` (the two newest kept) names a checkpoint: the catalog as the events that made it (each
+table, view and index with its SQL, each view dropped while others still read it, each view stopped), per
+table and per dataflow the files of its state (see ``ivm.engine.checkpoint``), the string pool, the time, the
+sources' positions and the log segment replay starts at. ``DIR/data/`` holds those files, ``DIR/wal/`` the log.
+
+Opening reads the newest manifest that is whole (an older one if the newest is damaged), loads the string
+pool, replays the catalog's events on empty tables (the same SQL in the same order builds the same
+dataflows), and gives every table and dataflow its saved state: nothing is recomputed. A dataflow built
+otherwise than when it was saved (the engine changed) cannot take saved state: then every view is built again
+from the tables' saved rows, and the log says so. Then the log's commits are replayed and, if there were any,
+a checkpoint is taken.
+
+A commit is logged before it returns; a change of the catalog (DDL, a view that stopped) takes a checkpoint
+instead, as does a log grown past ``checkpoint_bytes``. A checkpoint writes only what no kept manifest names
+yet (batches are immutable; a merge's result is a new file), starts a new log segment, writes the manifest
+(temporary name, sync, rename), and deletes the files, manifests and segments no kept manifest needs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import itertools
+import json
+import logging
+import os
+import time
+import uuid
+import zlib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from sqlglot import exp
+
+from ivm.db import ddl, parsing, state, transactions, wal
+from ivm.engine import checkpoint
+from ivm.engine.batch import Batch, consolidate
+from ivm.engine.files import StoredFile, read_arrays, read_table, sync_dir, write_arrays, write_table
+from ivm.engine.trace.files import FORMAT, read_batch
+from ivm.errors import OperationalError
+
+if TYPE_CHECKING:
+    from ivm.db.connection import Connection
+
+__all__ = ["Store", "ENGINE", "open_database"]
+
+log = logging.getLogger("ivm.storage")
+
+KEEP = 2  # manifests kept: the newest, and the one before should the newest be unreadable
+
+
+def _engine_digest() -> str:
+    """A digest of the source of everything that decides how views compile and what state means."""
+    root = Path(__file__).resolve().parents[2]
+    h = hashlib.sha256(f"format {FORMAT}".encode())
+    for part in ("sql", "planner", "ivm/engine", "ivm/db"):
+        for f in sorted((root / part).rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+ENGINE = _engine_digest()
+
+
+class Store:
+    """The directory of one open database: where checkpoints and the log go."""
+
+    def __init__(self, path: str, synchronous: bool = True, checkpoint_bytes: int = 64 << 20) -> None:
+        self.path = os.path.abspath(path)
+        self.data = os.path.join(self.path, "data")
+        self.wal = os.path.join(self.path, "wal")
+        self.synchronous = synchronous
+        self.checkpoint_bytes = checkpoint_bytes
+        self.written: dict = {}  # by object identity: (object, its file[, its version]), across checkpoints
+        self.log: wal.Log | None = None
+        self.number = 0  # the newest manifest's
+        self.version = -1  # the catalog version the newest checkpoint holds
+        self.logged = 0  # string codes below this are in the checkpoint or the log
+        self.checkpoint_seconds: list[float] = []
+        self._lock = None
+
+    # -- writing ----------------------------------------------------------------------------------------
+    def committed(self, db: Connection, batches: list[tuple[str, Batch]], start: int) -> None:
+        """A commit (transactions from time ``start`` to ``db.time``) happened: log it before it returns, or
+        take a checkpoint if the catalog changed. A log that cannot be written breaks the connection: its
+        state is ahead of what a restart would find."""
+        try:
+            if db.version != self.version:
+                return self.checkpoint(db)
+            frames = []
+            if len(db.pool) > self.logged:
+                strings, canonical = db.pool.added_since(self.logged)
+                frames.append(wal.strings_frame(self.logged, strings, canonical))
+            frames += [wal.rows_frame(name, b) for name, b in batches if len(b)]
+            frames.append(wal.commit_frame(start, db.time, db.positions))
+            self.log.append(frames)
+            self.logged = len(db.pool)
+            if self.log.bytes >= self.checkpoint_bytes:
+                self.checkpoint(db)
+        except OSError as err:
+            db.broken = f"the commit could not be made durable: {err}"
+            raise OperationalError(f"{db.broken}; the database cannot be used any more") from err
+
+    def changed(self, db: Connection) -> None:
+        """Outside a transaction, a catalog change since the last checkpoint takes one now."""
+        if not db.in_transaction and db.version != self.version:
+            self.checkpoint(db)
+
+    def checkpoint(self, db: Connection) -> None:
+        """Write the database's state and a manifest naming it (see the module's docstring)."""
+        if db.in_transaction or any(db.pending.values()):
+            raise OperationalError("a checkpoint cannot be taken inside a transaction")
+        t0 = time.perf_counter()
+        os.makedirs(self.data, exist_ok=True)
+        tables = {
+            name: checkpoint.save_trace(st.arranged.op, self.data, self.written)
+            for name, st in db.tables.items()
+        }
+        dataflows = {}
+        for df in db.engine.dataflows:
+            if df is db.base:
+                continue
+            if df.name in dataflows:
+                raise OperationalError(f"two dataflows are named {df.name!r}")
+            saved = checkpoint.save(df, self.data, self.written)
+            saved["fingerprint"] = _fingerprint(saved["shape"])
+            dataflows[df.name] = saved
+        pool = self._save_pool(db)
+        sync_dir(self.data)
+        serial = next(db.serial)
+        db.serial = itertools.count(serial)
+        segment = self.log.roll() if self.log is not None else 1
+        manifest = {
+            "format": FORMAT,
+            "engine": ENGINE,
+            "time": db.time,
+            "serial": serial,
+            "version": db.version,
+            "positions": db.positions,
+            "catalog": _events(db),
+            "tables": tables,
+            "dataflows": dataflows,
+            "pool": pool,
+            "wal": segment,
+        }
+        self.number += 1
+        _write_manifest(self.path, self.number, manifest)
+        if self.log is None:
+            self.log = wal.Log(self.wal, segment, self.synchronous)
+        self.version = db.version
+        self.logged = pool["size"]
+        self._collect()
+        self.checkpoint_seconds.append(time.perf_counter() - t0)
+
+    def _save_pool(self, db: Connection) -> dict:
+        chunks, starts, tiers, canon = db.pool.at_rest()
+        files = []
+        for chunk, start, tier in zip(chunks, starts, tiers, strict=True):
+            known = self.written.get(id(chunk))
+            if known is None or known[0] is not chunk:
+                table = _strings_table(chunk)
+                known = self.written[id(chunk)] = (chunk, write_table(table, self._new_file()))
+            files.append({"file": known[1].to_json(), "start": start, "tier": tier})
+        canon_file = write_arrays({"canon": canon}, self._new_file())
+        return {"chunks": files, "canon": canon_file.to_json(), "size": int(len(canon))}
+
+    def _new_file(self) -> str:
+        return os.path.join(self.data, f"{uuid.uuid4().hex}.arrow")
+
+    def _collect(self) -> None:
+        """Delete manifests beyond the newest ``KEEP``, and the files and log segments none of those needs."""
+        numbers = _manifest_numbers(self.path)
+        kept = numbers[-KEEP:]
+        for n in numbers[:-KEEP]:
+            os.remove(_manifest_path(self.path, n))
+        needed: set[str] = set()
+        first_segment = None
+        for n in kept:
+            try:
+                m = _read_manifest(self.path, n)
+            except OperationalError:
+                continue
+            needed |= _files_of(m)
+            first_segment = m["wal"] if first_segment is None else min(first_segment, m["wal"])
+        for name in os.listdir(self.data):
+            full = os.path.join(self.data, name)
+            if full not in needed:
+                os.remove(full)
+        self.written = {k: v for k, v in self.written.items() if v[1].path in needed}
+        for s in wal.segments(self.wal):
+            if first_segment is not None and s < first_segment:
+                os.remove(wal.segment_path(self.wal, s))
+
+    def close(self, db: Connection) -> None:
+        """A clean stop: a last checkpoint (nothing to replay at the next open), then release the directory."""
+        try:
+            if not db.broken and not db.in_transaction:
+                self.checkpoint(db)
+        finally:
+            if self.log is not None:
+                self.log.close()
+            if self._lock is not None:
+                os.close(self._lock)
+                self._lock = None
+
+    # -- opening ----------------------------------------------------------------------------------------
+    def lock(self) -> None:
+        """Hold the directory for this process: a second connection to it is refused."""
+        os.makedirs(self.path, exist_ok=True)
+        fd = os.open(os.path.join(self.path, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise OperationalError(f"database {self.path} is in use by another connection") from None
+        self._lock = fd
+
+
+def open_database(
+    db: Connection, path: str, synchronous: bool = True, checkpoint_bytes: int = 64 << 20
+) -> None:
+    """Make ``db`` (new, empty) the database in directory ``path``, created if it holds none."""
+    store = Store(path, synchronous, checkpoint_bytes)
+    store.lock()
+    try:
+        numbers = _manifest_numbers(store.path)
+        if not numbers:
+            if wal.segments(store.wal):
+                raise OperationalError(
+                    f"{store.path} holds a log but no checkpoint: it is not a whole database"
+                )
+            os.makedirs(store.data, exist_ok=True)
+            store.checkpoint(db)
+            db.store = store
+            return
+        manifest, number = _newest_manifest(store.path, numbers)
+        store.number = numbers[-1]
+        if manifest["format"] != FORMAT:
+            raise OperationalError(f"{store.path} holds format {manifest['format']}, this ivm reads {FORMAT}")
+        rebuilt = False
+        if manifest["engine"] == ENGINE:
+            try:
+                _restore(db, store, manifest, hydrate=True)
+            except checkpoint.Mismatch as err:
+                log.warning("%s: %s; building every view again from the tables", store.path, err)
+                rebuilt = True
+        else:
+            log.warning("%s was written by another version of ivm: building every view again", store.path)
+            rebuilt = True
+        if rebuilt:
+            db._reset()
+            store.written = {}
+            _restore(db, store, manifest, hydrate=False)
+        replayed = _replay(db, store, manifest)
+        store.version = manifest["version"] if not rebuilt else -1
+        store.logged = len(db.pool)
+        store.log = wal.Log(store.wal, max([manifest["wal"], *wal.segments(store.wal)]), store.synchronous)
+        db.store = store
+        if replayed or rebuilt or number != numbers[-1]:
+            store.checkpoint(db)
+    except BaseException:
+        if store.log is not None:
+            store.log.close()
+        if store._lock is not None:
+            os.close(store._lock)
+        raise
+
+
+def _restore(db: Connection, store: Store, manifest: dict, hydrate: bool) -> None:
+    """Build the catalog again by its events and give it the saved state: every table and dataflow its own
+    (``hydrate``), or the tables their rows, from which the views are computed again."""
+    _load_pool(db, store, manifest["pool"])
+    db.time = manifest["time"] if hydrate else 1
+    for ev in manifest["catalog"]:
+        _replay_event(db, store, manifest, ev, hydrate)
+    if hydrate:
+        for name, st in db.tables.items():
+            checkpoint.load_trace(st.arranged.op, manifest["tables"][name], store.written)
+        for df in db.engine.dataflows:
+            if df is db.base:
+                continue
+            saved = manifest["dataflows"].get(df.name)
+            if saved is None:
+                raise checkpoint.Mismatch(f"dataflow {df.name!r} has no saved state")
+            if saved["fingerprint"] != _fingerprint(checkpoint.shape(df)):
+                raise checkpoint.Mismatch(f"dataflow {df.name!r} is built differently")
+            checkpoint.load(df, saved, store.written)
+    db.time = max(db.time, manifest["time"])
+    for st in db.tables.values():
+        st.input.advance_to(db.time)
+    for df in db.engine.dataflows:
+        checkpoint.resume(df, db.time)
+    if not hydrate:
+        db.engine.step()
+    db.positions = dict(manifest["positions"])
+    db.serial = itertools.count(manifest["serial"])
+    db.seq = itertools.count(manifest["version"] + 1)
+    db.version = manifest["version"]
+
+
+def _replay_event(db: Connection, store: Store, manifest: dict, ev: dict, hydrate: bool) -> None:
+    kind, seq = ev["kind"], ev["seq"]
+    if kind == "table":
+        ddl.create_table(db, parsing.parse(ev["sql"])[0])
+        st = db.tables[ev["name"]]
+        st.created = seq
+        if not hydrate:
+            _fill_table(db, st, manifest["tables"][ev["name"]])
+    elif kind == "view":
+        name = exp.to_identifier(ev["name"]).sql(dialect="postgres")
+        ddl.create_view(db, parsing.parse(f"CREATE VIEW {name} AS {ev['sql']}")[0])
+        db.views[ev["name"]].created = seq
+    elif kind == "index":
+        ddl.create_index(db, parsing.parse(ev["sql"])[0])
+        db.index_sql[ev["name"]] = (seq, ev["sql"])
+    elif kind == "stop":
+        st = db.views[ev["name"]]
+        if not st.df.dropped:
+            st.df.fail(RuntimeError(ev["error"]))
+            db.registry.forget(ev["name"])
+        st.error = ev["error"]
+        st.stopped = seq
+    elif kind == "drop":
+        db.serial = itertools.count(ev["number"])
+        ddl._drop_view(db, ev["name"])
+        for st in db.retained.values():
+            if st.view.name == ev["name"] and st.dropped is not None and st.dropped[1] == ev["number"]:
+                st.dropped = (seq, ev["number"])
+    else:
+        raise OperationalError(f"{store.path}: unknown catalog event {kind!r}")
+
+
+def _fill_table(db: Connection, st: state.TableState, files: list[dict]) -> None:
+    """Insert a table's saved rows through its input, as one transaction."""
+    batches = [read_batch(StoredFile.from_json(f)).updates for f in files]
+    if not batches:
+        return
+    u = Batch.concat(batches)
+    rows, _ = consolidate(u.with_times(np.zeros((len(u), 1), np.int64)))
+    width = len(st.table.columns)
+    layout = state.column_layout(st.table, width, st.arranged.nkey)
+    inv = [layout.index(i) for i in range(width)]
+    b = Batch(
+        tuple(rows.columns[i] for i in inv),
+        tuple(rows.valid[i] for i in inv),
+        np.full((len(rows), 1), db.time, np.int64),
+        rows.diffs,
+    )
+    st.input.send(b)
+    transactions.advance(db)
+    db.engine.step()
+
+
+def _load_pool(db: Connection, store: Store, saved: dict) -> None:
+    chunks, starts, tiers = [], [], []
+    for c in saved["chunks"]:
+        file = StoredFile.from_json(c["file"])
+        columns, _ = read_table(file, "strings")
+        chunk = columns["s"]
+        store.written[id(chunk)] = (chunk, file)
+        chunks.append(chunk)
+        starts.append(int(c["start"]))
+        tiers.append(int(c["tier"]))
+    arrays, _ = read_arrays(StoredFile.from_json(saved["canon"]), "string codes")
+    db.pool.load(chunks, starts, tiers, arrays["canon"])
+
+
+def _replay(db: Connection, store: Store, manifest: dict) -> int:
+    """Apply the commits logged after the checkpoint, as they were committed; how many there were."""
+    commits = wal.read_log(store.wal, manifest["wal"])
+    for c in commits:  # first every string they name, at the codes the log gave them
+        for start, strings, canonical in c.strings:
+            if start != len(db.pool):
+                raise OperationalError(
+                    f"{store.wal}: the log's strings start at code {start}, the checkpoint's pool ends at "
+                    f"{len(db.pool)}: the log does not follow the checkpoint"
+                )
+            db.pool.extend(strings, canonical)
+    for c in commits:
+        offset = db.time - c.start
+        for name, b in c.rows:
+            st = db.tables.get(name)
+            if st is None:
+                raise OperationalError(f"{store.wal}: the log changes table {name!r}, which does not exist")
+            st.input.send(b.with_times(b.times + offset))
+        db.time = c.time + offset - 1
+        transactions.advance(db)
+        db.engine.step()
+        transactions.stop_failed(db, db.engine.failed, report=False)
+        db.positions.update(c.positions)
+    return len(commits)
+
+
+def _events(db: Connection) -> list[dict]:
+    """The catalog as the events that made it, in order."""
+    events = [{"kind": "table", "name": n, "sql": st.sql, "seq": st.created} for n, st in db.tables.items()]
+    for name, (seq, sql) in db.index_sql.items():
+        events.append({"kind": "index", "name": name, "sql": sql, "seq": seq})
+    for st in [*db.views.values(), *db.retained.values()]:
+        name = st.view.name
+        events.append({"kind": "view", "name": name, "sql": st.view.sql, "seq": st.created})
+        if st.stopped is not None:
+            events.append({"kind": "stop", "name": name, "error": st.error, "seq": st.stopped})
+        if st.dropped is not None:
+            events.append({"kind": "drop", "name": name, "number": st.dropped[1], "seq": st.dropped[0]})
+    return sorted(events, key=lambda e: e["seq"])
+
+
+def _fingerprint(shape: str) -> str:
+    return hashlib.sha256(f"{ENGINE}:{shape}".encode()).hexdigest()
+
+
+def _strings_table(chunk):
+    import pyarrow as pa
+
+    return pa.table({"s": chunk})
+
+
+def _files_of(manifest: dict) -> set[str]:
+    """Every data file a manifest names."""
+    out = set()
+    for files in manifest["tables"].values():
+        out.update(f["path"] for f in files)
+    for df in manifest["dataflows"].values():
+        for op in df["operators"].values():
+            out.update(f["path"] for f in op.get("trace", ()))
+            if "running" in op:
+                out.add(op["running"]["path"])
+    out.update(c["file"]["path"] for c in manifest["pool"]["chunks"])
+    out.add(manifest["pool"]["canon"]["path"])
+    return out
+
+
+def _paths(obj, fn):
+    """``obj`` (a manifest, or part of one) with ``fn`` applied to the path of every file it names."""
+    if isinstance(obj, dict):
+        if obj.keys() == {"path", "size", "crc32"}:
+            return {**obj, "path": fn(obj["path"])}
+        return {k: _paths(v, fn) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_paths(v, fn) for v in obj]
+    return obj
+
+
+def _manifest_path(directory: str, number: int) -> str:
+    return os.path.join(directory, f"manifest-{number:012d}.json")
+
+
+def _manifest_numbers(directory: str) -> list[int]:
+    if not os.path.isdir(directory):
+        return []
+    names = [n for n in os.listdir(directory) if n.startswith("manifest-") and n.endswith(".json")]
+    return sorted(int(n[9:-5]) for n in names if n[9:-5].isdigit())
+
+
+def _write_manifest(directory: str, number: int, manifest: dict) -> None:
+    relative = _paths(manifest, lambda p: os.path.relpath(p, directory))  # the directory may move
+    body = json.dumps(relative, separators=(",", ":")).encode()
+    path = _manifest_path(directory, number)
+    with open(f"{path}.tmp", "wb") as f:
+        f.write(body + f"\n{zlib.crc32(body):08x}\n".encode())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(f"{path}.tmp", path)
+    sync_dir(directory)
+
+
+def _read_manifest(directory: str, number: int) -> dict:
+    path = _manifest_path(directory, number)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        body, crc, _ = data.rsplit(b"\n", 2)
+        if int(crc, 16) != zlib.crc32(body):
+            raise ValueError("its checksum differs from the one written")
+        return _paths(json.loads(body), lambda p: os.path.join(directory, p))
+    except (OSError, ValueError) as err:
+        raise OperationalError(f"{path} is damaged: {err}") from None
+
+
+def _newest_manifest(directory: str, numbers: list[int]) -> tuple[dict, int]:
+    """The newest manifest that reads whole (an older one, with a warning, if the newest does not)."""
+    errors = []
+    for n in reversed(numbers[-KEEP:]):
+        try:
+            return _read_manifest(directory, n), n
+        except OperationalError as err:
+            log.warning("%s", err)
+            errors.append(str(err))
+    raise OperationalError("; ".join(errors))

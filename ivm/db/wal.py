@@ -1,0 +1,218 @@
+"""The write-ahead log: committed changes, appended before COMMIT returns, replayed after a checkpoint.
+
+The log is a directory of segments; a checkpoint starts a new segment, and its manifest names the first
+segment to replay. A segment is a sequence of frames, each a header (magic, kind, length, CRC-32) and an
+Arrow IPC stream: the strings the connection's pool added since the last frame (so that the text codes of
+the rows that follow mean what they meant), the rows of one table (columns, validity, times, diffs, exactly as
+they entered the engine), and a commit frame closing every commit (the connection's time after it, and the
+positions of its sources). Frames after the last commit frame belong to a commit that never returned and are
+ignored; so is a frame cut short at the end of the last segment. A damaged frame anywhere else is an error
+naming the segment and offset: the commits after it were acknowledged and cannot be skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from ivm.engine.batch import Batch
+from ivm.errors import OperationalError
+
+__all__ = ["Log", "Commit", "read_log", "segments", "strings_frame", "rows_frame", "commit_frame"]
+
+MAGIC = b"IVMW"
+HEADER = struct.Struct("<4sBxxxQI")  # magic, kind, length, crc32
+STRINGS, ROWS, COMMIT = 1, 2, 3
+
+
+@dataclass
+class Commit:
+    """One logged commit (or several transactions committed at once): what to replay."""
+
+    start: int  # the connection's time it began at
+    time: int  # the connection's time after it
+    positions: dict
+    strings: list[tuple[int, pa.Array, np.ndarray]] = field(default_factory=list)  # (first code, text, canon)
+    rows: list[tuple[str, Batch]] = field(default_factory=list)
+
+
+def segments(directory: str) -> list[int]:
+    """The numbers of the log's segments, in order."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(int(n[:-4]) for n in os.listdir(directory) if n.endswith(".log") and n[:-4].isdigit())
+
+
+def segment_path(directory: str, number: int) -> str:
+    return os.path.join(directory, f"{number:012d}.log")
+
+
+class Log:
+    """Appends frames to the newest segment; ``synchronous`` syncs each append to disk before it returns
+    (off, a crash of the machine, not of the process, may lose the last commits)."""
+
+    def __init__(self, directory: str, segment: int, synchronous: bool = True) -> None:
+        os.makedirs(directory, exist_ok=True)
+        self.directory = directory
+        self.synchronous = synchronous
+        self.segment = segment
+        self.bytes = 0  # written since the segment began
+        self._fd = os.open(segment_path(directory, segment), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.bytes = os.fstat(self._fd).st_size
+
+    def append(self, frames: list[bytes]) -> None:
+        """Write frames at the end of the segment, durable on return (with ``synchronous``)."""
+        data = b"".join(frames)
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        if self.synchronous:
+            os.fdatasync(self._fd)
+        self.bytes += len(data)
+
+    def roll(self) -> int:
+        """Start the next segment (a checkpoint's): its number."""
+        self.close()
+        self.segment += 1
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+        self._fd = os.open(segment_path(self.directory, self.segment), flags, 0o644)
+        self.bytes = 0
+        _sync_dir(self.directory)
+        return self.segment
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _sync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _frame(kind: int, table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    payload = sink.getvalue().to_pybytes()
+    return HEADER.pack(MAGIC, kind, len(payload), zlib.crc32(payload)) + payload
+
+
+def strings_frame(start: int, strings: pa.Array, canonical: np.ndarray) -> bytes:
+    """A frame of the strings that took codes ``start`` onwards, and whether each was canonical."""
+    table = pa.table({"s": strings.cast(pa.large_string()), "canonical": pa.array(canonical.view(np.uint8))})
+    return _frame(STRINGS, table.replace_schema_metadata({"ivm.start": str(start)}))
+
+
+def rows_frame(table: str, batch: Batch) -> bytes:
+    """A frame of a table's changes as they entered the engine (one time coordinate)."""
+    arrays, names = [], []
+    for i, (col, mask) in enumerate(zip(batch.columns, batch.valid, strict=True)):
+        arrays.append(pa.array(col.view(np.uint8) if col.dtype == np.bool_ else col))
+        names.append(f"c{i}")
+        if mask is not None:
+            arrays.append(pa.array(mask.view(np.uint8)))
+            names.append(f"v{i}")
+    arrays += [pa.array(np.ascontiguousarray(batch.times[:, 0])), pa.array(batch.diffs)]
+    names += ["time", "diff"]
+    meta = {"ivm.table": table, "ivm.dtypes": ",".join(c.dtype.str for c in batch.columns)}
+    return _frame(ROWS, pa.Table.from_arrays(arrays, names=names).replace_schema_metadata(meta))
+
+
+def commit_frame(start: int, time: int, positions: dict) -> bytes:
+    """The frame closing a commit: the connection's times before and after it, its sources' positions."""
+    meta = {"ivm.commit": json.dumps({"start": start, "time": time, "positions": positions})}
+    return _frame(COMMIT, pa.table({"x": pa.array([], pa.int8())}).replace_schema_metadata(meta))
+
+
+def read_log(directory: str, first: int) -> list[Commit]:
+    """The complete commits logged in segments ``first`` onwards, in order. The tail of a commit that never
+    returned, at the end of the last segment, is cut off the file, so that appends follow whole commits."""
+    numbers = [n for n in segments(directory) if n >= first]
+    out: list[Commit] = []
+    for k, number in enumerate(numbers):
+        path = segment_path(directory, number)
+        commits, end, size = _read_segment(path, last=k == len(numbers) - 1)
+        out += commits
+        if end < size:
+            os.truncate(path, end)
+    return out
+
+
+def _read_segment(path: str, last: bool) -> tuple[list[Commit], int, int]:
+    """The commits of a segment, where its last whole commit ends, and its size."""
+    with open(path, "rb") as f:
+        data = f.read()
+    pos = end_of_commits = 0
+    commits: list[Commit] = []
+    pending: list[tuple[int, pa.Table]] = []
+    while pos < len(data):
+        end = pos + HEADER.size
+        bad = end > len(data)
+        if not bad:
+            magic, kind, length, crc = HEADER.unpack_from(data, pos)
+            bad = magic != MAGIC or end + length > len(data) or zlib.crc32(data[end : end + length]) != crc
+        if bad:
+            if last and not _more_commits(data, pos):
+                break  # the tail of a commit that never returned
+            raise OperationalError(f"{path} is damaged at byte {pos}: a logged commit cannot be read")
+        try:
+            table = pa.ipc.open_stream(pa.py_buffer(data[end : end + length])).read_all()
+        except pa.ArrowException as err:
+            raise OperationalError(f"{path} is damaged at byte {pos}: {err}") from None
+        pos = end + length
+        if kind != COMMIT:
+            pending.append((kind, table))
+            continue
+        info = json.loads(table.schema.metadata[b"ivm.commit"])
+        commit = Commit(int(info["start"]), int(info["time"]), dict(info.get("positions") or {}))
+        for k, t in pending:
+            meta = {a.decode(): b.decode() for a, b in (t.schema.metadata or {}).items()}
+            if k == STRINGS:
+                canon = t.column("canonical").to_numpy().astype(bool)
+                commit.strings.append((int(meta["ivm.start"]), t.column("s").combine_chunks(), canon))
+            elif k == ROWS:
+                commit.rows.append((meta["ivm.table"], _batch(t, meta)))
+        pending = []
+        commits.append(commit)
+        end_of_commits = pos
+    return commits, end_of_commits, len(data)
+
+
+def _more_commits(data: bytes, pos: int) -> bool:
+    """Whether a valid commit frame follows ``pos`` (then the damage is not a torn tail)."""
+    i = data.find(MAGIC, pos + 1)
+    while i >= 0:
+        if i + HEADER.size <= len(data):
+            _, kind, length, crc = HEADER.unpack_from(data, i)
+            stop = i + HEADER.size + length
+            if kind == COMMIT and stop <= len(data) and zlib.crc32(data[i + HEADER.size : stop]) == crc:
+                return True
+        i = data.find(MAGIC, i + 1)
+    return False
+
+
+def _batch(t: pa.Table, meta: dict[str, str]) -> Batch:
+    dtypes = [np.dtype(d) for d in meta["ivm.dtypes"].split(",") if d]
+    names = t.schema.names
+    cols, valid = [], []
+
+    def col(name: str) -> np.ndarray:
+        return t.column(name).combine_chunks().to_numpy(zero_copy_only=False)
+
+    for i, d in enumerate(dtypes):
+        cols.append(col(f"c{i}").view(d) if d == np.bool_ else col(f"c{i}").astype(d, copy=False))
+        valid.append(col(f"v{i}").view(np.bool_) if f"v{i}" in names else None)
+    times = col("time").astype(np.int64).reshape(-1, 1)
+    return Batch(tuple(cols), tuple(valid), times, col("diff").astype(np.int64))

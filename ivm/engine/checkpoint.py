@@ -1,0 +1,129 @@
+"""A dataflow's state at rest: written as files between steps, and loaded into the same dataflow built again.
+
+Between steps every queue is empty, so a dataflow's state is what its operators keep: each arrangement's
+trace (its readable batches), each linear aggregate's running states, the rows in error, and the frontier.
+``save`` writes that under a directory and returns a JSON-able description naming the files; ``load`` gives
+a dataflow built the same way (same operators, in the same order) that state instead of what it has, and
+refuses one built differently (its ``shape`` differs). Traces read through imports belong to the dataflow
+that built them and are saved there. Files already written for an immutable batch are not written again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator
+
+from ivm.engine.dataflow import Dataflow
+from ivm.engine.files import StoredFile, read_arrays, write_arrays
+from ivm.engine.operators.arrange import ArrangeOp, ImportOp
+from ivm.engine.operators.iterate import LoopOp
+from ivm.engine.operators.reduce import ReduceOp
+from ivm.engine.scope import Operator, Scope
+from ivm.engine.trace.files import read_trace, write_trace
+
+__all__ = ["operators", "shape", "at_rest", "save", "load", "save_trace", "load_trace", "resume", "Mismatch"]
+
+
+class Mismatch(Exception):
+    """The dataflow is not built as the saved one was (another plan, or another engine)."""
+
+
+def operators(df: Dataflow) -> Iterator[tuple[str, Operator]]:
+    """Every operator with its path: its index in its scope, after its loops' indices (``3/1``)."""
+
+    def walk(scope: Scope, prefix: str) -> Iterator[tuple[str, Operator]]:
+        for i, op in enumerate(scope.operators):
+            path = f"{prefix}{i}"
+            yield path, op
+            if isinstance(op, LoopOp):
+                yield from walk(op.inner, f"{path}/")
+
+    return walk(df.scope, "")
+
+
+def shape(df: Dataflow) -> str:
+    """A digest of the dataflow's operators: kinds, paths, and the key and columns of what they arrange."""
+    h = hashlib.sha256()
+    for path, op in operators(df):
+        h.update(f"{path}:{op.name}".encode())
+        if isinstance(op, ArrangeOp):
+            h.update(f":{op.nkey}:{','.join(d.str for d in op.dtypes)}:{op.trace.dim}".encode())
+        if isinstance(op, ReduceOp):
+            h.update(f":{type(op.reducer).__name__}:{op.state is not None}".encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def at_rest(df: Dataflow) -> bool:
+    """Whether nothing waits in the dataflow: every queue is empty (between steps)."""
+    for _, op in operators(df):
+        if any(True for _ in op.pending_points()):
+            return False
+        if isinstance(op, ImportOp) and op.history:
+            return False
+    return not any(inp.staged for inp in df.inputs)
+
+
+def save_trace(op: ArrangeOp, directory: str, written: dict) -> list[dict]:
+    """The files of an arrangement's trace (written unless ``written`` holds them), described."""
+    return [f.to_json() for f in write_trace(op.trace, directory, written)]
+
+
+def load_trace(op: ArrangeOp, saved: list[dict], written: dict) -> None:
+    """Replace an arrangement's trace contents with the saved batches (noted in ``written``, so that no
+    later checkpoint writes them again)."""
+    files = [StoredFile.from_json(f) for f in saved]
+    for b, f in zip(read_trace(op.trace, files), files, strict=True):
+        written[id(b)] = (b, f)
+
+
+def save(df: Dataflow, directory: str, written: dict) -> dict:
+    """Write the dataflow's state under ``directory``; its description (JSON-able)."""
+    if not at_rest(df):
+        raise RuntimeError(f"dataflow {df.name!r} is not at rest")
+    ops: dict[str, dict] = {}
+    for path, op in operators(df):
+        if isinstance(op, ArrangeOp) and op.handle is not None:
+            ops[path] = {"trace": save_trace(op, directory, written)}
+        elif isinstance(op, ReduceOp) and op.state is not None:
+            known = written.get(id(op.state))
+            if known is None or known[0] is not op.state or known[2] != op.state.writes:
+                uri = f"{directory.rstrip('/')}/{uuid.uuid4().hex}.arrow"
+                known = written[id(op.state)] = (
+                    op.state,
+                    write_arrays(op.state.columns(), uri),
+                    op.state.writes,
+                )
+            ops[path] = {"running": known[1].to_json()}
+    return {"frontier": df.frontier, "errors": dict(df.errors), "shape": shape(df), "operators": ops}
+
+
+def load(df: Dataflow, saved: dict, written: dict) -> None:
+    """Give ``df`` (built as the saved dataflow was, and at rest) the saved state; ``Mismatch`` if it is
+    built otherwise. Call ``resume`` once every dataflow is loaded."""
+    if saved["shape"] != shape(df):
+        raise Mismatch(f"dataflow {df.name!r} is built differently")
+    ops = saved["operators"]
+    for path, op in operators(df):
+        entry = ops.get(path)
+        if isinstance(op, ArrangeOp) and op.handle is not None:
+            load_trace(op, entry["trace"] if entry else [], written)
+        elif isinstance(op, ReduceOp) and op.state is not None:
+            if entry is None:
+                raise Mismatch(f"dataflow {df.name!r} has no running state saved at {path}")
+            file = StoredFile.from_json(entry["running"])
+            columns, _ = read_arrays(file, "running states")
+            op.state.load(columns)
+            written[id(op.state)] = (op.state, file, op.state.writes)
+    df.errors = {str(k): int(v) for k, v in saved["errors"].items()}
+
+
+def resume(df: Dataflow, frontier: int) -> None:
+    """Put a loaded dataflow at ``frontier``: every time before it retired, its readers' frontiers there."""
+    df.frontier = frontier
+    for inp in df.inputs:
+        inp.frontier = max(inp.frontier, frontier)
+    for h in df.handles:
+        if not h.released:
+            h.advance(df.frontier_in(h.trace.dim))

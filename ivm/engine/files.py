@@ -1,0 +1,144 @@
+"""Engine state as files: Arrow IPC, written once, opened memory-mapped, checked by checksum.
+
+Everything the engine writes (trace batches, running states, the string pool) is an immutable Arrow table in
+one IPC file: a local file is written under a temporary name, synced and renamed into place, so the name only
+ever holds a whole file; any other ``pyarrow.fs`` URI is written whole. Reading maps a local file and views its
+arrays in place, so what is never touched is never read and the OS may page it out. Writing returns the file's
+size and CRC-32, which whoever names the file (a checkpoint's manifest) keeps; reading checks both, so a torn,
+cut or corrupted file raises an ``OperationalError`` naming it and never yields values.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from ivm.errors import OperationalError
+
+__all__ = ["StoredFile", "resolve", "write_table", "read_table", "write_arrays", "read_arrays", "sync_dir"]
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """Where a file was written and what checks it on reading."""
+
+    path: str
+    size: int
+    crc32: int
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(d: dict) -> StoredFile:
+        return StoredFile(str(d["path"]), int(d["size"]), int(d["crc32"]))
+
+
+def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The file system and path of a local path or a URI (``file://``, ``s3://``, ...)."""
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), os.path.abspath(uri)
+    return pafs.FileSystem.from_uri(uri)
+
+
+def write_bytes(buf: pa.Buffer | bytes, uri: str, sync: bool = True) -> StoredFile:
+    """Write ``buf`` as the whole of a new file at ``uri`` (locally: temporary name, sync, rename)."""
+    fs, path = resolve(uri)
+    if isinstance(fs, pafs.LocalFileSystem):
+        tmp = f"{path}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(buf)
+            f.flush()
+            if sync:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    else:
+        with fs.open_output_stream(path) as out:
+            out.write(buf)
+    size = buf.size if isinstance(buf, pa.Buffer) else len(buf)
+    return StoredFile(uri, size, zlib.crc32(buf))
+
+
+def read_bytes(file: StoredFile) -> pa.Buffer:
+    """The bytes of ``file`` (mapped, when local), checked against its size and checksum."""
+    fs, path = resolve(file.path)
+    try:
+        if isinstance(fs, pafs.LocalFileSystem):
+            buf = pa.memory_map(path, "r").read_buffer()
+        else:
+            with fs.open_input_file(path) as f:
+                buf = f.read_buffer()
+    except (OSError, pa.ArrowException) as err:
+        raise OperationalError(f"cannot read {file.path}: {err}") from None
+    if buf.size != file.size:
+        raise OperationalError(f"{file.path} is damaged: {buf.size} bytes where {file.size} were written")
+    if zlib.crc32(buf) != file.crc32:
+        raise OperationalError(f"{file.path} is damaged: its checksum differs from the one written")
+    return buf
+
+
+def sync_dir(directory: str) -> None:
+    """Make the names created in a local directory durable (a no-op elsewhere)."""
+    fs, path = resolve(directory)
+    if isinstance(fs, pafs.LocalFileSystem) and hasattr(os, "O_DIRECTORY"):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_table(table: pa.Table, uri: str) -> StoredFile:
+    """Write ``table`` (one record batch) as an Arrow IPC file at ``uri``."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=max(table.num_rows, 1))
+    return write_bytes(sink.getvalue(), uri)
+
+
+def read_table(file: StoredFile, what: str = "an ivm file") -> tuple[dict[str, pa.Array], dict[str, str]]:
+    """The columns (by name) and schema metadata of the table in ``file``; an ``OperationalError`` naming the
+    file when it is missing, damaged or not ``what``."""
+    buf = read_bytes(file)
+    try:
+        reader = pa.ipc.open_file(buf)
+        meta = {k.decode(): v.decode() for k, v in (reader.schema.metadata or {}).items()}
+        if reader.num_record_batches:
+            batch = reader.get_batch(0)
+            columns = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
+        else:
+            empty = reader.schema.empty_table()
+            columns = {name: empty.column(name).combine_chunks() for name in empty.schema.names}
+    except (pa.ArrowException, ValueError) as err:
+        raise OperationalError(f"{file.path} is not {what}: {err}") from None
+    return columns, meta
+
+
+def write_arrays(arrays: dict[str, np.ndarray], uri: str, meta: dict[str, str] | None = None) -> StoredFile:
+    """Write one-dimensional numpy arrays of one length (booleans as bytes) with their dtypes."""
+    names = list(arrays)
+    values = [arrays[n].view(np.uint8) if arrays[n].dtype == np.bool_ else arrays[n] for n in names]
+    info = {"ivm.arrays": ";".join(f"{n}={arrays[n].dtype.str}" for n in names), **(meta or {})}
+    table = pa.Table.from_arrays([pa.array(v) for v in values], names=names).replace_schema_metadata(info)
+    return write_table(table, uri)
+
+
+def read_arrays(file: StoredFile, what: str = "arrays") -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The arrays ``write_arrays`` wrote (read-only views of the mapped file) and its metadata."""
+    columns, meta = read_table(file, what)
+    try:
+        dtypes = dict(part.split("=", 1) for part in meta["ivm.arrays"].split(";") if part)
+        out = {n: view(columns[n]).view(np.dtype(d)) for n, d in dtypes.items()}
+    except (KeyError, ValueError, pa.ArrowException) as err:
+        raise OperationalError(f"{file.path} is not {what}: {err}") from None
+    return out, meta
+
+
+def view(arr: pa.Array) -> np.ndarray:
+    """A primitive Arrow array (without NULLs) as numpy, without copying."""
+    return arr.to_numpy(zero_copy_only=True)

@@ -1,0 +1,296 @@
+"""Durable databases: what a directory holds after commits, clean stops and abandoned connections opens as it
+was, every view equal to DuckDB's recompute of its SQL; damaged files are errors naming them."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import ivm
+from ivm.db import storage
+from tests.oracle import same_rows
+from tests.sql.test_views_oracle import SCHEMA, VIEWS, _random_txn
+
+
+def abandon(db) -> None:
+    """Let go of a durable connection as a crash would: no checkpoint, the log as it is."""
+    store = db.store
+    store.log.close()
+    os.close(store._lock)
+    db.store = None
+
+
+def oracle_of(db) -> duckdb.DuckDBPyConnection:
+    """A DuckDB holding the rows of ``db``'s tables."""
+    oracle = duckdb.connect()
+    oracle.execute("SET default_null_order = 'nulls_last_on_asc_first_on_desc'")
+    for s in SCHEMA:
+        oracle.execute(s)
+    for table in ("t", "u"):
+        rows = db.execute(f"SELECT * FROM {table}").fetchall()
+        if rows:
+            marks = ", ".join("?" * len(rows[0]))
+            oracle.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+    return oracle
+
+
+def check_views(db, names) -> None:
+    oracle = oracle_of(db)
+    for n in names:
+        got = db.execute(f"SELECT * FROM {n}").fetchall()
+        expected = oracle.execute(VIEWS[n].replace("v_group", f"({VIEWS['v_group']})")).fetchall()
+        assert same_rows(got, expected), f"{n}: got {got}, expected {expected}"
+
+
+def tables_of(db) -> dict:
+    return {t: sorted(db.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in ("t", "u")}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_reopened_database_is_the_one_left(tmp_path, seed):
+    rng = random.Random(seed)
+    path = str(tmp_path / "db")
+    db = ivm.connect(path)
+    for s in SCHEMA:
+        db.execute(s)
+    names = list(VIEWS)
+    for n in names:
+        db.execute(f"CREATE VIEW {n} AS {VIEWS[n]}")
+    state = {"t": set()}
+    for step in range(12):
+        stmts = _random_txn(rng, state)
+        db.execute("BEGIN")
+        for s in stmts:
+            db.execute(s)
+        db.execute("COMMIT")
+        if step % 3 == 2:
+            before = tables_of(db)
+            if rng.random() < 0.5:
+                db.close()
+            else:
+                abandon(db)  # the commits since the last checkpoint are replayed from the log
+            db = ivm.connect(path)
+            assert tables_of(db) == before
+            check_views(db, names)
+    db.close()
+
+
+def test_opening_loads_state_instead_of_computing_it(tmp_path):
+    path = str(tmp_path / "db")
+    db = ivm.connect(path)
+    for s in SCHEMA:
+        db.execute(s)
+    db.execute(f"CREATE VIEW g AS {VIEWS['v_group']}")
+    db.execute("INSERT INTO t VALUES " + ", ".join(f"({i}, {i / 10}, {i % 7}, 'abc')" for i in range(1, 201)))
+    db.close()
+    db = ivm.connect(path)
+    traces = db.engine.traces()  # every one read from its files, none computed
+    assert traces and all(not b.updates.diffs.flags.owndata for t in traces for b in t.batches())
+    assert len(db.execute("SELECT * FROM g").fetchall()) == 7
+    db.execute("DELETE FROM t WHERE a <= 100")
+    assert sorted(db.execute("SELECT c, n FROM g").fetchall()) == [
+        (c, sum(1 for i in range(101, 201) if i % 7 == c)) for c in range(7)
+    ]
+    db.close()
+
+
+def test_a_view_built_by_another_engine_is_built_again(tmp_path, monkeypatch, caplog):
+    path = str(tmp_path / "db")
+    db = ivm.connect(path)
+    for s in SCHEMA:
+        db.execute(s)
+    db.execute(f"CREATE VIEW v_join_agg AS {VIEWS['v_join_agg']}")
+    db.execute("INSERT INTO t VALUES (1, 1.5, 2, 'abc'), (2, 2.5, 3, NULL)")
+    db.execute("INSERT INTO u VALUES (1, 1, 1.25), (2, 2, NULL), (1, 3, 2.00)")
+    db.close()
+    monkeypatch.setattr(storage, "ENGINE", "another version")
+    with caplog.at_level(logging.WARNING, logger="ivm.storage"):
+        db = ivm.connect(path)
+    assert "another version of ivm" in caplog.text
+    check_views(db, ["v_join_agg"])
+    db.execute("INSERT INTO u VALUES (2, 4, 0.50)")
+    check_views(db, ["v_join_agg"])
+    db.close()
+
+
+def test_catalog_history_survives(tmp_path):
+    """Dropped views still read by others, stopped views, indexes, constraints and mixed-case names."""
+    path = str(tmp_path / "db")
+    db = ivm.connect(path)
+    db.execute('CREATE TABLE "Items" ("Id" INT PRIMARY KEY, name VARCHAR(5) UNIQUE, n INT CHECK (n >= 0))')
+    db.execute('CREATE INDEX by_n ON "Items" (n)')
+    db.execute('CREATE VIEW base AS SELECT n, count(*) AS c FROM "Items" GROUP BY n')
+    db.execute('CREATE VIEW above AS SELECT n FROM "Items" GROUP BY n HAVING count(*) > 1')
+    db.execute('CREATE VIEW ratio AS SELECT "Id", 10 / n AS r FROM "Items"')
+    db.execute("DROP VIEW base")  # kept running: 'above' reads its arrangement
+    db.execute("CREATE VIEW base AS SELECT 1 AS one")
+    db.execute("CREATE TABLE e (src INT, dst INT)")
+    db.execute(
+        "CREATE VIEW p AS WITH RECURSIVE r(a, b) AS (SELECT src, dst FROM e UNION ALL "
+        "SELECT r.a, e.dst FROM r JOIN e ON r.b = e.src) SELECT a, b FROM r"
+    )
+    db.execute("INSERT INTO \"Items\" VALUES (1, 'a', 1), (2, 'b', 1), (3, 'c', 2)")
+    db.execute("INSERT INTO \"Items\" VALUES (4, 'd', 0)")  # 'ratio' divides by zero: in error
+    with pytest.warns(ivm.Warning, match="view 'p' failed"):
+        db.execute("INSERT INTO e VALUES (1, 2), (2, 1)")  # a cycle under UNION ALL: 'p' stops
+    db.close()
+    db = ivm.connect(path)
+    assert db.execute("SELECT * FROM above").fetchall() == [(1,)]
+    assert db.execute("SELECT * FROM base").fetchall() == [(1,)]
+    with pytest.raises(ivm.Error, match="division by zero"):
+        db.execute("SELECT * FROM ratio")
+    with pytest.raises(ivm.Error, match="view 'p' failed"):
+        db.execute("SELECT * FROM p")
+    db.execute('DELETE FROM "Items" WHERE "Id" = 4')
+    assert len(db.execute("SELECT * FROM ratio").fetchall()) == 3
+    with pytest.raises(ivm.IntegrityError):
+        db.execute("INSERT INTO \"Items\" VALUES (5, 'a', 3)")
+    with pytest.raises(ivm.IntegrityError):
+        db.execute("INSERT INTO \"Items\" VALUES (5, 'e', -1)")
+    db.execute("INSERT INTO \"Items\" VALUES (5, 'e', 2)")
+    assert sorted(db.execute("SELECT * FROM above").fetchall()) == [(1,), (2,)]
+    db.execute("DROP VIEW ratio")
+    db.close()
+    db = ivm.connect(path)
+    assert sorted(db.execute("SELECT * FROM above").fetchall()) == [(1,), (2,)]
+    db.close()
+
+
+def test_text_codes_keep_their_meaning_across_the_log(tmp_path):
+    """Strings first seen after the checkpoint (by commits, queries and views alike) are replayed at the
+    codes the logged rows name."""
+    path = str(tmp_path / "db")
+    db = ivm.connect(path)
+    db.execute("CREATE TABLE p (k INT PRIMARY KEY, s TEXT, note TEXT)")
+    db.execute("CREATE VIEW up AS SELECT upper(s) AS u, count(*) AS n FROM p GROUP BY upper(s)")
+    db.execute("SELECT 'only in a query'").fetchall()
+    for i in range(30):
+        db.execute("INSERT INTO p VALUES (%s, %s, %s)", (i, f"s{i % 4}", f"note number {i}"))
+    db.execute("SELECT lower('ANOTHER') || 'x'").fetchall()
+    db.execute("UPDATE p SET s = 'changed' WHERE k < 5")
+    db.execute("DELETE FROM p WHERE k >= 25")
+    before = sorted(db.execute("SELECT * FROM p").fetchall())
+    abandon(db)
+    db = ivm.connect(path)
+    assert sorted(db.execute("SELECT * FROM p").fetchall()) == before
+    assert sorted(db.execute("SELECT * FROM up").fetchall()) == [
+        ("CHANGED", 5),
+        ("S0", 5),
+        ("S1", 5),
+        ("S2", 5),
+        ("S3", 5),
+    ]
+    db.execute("DELETE FROM p WHERE s = 'changed' OR note = 'note number 9'")
+    assert sorted(db.execute("SELECT * FROM up").fetchall()) == [("S0", 5), ("S1", 4), ("S2", 5), ("S3", 5)]
+    db.close()
+
+
+def test_a_directory_opens_once(tmp_path):
+    db = ivm.connect(str(tmp_path / "db"))
+    with pytest.raises(ivm.OperationalError, match="in use"):
+        ivm.connect(str(tmp_path / "db"))
+    db.close()
+    ivm.connect(str(tmp_path / "db")).close()
+
+
+def test_without_synchronous_commits_are_logged_too(tmp_path):
+    path = str(tmp_path / "db")
+    db = ivm.connect(path, synchronous=False)
+    db.execute("CREATE TABLE k (a INT)")
+    db.execute("INSERT INTO k VALUES (1), (2)")
+    abandon(db)
+    db = ivm.connect(path)
+    assert sorted(db.execute("SELECT * FROM k").fetchall()) == [(1,), (2,)]
+    db.close()
+
+
+def test_the_log_checkpoints_when_it_grows(tmp_path):
+    path = str(tmp_path / "db")
+    db = ivm.connect(path, checkpoint_bytes=20_000)
+    db.execute("CREATE TABLE k (a INT)")
+    for i in range(100):
+        db.execute("INSERT INTO k VALUES (%s)", (i,))
+    assert len(db.store.checkpoint_seconds) > 2
+    assert db.store.log.bytes < 20_000
+    abandon(db)
+    db = ivm.connect(path)
+    assert db.execute("SELECT count(*) FROM k").fetchall() == [(100,)]
+    db.close()
+
+
+# -- damage --------------------------------------------------------------------------------------------
+
+
+def _durable(tmp_path) -> str:
+    path = str(tmp_path / "db")
+    db = ivm.connect(path)
+    db.execute("CREATE TABLE k (a INT PRIMARY KEY, s TEXT)")
+    db.execute("CREATE VIEW n AS SELECT count(*) AS c FROM k")
+    db.execute("INSERT INTO k VALUES " + ", ".join(f"({i}, 'x{i}')" for i in range(1, 51)))
+    db.close()
+    return path
+
+
+def _data_files(path: str) -> list[Path]:
+    return sorted(Path(path, "data").iterdir(), key=lambda p: p.stat().st_size, reverse=True)
+
+
+def test_a_flipped_byte_is_an_error_naming_the_file(tmp_path):
+    path = _durable(tmp_path)
+    victim = _data_files(path)[0]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    victim.write_bytes(bytes(data))
+    with pytest.raises(ivm.OperationalError, match=victim.name):
+        ivm.connect(path)
+
+
+def test_a_cut_or_missing_file_is_an_error_naming_it(tmp_path):
+    path = _durable(tmp_path)
+    victim = _data_files(path)[0]
+    victim.write_bytes(victim.read_bytes()[:100])
+    with pytest.raises(ivm.OperationalError, match=victim.name):
+        ivm.connect(path)
+    victim.unlink()
+    with pytest.raises(ivm.OperationalError, match=victim.name):
+        ivm.connect(path)
+
+
+def test_a_damaged_manifest_falls_back_to_the_one_before(tmp_path, caplog):
+    path = _durable(tmp_path)
+    newest = sorted(Path(path).glob("manifest-*.json"))[-1]
+    newest.write_bytes(newest.read_bytes()[:-20])
+    with caplog.at_level(logging.WARNING, logger="ivm.storage"):
+        db = ivm.connect(path)
+    assert newest.name in caplog.text
+    assert db.execute("SELECT * FROM n").fetchall() == [(50,)]
+    db.close()
+
+
+def test_a_torn_log_tail_is_dropped_and_damage_before_it_is_an_error(tmp_path):
+    path = str(tmp_path / "db")
+    db = ivm.connect(path)
+    db.execute("CREATE TABLE k (a INT)")
+    for i in range(3):
+        db.execute("INSERT INTO k VALUES (%s)", (i,))
+    segment = Path(db.store.log.directory) / f"{db.store.log.segment:012d}.log"
+    abandon(db)
+    copy = tmp_path / "copy"
+    shutil.copytree(path, copy)
+    whole = segment.read_bytes()
+    segment.write_bytes(whole[:-7])  # the last commit never finished writing: it never returned
+    db = ivm.connect(path)
+    assert sorted(db.execute("SELECT * FROM k").fetchall()) == [(0,), (1,)]
+    db.close()
+    damaged = bytearray(whole)
+    damaged[40] ^= 0xFF  # inside the first commit, with whole commits after it
+    segment = copy / "wal" / segment.name
+    segment.write_bytes(bytes(damaged))
+    with pytest.raises(ivm.OperationalError, match=segment.name):
+        ivm.connect(str(copy))
