@@ -154,7 +154,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch-sizes", default="1000,10000")
     ap.add_argument("--txns", type=int, default=200)
     ap.add_argument("--refresh-fraction", type=float, default=0.1)
+    ap.add_argument("--durable", action="store_true", help="reopen, checkpoint and log figures (tpch.durable)")
     args = ap.parse_args(argv)
+    if args.durable:
+        from tpch.durable import run
+
+        run(args.sf, args.txns, args.json)
+        return
     for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(v, "1")
     queries = [q.strip() for q in args.queries.split(",") if q.strip()]

@@ -13,7 +13,7 @@ __all__ = ["main", "COMMANDS"]
 
 # subcommand -> (module whose main(argv) runs it, one line of help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "shell": ("ivm.cli.shell", "interactive SQL shell on an in-memory database (the default)"),
+    "shell": ("ivm.cli.shell", "interactive SQL shell (the default); ivm DIR keeps its database in DIR"),
     "run": ("ivm.cli.script", "run SQL scripts: ivm run FILE.sql ... [--keep-going] [--until-quiet]"),
     "demo": ("ivm.cli.demo", "TPC-H: 22 views maintained under refresh batches against DuckDB's recompute"),
     "bench": ("ivm.bench.engine", "the engine's benchmarks"),

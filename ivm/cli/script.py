@@ -1,4 +1,4 @@
-"""``ivm run FILE.sql ...``: execute scripts in one in-memory database.
+"""``ivm run [--database DIR] FILE.sql ...``: execute scripts in one database (in memory, or kept in DIR).
 
 Each file's statements run in order, with results printed as the shell prints them. The first error stops the
 run with exit status 1; with ``--keep-going`` every statement runs and the status is 1 at the end if any
@@ -13,6 +13,7 @@ import sys
 import time
 
 from ivm.cli.session import Session
+from ivm.cli.shell import open_database
 
 __all__ = ["main"]
 
@@ -25,8 +26,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--until-quiet", action="store_true", help="end subscriptions when no change is pending")
     ap.add_argument("--timing", action="store_true", help="print how long each statement takes")
     ap.add_argument("--echo", action="store_true", help="print each statement before its result")
+    ap.add_argument("--database", metavar="DIR", help="database directory (default: in memory)")
     args = ap.parse_args(argv)
-    session = Session(timing=args.timing, echo=args.echo)
+    conn = open_database(args.database)
+    if conn is None:
+        return 2
+    try:
+        return _run(args, Session(conn, timing=args.timing, echo=args.echo))
+    finally:
+        conn.close()
+
+
+def _run(args, session: Session) -> int:
     errors = 0
     for name in args.files:
         try:

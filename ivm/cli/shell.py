@@ -21,10 +21,8 @@ from ivm.engine.allocator import tune_allocator
 
 __all__ = ["main", "Shell"]
 
-BANNER = (
-    "ivm {version}: an in-memory database; nothing is saved when the shell ends.\n"
-    "Statements end with ';'. \\? lists the commands, \\q quits."
-)
+BANNER = "ivm {version}: {where}.\nStatements end with ';'. \\? lists the commands, \\q quits."
+IN_MEMORY = "an in-memory database; nothing is saved when the shell ends (ivm DIR keeps one in DIR)"
 
 
 def _version() -> str:
@@ -74,7 +72,9 @@ class Shell:
                 with contextlib.suppress(OSError):
                     self.readline.read_history_file(history)
         if self.interactive:
-            s.say(BANNER.format(version=_version()))
+            store = s.conn.store
+            where = IN_MEMORY if store is None else f"database {store.path}; every commit is kept there"
+            s.say(BANNER.format(version=_version(), where=where))
         splitter = Splitter()
         typed: list[str] = []
         try:
@@ -123,17 +123,28 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(prog="ivm shell", description=__doc__)
-    ap.add_argument("database", nargs="?", help="a database to open (there is no persistence yet)")
+    ap.add_argument("database", nargs="?", help="a database directory to open or create (default: in memory)")
     ap.add_argument("--timing", action="store_true", help="print how long each statement takes")
     args = ap.parse_args(argv)
-    if args.database is not None:
-        print(
-            f"ivm: cannot open database {args.database!r}: databases are in memory only (there is no"
-            " persistence yet).\nRun 'ivm' alone for an in-memory shell.",
-            file=sys.stderr,
-        )
+    conn = open_database(args.database)
+    if conn is None:
         return 2
-    session = Session(timing=args.timing)
+    session = Session(conn, timing=args.timing)
     shell = Shell(session, sys.stdin, interactive=sys.stdin.isatty())
-    shell.loop()
+    try:
+        shell.loop()
+    finally:
+        conn.close()
     return 0
+
+
+def open_database(path: str | None):
+    """A connection to the database in directory ``path`` (in memory without one), or None after saying why
+    it cannot be opened."""
+    import ivm
+
+    try:
+        return ivm.connect(path)
+    except ivm.Error as err:
+        print(f"ivm: cannot open database {path!r}: {err}", file=sys.stderr)
+        return None

@@ -136,6 +136,8 @@ class Connection:
                     transactions.begin(self, implicit=True)
         except BaseException:
             transactions.failure(self)
+            if self.store is not None and not self.in_transaction:
+                self.store.changed(self)  # DDL that stood before the failure is kept
             raise
         if self.in_transaction and self.implicit:
             transactions.commit(self)

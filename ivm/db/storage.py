@@ -33,12 +33,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
 from sqlglot import exp
 
 from ivm.db import ddl, parsing, state, transactions, wal
 from ivm.engine import checkpoint
 from ivm.engine.batch import Batch, consolidate
-from ivm.engine.files import StoredFile, read_arrays, read_table, sync_dir, write_arrays, write_table
+from ivm.engine.files import StoredFile, Written, read_arrays, read_table, sync_dir, write_arrays, write_table
 from ivm.engine.trace.files import FORMAT, read_batch
 from ivm.errors import OperationalError
 
@@ -75,7 +76,7 @@ class Store:
         self.wal = os.path.join(self.path, "wal")
         self.synchronous = synchronous
         self.checkpoint_bytes = checkpoint_bytes
-        self.written: dict = {}  # by object identity: (object, its file[, its version]), across checkpoints
+        self.written = Written()  # the files of what earlier checkpoints wrote
         self.log: wal.Log | None = None
         self.number = 0  # the newest manifest's
         self.version = -1  # the catalog version the newest checkpoint holds
@@ -160,11 +161,10 @@ class Store:
         chunks, starts, tiers, canon = db.pool.at_rest()
         files = []
         for chunk, start, tier in zip(chunks, starts, tiers, strict=True):
-            known = self.written.get(id(chunk))
-            if known is None or known[0] is not chunk:
-                table = _strings_table(chunk)
-                known = self.written[id(chunk)] = (chunk, write_table(table, self._new_file()))
-            files.append({"file": known[1].to_json(), "start": start, "tier": tier})
+            file = self.written.get(chunk)
+            if file is None:
+                file = self.written.put(chunk, write_table(pa.table({"s": chunk}), self._new_file()))
+            files.append({"file": file.to_json(), "start": start, "tier": tier})
         canon_file = write_arrays({"canon": canon}, self._new_file())
         return {"chunks": files, "canon": canon_file.to_json(), "size": int(len(canon))}
 
@@ -172,27 +172,30 @@ class Store:
         return os.path.join(self.data, f"{uuid.uuid4().hex}.arrow")
 
     def _collect(self) -> None:
-        """Delete manifests beyond the newest ``KEEP``, and the files and log segments none of those needs."""
-        numbers = _manifest_numbers(self.path)
-        kept = numbers[-KEEP:]
-        for n in numbers[:-KEEP]:
-            os.remove(_manifest_path(self.path, n))
-        needed: set[str] = set()
-        first_segment = None
-        for n in kept:
+        """Delete manifests beyond the newest ``KEEP`` that read whole (and any that do not), and the files and
+        log segments none of those needs."""
+        kept: list[dict] = []
+        for n in reversed(_manifest_numbers(self.path)):
             try:
-                m = _read_manifest(self.path, n)
+                m = _read_manifest(self.path, n) if len(kept) < KEEP else None
             except OperationalError:
-                continue
-            needed |= _files_of(m)
-            first_segment = m["wal"] if first_segment is None else min(first_segment, m["wal"])
+                m = None
+            if m is None:
+                os.remove(_manifest_path(self.path, n))
+            else:
+                kept.append(m)
+        for name in os.listdir(self.path):
+            if name.startswith("manifest-") and name.endswith(".tmp"):
+                os.remove(os.path.join(self.path, name))
+        needed = set().union(*(_files_of(m) for m in kept))
         for name in os.listdir(self.data):
             full = os.path.join(self.data, name)
             if full not in needed:
                 os.remove(full)
-        self.written = {k: v for k, v in self.written.items() if v[1].path in needed}
+        self.written.keep(_files_of(kept[0]))
+        first_segment = min(m["wal"] for m in kept)
         for s in wal.segments(self.wal):
-            if first_segment is not None and s < first_segment:
+            if s < first_segment:
                 os.remove(wal.segment_path(self.wal, s))
 
     def close(self, db: Connection) -> None:
@@ -253,15 +256,19 @@ def open_database(
             rebuilt = True
         if rebuilt:
             db._reset()
-            store.written = {}
-            _restore(db, store, manifest, hydrate=False)
-        replayed = _replay(db, store, manifest)
+            store.written = Written()
+            with db.pool.active():  # the new pool
+                _restore(db, store, manifest, hydrate=False)
+                replayed = _replay(db, store, manifest)
+        else:
+            replayed = _replay(db, store, manifest)
         store.version = manifest["version"] if not rebuilt else -1
         store.logged = len(db.pool)
         store.log = wal.Log(store.wal, max([manifest["wal"], *wal.segments(store.wal)]), store.synchronous)
         db.store = store
         if replayed or rebuilt or number != numbers[-1]:
-            store.checkpoint(db)
+            with db.pool.active():
+                store.checkpoint(db)
     except BaseException:
         if store.log is not None:
             store.log.close()
@@ -361,7 +368,7 @@ def _load_pool(db: Connection, store: Store, saved: dict) -> None:
         file = StoredFile.from_json(c["file"])
         columns, _ = read_table(file, "strings")
         chunk = columns["s"]
-        store.written[id(chunk)] = (chunk, file)
+        store.written.put(chunk, file)
         chunks.append(chunk)
         starts.append(int(c["start"]))
         tiers.append(int(c["tier"]))
@@ -412,12 +419,6 @@ def _events(db: Connection) -> list[dict]:
 
 def _fingerprint(shape: str) -> str:
     return hashlib.sha256(f"{ENGINE}:{shape}".encode()).hexdigest()
-
-
-def _strings_table(chunk):
-    import pyarrow as pa
-
-    return pa.table({"s": chunk})
 
 
 def _files_of(manifest: dict) -> set[str]:

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 
 from ivm.engine.dataflow import Dataflow
-from ivm.engine.files import StoredFile, read_arrays, write_arrays
+from ivm.engine.files import StoredFile, Written, read_arrays, write_arrays
 from ivm.engine.operators.arrange import ArrangeOp, ImportOp
 from ivm.engine.operators.iterate import LoopOp
 from ivm.engine.operators.reduce import ReduceOp
@@ -65,20 +65,20 @@ def at_rest(df: Dataflow) -> bool:
     return not any(inp.staged for inp in df.inputs)
 
 
-def save_trace(op: ArrangeOp, directory: str, written: dict) -> list[dict]:
+def save_trace(op: ArrangeOp, directory: str, written: Written) -> list[dict]:
     """The files of an arrangement's trace (written unless ``written`` holds them), described."""
     return [f.to_json() for f in write_trace(op.trace, directory, written)]
 
 
-def load_trace(op: ArrangeOp, saved: list[dict], written: dict) -> None:
+def load_trace(op: ArrangeOp, saved: list[dict], written: Written) -> None:
     """Replace an arrangement's trace contents with the saved batches (noted in ``written``, so that no
     later checkpoint writes them again)."""
     files = [StoredFile.from_json(f) for f in saved]
     for b, f in zip(read_trace(op.trace, files), files, strict=True):
-        written[id(b)] = (b, f)
+        written.put(b, f)
 
 
-def save(df: Dataflow, directory: str, written: dict) -> dict:
+def save(df: Dataflow, directory: str, written: Written) -> dict:
     """Write the dataflow's state under ``directory``; its description (JSON-able)."""
     if not at_rest(df):
         raise RuntimeError(f"dataflow {df.name!r} is not at rest")
@@ -87,19 +87,15 @@ def save(df: Dataflow, directory: str, written: dict) -> dict:
         if isinstance(op, ArrangeOp) and op.handle is not None:
             ops[path] = {"trace": save_trace(op, directory, written)}
         elif isinstance(op, ReduceOp) and op.state is not None:
-            known = written.get(id(op.state))
-            if known is None or known[0] is not op.state or known[2] != op.state.writes:
+            file = written.get(op.state, op.state.writes)
+            if file is None:
                 uri = f"{directory.rstrip('/')}/{uuid.uuid4().hex}.arrow"
-                known = written[id(op.state)] = (
-                    op.state,
-                    write_arrays(op.state.columns(), uri),
-                    op.state.writes,
-                )
-            ops[path] = {"running": known[1].to_json()}
+                file = written.put(op.state, write_arrays(op.state.columns(), uri), op.state.writes)
+            ops[path] = {"running": file.to_json()}
     return {"frontier": df.frontier, "errors": dict(df.errors), "shape": shape(df), "operators": ops}
 
 
-def load(df: Dataflow, saved: dict, written: dict) -> None:
+def load(df: Dataflow, saved: dict, written: Written) -> None:
     """Give ``df`` (built as the saved dataflow was, and at rest) the saved state; ``Mismatch`` if it is
     built otherwise. Call ``resume`` once every dataflow is loaded."""
     if saved["shape"] != shape(df):
@@ -115,7 +111,7 @@ def load(df: Dataflow, saved: dict, written: dict) -> None:
             file = StoredFile.from_json(entry["running"])
             columns, _ = read_arrays(file, "running states")
             op.state.load(columns)
-            written[id(op.state)] = (op.state, file, op.state.writes)
+            written.put(op.state, file, op.state.writes)
     df.errors = {str(k): int(v) for k, v in saved["errors"].items()}
 
 

@@ -11,6 +11,7 @@ cut or corrupted file raises an ``OperationalError`` naming it and never yields 
 from __future__ import annotations
 
 import os
+import weakref
 import zlib
 from dataclasses import asdict, dataclass
 
@@ -20,7 +21,16 @@ import pyarrow.fs as pafs
 
 from ivm.errors import OperationalError
 
-__all__ = ["StoredFile", "resolve", "write_table", "read_table", "write_arrays", "read_arrays", "sync_dir"]
+__all__ = [
+    "StoredFile",
+    "Written",
+    "resolve",
+    "write_table",
+    "read_table",
+    "write_arrays",
+    "read_arrays",
+    "sync_dir",
+]
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,29 @@ class StoredFile:
     @staticmethod
     def from_json(d: dict) -> StoredFile:
         return StoredFile(str(d["path"]), int(d["size"]), int(d["crc32"]))
+
+
+class Written:
+    """The file each object (an immutable batch or string chunk, or a mutable state at a version) was last
+    written to, kept from checkpoint to checkpoint so that nothing is written twice. Objects are held weakly:
+    what a merge replaced is not kept alive for the sake of its file."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple] = {}
+
+    def get(self, obj: object, version: int | None = None) -> StoredFile | None:
+        entry = self._by_id.get(id(obj))
+        if entry is None or entry[0]() is not obj or entry[2] != version:
+            return None
+        return entry[1]
+
+    def put(self, obj: object, file: StoredFile, version: int | None = None) -> StoredFile:
+        self._by_id[id(obj)] = (weakref.ref(obj), file, version)
+        return file
+
+    def keep(self, paths: set[str]) -> None:
+        """Forget every object gone, or whose file is not among ``paths``."""
+        self._by_id = {k: e for k, e in self._by_id.items() if e[0]() is not None and e[1].path in paths}
 
 
 def resolve(uri: str) -> tuple[pafs.FileSystem, str]:

@@ -33,10 +33,19 @@ def test_help_lists_every_command():
     assert COMMANDS["sidecar"][0] == "connectors.postgres.sidecar"
 
 
-def test_a_database_name_is_refused_plainly():
-    status, out = run(["mydb"])
-    assert status == 2
-    assert "cannot open database 'mydb': databases are in memory only" in out
+def test_a_database_directory_keeps_what_the_shell_and_scripts_did(tmp_path):
+    where = str(tmp_path / "mydb")
+    status, out = run([where], "CREATE TABLE t (a INTEGER);\nINSERT INTO t VALUES (1), (2);\n")
+    assert status == 0
+    script = tmp_path / "more.sql"
+    script.write_text("CREATE VIEW s AS SELECT sum(a) AS total FROM t;\nINSERT INTO t VALUES (3);\n")
+    status, out = run(["run", "--database", where, str(script)])
+    assert status == 0, out
+    status, out = run([where], "SELECT total FROM s;\n")
+    assert status == 0 and " 6\n" in out
+    (tmp_path / "mydb" / "data").rename(tmp_path / "elsewhere")
+    status, out = run([where], "SELECT 1;\n")
+    assert status == 2 and f"cannot open database {where!r}" in out and "cannot read" in out
     status, out = run(["script.sql"])
     assert status == 2 and "to run a script: ivm run script.sql" in out
 

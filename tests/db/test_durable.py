@@ -102,20 +102,27 @@ def test_opening_loads_state_instead_of_computing_it(tmp_path):
 
 def test_a_view_built_by_another_engine_is_built_again(tmp_path, monkeypatch, caplog):
     path = str(tmp_path / "db")
+    names = ["v_join_agg", "v_strings", "v_minmax_text", "v_topk_text", "v_group"]
     db = ivm.connect(path)
     for s in SCHEMA:
         db.execute(s)
-    db.execute(f"CREATE VIEW v_join_agg AS {VIEWS['v_join_agg']}")
-    db.execute("INSERT INTO t VALUES (1, 1.5, 2, 'abc'), (2, 2.5, 3, NULL)")
+    for n in names:
+        db.execute(f"CREATE VIEW {n} AS {VIEWS[n]}")
+    db.execute("INSERT INTO t VALUES (1, 1.5, 2, 'abc'), (2, 2.5, 3, NULL), (3, 0.5, 2, 'zzz')")
     db.execute("INSERT INTO u VALUES (1, 1, 1.25), (2, 2, NULL), (1, 3, 2.00)")
-    db.close()
+    db.execute("UPDATE t SET s = 'later' WHERE a = 3")  # in the log only
+    abandon(db)
     monkeypatch.setattr(storage, "ENGINE", "another version")
     with caplog.at_level(logging.WARNING, logger="ivm.storage"):
         db = ivm.connect(path)
     assert "another version of ivm" in caplog.text
-    check_views(db, ["v_join_agg"])
+    check_views(db, names)
     db.execute("INSERT INTO u VALUES (2, 4, 0.50)")
-    check_views(db, ["v_join_agg"])
+    db.execute("INSERT INTO t VALUES (4, 1.0, 2, 'abc'), (5, 1.0, 3, 'new text')")
+    check_views(db, names)
+    db.close()
+    db = ivm.connect(path)  # written by this version now: loaded, not rebuilt
+    check_views(db, names)
     db.close()
 
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ivm.engine.batch import Batch
-from ivm.engine.files import StoredFile
+from ivm.engine.files import StoredFile, Written
 from ivm.engine.lattice import Antichain
 from ivm.engine.trace.batch import TraceBatch
 from ivm.engine.trace.files import read_batch, read_trace, write_batch, write_trace
@@ -117,7 +117,7 @@ def test_a_trace_written_and_loaded_goes_on_as_the_original(tmp_path_factory, si
     a = Spine(2, dtypes, 1)
     ha = a.handle(Antichain([0]))
     b = hb = None
-    written: dict = {}
+    written = Written()
     for t, n in enumerate(sizes):
         batch = Batch.build(
             [rng.integers(0, 400, n), rng.integers(0, 3, n), rng.integers(0, 4, n)],

@@ -32,7 +32,7 @@ __all__ = ["TraceBatch", "expand_ranges"]
 KEEP_RUNS = 1 << 16
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class TraceBatch:
     """Consolidated updates sorted by (key hash, key, value, time); ``hashes[i]`` is row i's key hash."""
 

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from ivm.engine.batch import Batch
-from ivm.engine.files import StoredFile, read_table, view, write_table
+from ivm.engine.files import StoredFile, Written, read_table, view, write_table
 from ivm.engine.trace.batch import TraceBatch
 from ivm.engine.trace.spine import Spine
 from ivm.errors import OperationalError
@@ -40,18 +40,16 @@ def read_batch(file: StoredFile) -> TraceBatch:
         raise OperationalError(f"{file.path} is not a trace batch of format {FORMAT}: {err}") from None
 
 
-def write_trace(
-    spine: Spine, directory: str, written: dict[int, tuple[TraceBatch, StoredFile]]
-) -> list[StoredFile]:
+def write_trace(spine: Spine, directory: str, written: Written) -> list[StoredFile]:
     """The files of ``spine``'s readable batches, oldest first, each written under ``directory`` unless
     ``written`` (by batch identity, kept from checkpoint to checkpoint) holds it already: batches are
     immutable, so a batch is written once whatever the number of checkpoints naming it."""
     out = []
     for b in spine.batches():
-        known = written.get(id(b))
-        if known is None or known[0] is not b:
-            known = written[id(b)] = (b, write_batch(b, f"{directory.rstrip('/')}/{uuid.uuid4().hex}.arrow"))
-        out.append(known[1])
+        file = written.get(b)
+        if file is None:
+            file = written.put(b, write_batch(b, f"{directory.rstrip('/')}/{uuid.uuid4().hex}.arrow"))
+        out.append(file)
     return out
 
 
