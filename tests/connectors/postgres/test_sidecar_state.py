@@ -1,0 +1,315 @@
+"""The sidecar with ``--state DIR``: a restart resumes the slot from the state directory (no snapshot, no
+recompute), SIGKILLs under load leave targets equal to Postgres' own recompute, a target behind or ahead of the
+state is brought to it exactly, and a state the slot can no longer serve is said and built again from a
+snapshot."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from connectors.postgres._catalog import parse_views, resolve_tables
+from connectors.postgres.cluster import LocalCluster
+from connectors.postgres.sidecar import Sidecar
+from connectors.postgres.target import Target
+from connectors.postgres.workload import VIEWS, Load, bump_marker, mismatches, setup, wait_for_marker
+from tests.connectors.postgres.test_sidecar_load import InvariantReader
+
+STREAMING = ("initial state written", "resumed from state")
+
+
+@contextlib.contextmanager
+def running(dsn: str, state: Path, views: str = VIEWS, **options):
+    """The sidecar with a state directory in a thread, stopped at the end; yields it once it streams."""
+    car = Sidecar(dsn, views, batch_changes=500, state=str(state), **options)
+    with car.in_thread():
+        wait_for_marker(dsn, 0, timeout=60)
+        yield car
+
+
+def _sync(dsn: str, views: str = VIEWS) -> None:
+    """Wait until the target has every source transaction committed so far, then compare it with Postgres."""
+    wait_for_marker(dsn, bump_marker(dsn), timeout=60)
+    assert mismatches(dsn, parse_views(views).views) == {}
+
+
+def _burst(dsn: str, seconds: float, seed: int) -> int:
+    load = Load(dsn, threads=3, pause=0.002, seed=seed).start()
+    time.sleep(seconds)
+    load.stop()
+    return load.commits
+
+
+def _wait(condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def _rows_by_version(dsn: str, views: list[str]) -> dict[str, set]:
+    """Each target table's rows by physical version (ctid, xmin): a row written again gets another."""
+    with psycopg.connect(dsn) as c:
+        return {v: set(c.execute(f"SELECT ctid::text, xmin::text FROM ivm.{v}").fetchall()) for v in views}
+
+
+def test_a_restart_with_state_reads_no_snapshot_and_stays_exact(dsn, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="ivm.sidecar")
+    setup(dsn)
+    state = tmp_path / "state"
+    with running(dsn, state) as first:
+        assert _burst(dsn, 1.0, seed=1) > 0
+        _sync(dsn)
+    assert first.snapshot_rows == 901 and first.resumed == 0  # workload.SCHEMA: 200 + 300 + 400 + 1 rows
+    for round in range(2):
+        caplog.clear()
+        with running(dsn, state) as again:
+            assert _burst(dsn, 1.0, seed=10 + round) > 0
+            _sync(dsn)
+        assert again.snapshot_rows == 0 and again.resumed == 1
+        with psycopg.connect(dsn) as c:  # the tables as the state has them are those of the source
+            assert again.tables == resolve_tables(c, parse_views(VIEWS), "ivm", True)[0]
+        said = [r.getMessage() for r in caplog.records]
+        assert any("resumed from state" in m and "no snapshot read" in m for m in said), said
+        assert not any(m.startswith("snapshot:") for m in said)
+    # what the engine holds is what Postgres computes: the views' row counts, read from the state itself
+    import ivm
+
+    db = ivm.connect(str(state))
+    try:
+        with psycopg.connect(dsn) as c:
+            for name, query in parse_views(VIEWS).views.items():
+                want = c.execute(f"SELECT count(*) FROM ({query}) q").fetchone()[0]
+                assert db.execute(f'SELECT count(*) FROM "{name}"').fetchall() == [(want,)], name
+    finally:
+        db.close()
+
+
+def _runs(text: str) -> list[str]:
+    """The sidecar's log, one part per start (``SidecarProcess`` writes ``--- run N`` before each)."""
+    return text.split("--- run ")[1:]
+
+
+def test_sigkill_under_load_with_state_resumes_without_snapshots(dsn, sidecar_process, tmp_path):
+    """The sidecar is killed 22 times while three clients write, at random moments (while starting, opening
+    the state, catching the target up, streaming), and restarted on its state directory each time. Whatever
+    the moments: once a run has logged that it streams, the state is whole and no later run reads a snapshot;
+    readers of the target never see half a source transaction; at the end the targets equal Postgres' own
+    recompute of the views."""
+    setup(dsn)
+    rng = random.Random(11)
+    load = Load(dsn, threads=3, pause=0.002, seed=300).start()
+    reader = InvariantReader(dsn)
+    reader.start()
+    car = sidecar_process(VIEWS, "--state", str(tmp_path / "state"), "--batch-changes", "2000")
+    kills = 0
+    for i in range(22):
+        car.start()
+        if i % 2:  # once this run streams, then a while later
+            deadline = time.monotonic() + 60
+            while not any(s in _runs(car.text())[-1] for s in STREAMING):
+                assert car.proc.poll() is None, car.text()[-3000:]
+                assert time.monotonic() < deadline, car.text()[-3000:]
+                time.sleep(0.02)
+            threading.Event().wait(rng.uniform(0.0, 0.6))
+        else:  # anywhere: starting, opening the state, bringing the target to it, streaming
+            threading.Event().wait(rng.uniform(0.05, 2.5))
+        car.kill()
+        kills += 1
+    car.start()
+    car.wait_log("resumed from state", count=car.text().count("resumed from state") + 1)
+    load.stop()
+    wait_for_marker(dsn, bump_marker(dsn))
+    assert mismatches(dsn, parse_views(VIEWS).views) == {}
+    reader.finish()
+    assert car.terminate() == 0
+    runs = _runs(car.text())
+    assert kills >= 20 and len(runs) == kills + 1
+    whole = next(i for i, r in enumerate(runs) if "initial state written" in r)
+    snapshots = [i for i, r in enumerate(runs) if "snapshot: slot" in r]
+    assert [i for i in snapshots if i > whole] == [], snapshots
+    resumed = [i for i, r in enumerate(runs) if "resumed from state" in r]
+    assert len(resumed) >= kills // 2 and resumed[-1] == kills
+    assert "(0 rows read from snapshots since start)" in runs[-1]
+    assert reader.reads > 0 and reader.bad == []
+
+
+class _TargetLost(Exception):
+    pass
+
+
+def test_a_target_behind_the_state_gets_the_views_changed_since(dsn, tmp_path, caplog, monkeypatch):
+    """The state commits a batch and the target write fails (as if the process died between the two): the
+    next start replaces, in one transaction at the state's LSN, only the views that batch may have changed."""
+    caplog.set_level(logging.INFO, logger="ivm.sidecar")
+    setup(dsn)
+    state = tmp_path / "state"
+    with running(dsn, state):
+        _burst(dsn, 0.5, seed=2)
+        _sync(dsn)
+    untouched = ["total", "by_owner", "item_groups", "item_rows", "marker_n"]
+    before = _rows_by_version(dsn, untouched)
+    apply = Target.apply
+
+    def lost(self, *args, **kwargs):
+        raise _TargetLost()
+
+    monkeypatch.setattr(Target, "apply", lost)
+    with pytest.raises(_TargetLost), running(dsn, state, views=VIEWS) as car:
+        with psycopg.connect(dsn, autocommit=True) as c:
+            c.execute("INSERT INTO notes VALUES (7, 'behind'), (8, NULL); DELETE FROM notes WHERE k = 9")
+        deadline = time.monotonic() + 60
+        while not car.state.dirty:  # the state has the batch; the target write that follows fails
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    monkeypatch.setattr(Target, "apply", apply)
+    with psycopg.connect(dsn) as c:
+        assert c.execute("SELECT count(*) FROM ivm.all_notes WHERE note = 'behind'").fetchone()[0] == 0
+    caplog.clear()
+    with running(dsn, state) as car:
+        _wait(lambda: car.resumed == 1)
+        assert car.snapshot_rows == 0
+        assert _rows_by_version(dsn, untouched) == before
+        _sync(dsn)
+    said = [r.getMessage() for r in caplog.records if "target brought from" in r.getMessage()]
+    assert len(said) == 1 and said[0].endswith(": all_notes, item_notes replaced"), said
+
+
+def test_a_target_ahead_of_the_state_is_not_written_again(dsn, sidecar_process, tmp_path, caplog):
+    """Without sync, a crash of the machine may lose the state's last commits while the target has them (cut
+    here by emptying the log after a SIGKILL): the slot was held back to the state's checkpoint, so the
+    transactions come again; up to the target's LSN they change nothing in the target."""
+    caplog.set_level(logging.INFO, logger="ivm.sidecar")
+    setup(dsn)
+    state = tmp_path / "state"
+    # batches large enough that the slot never has to move on: the state's only checkpoint is the first one
+    car = sidecar_process(VIEWS, "--state", str(state), "--no-sync", "--batch-changes", "1000000").start()
+    car.wait_log("initial state written")
+    _burst(dsn, 1.0, seed=3)
+    _sync(dsn)
+    car.kill()
+    for name in os.listdir(state / "wal"):  # the commits since the checkpoint never reached the disk
+        os.truncate(state / "wal" / name, 0)
+    views = [v for v in parse_views(VIEWS).views if v != "marker_n"]
+    before = _rows_by_version(dsn, views)
+    with running(dsn, state, synchronous=False) as again:
+        assert again.snapshot_rows == 0
+        _sync(dsn)  # one more source transaction: the marker's
+        assert _rows_by_version(dsn, views) == before
+    said = [r.getMessage() for r in caplog.records]
+    assert any("ahead of the state" in m for m in said), said
+
+
+def _drop_slot(c) -> None:
+    deadline = time.monotonic() + 60
+    while True:  # the session of the sidecar just stopped may still hold it a moment
+        try:
+            c.execute("SELECT pg_drop_replication_slot('ivm')")
+            return
+        except psycopg.errors.ObjectInUse:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+
+
+def _recreate_slot(c) -> None:
+    _drop_slot(c)
+    c.execute("SELECT pg_create_logical_replication_slot('ivm', 'pgoutput')")
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (_drop_slot, "replication slot 'ivm' does not exist (dropped)"),
+        (_recreate_slot, "(it was dropped and created again, or the state is older than the slot)"),
+        (None, "it was built for another views file"),
+    ],
+)
+def test_a_state_the_slot_cannot_serve_is_built_again_from_a_snapshot(dsn, tmp_path, caplog, change, said):
+    setup(dsn)
+    state = tmp_path / "state"
+    with running(dsn, state):
+        _sync(dsn)
+    with psycopg.connect(dsn, autocommit=True) as c:
+        if change is not None:
+            change(c)
+        c.execute("UPDATE accounts SET owner = 'moved' WHERE id = 1")
+    views = (
+        VIEWS if change is not None else VIEWS + "CREATE MATERIALIZED VIEW few AS SELECT id FROM accounts;\n"
+    )
+    caplog.clear()
+    with running(dsn, state, views=views) as car:
+        _sync(dsn, views)
+        assert car.snapshot_rows > 0 and car.resumed == 0
+    messages = [r.getMessage() for r in caplog.records if "cannot be resumed" in r.getMessage()]
+    assert len(messages) == 1 and said in messages[0] and "taking a new snapshot" in messages[0], messages
+    with running(dsn, state, views=views) as car:  # and the state built again is resumed
+        _sync(dsn, views)
+        assert car.snapshot_rows == 0 and car.resumed == 1
+
+
+def test_a_slot_that_lost_its_wal_while_stopped_falls_back_to_a_snapshot(tmp_path, caplog):
+    views = "CREATE MATERIALIZED VIEW marker_n AS SELECT n FROM marker;\n"
+    views += "CREATE MATERIALIZED VIEW s AS SELECT SUM(v) AS v FROM t;\n"
+    settings = {"max_slot_wal_keep_size": "1MB", "wal_keep_size": "0", "min_wal_size": "32MB"}
+    state = tmp_path / "state"
+    with (
+        LocalCluster(settings=settings) as cluster,
+        cluster.database("lost") as dsn,
+        psycopg.connect(dsn, autocommit=True) as c,
+    ):
+        c.execute(
+            "CREATE TABLE marker (id integer PRIMARY KEY, n bigint NOT NULL); INSERT INTO marker VALUES (1, 0);"
+            "CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t VALUES (1, 1)"
+        )
+        with running(dsn, state, views=views):
+            _sync(dsn, views)
+        c.execute("INSERT INTO t VALUES (2, 41)")  # the slot must keep this one's WAL, and cannot
+        for _ in range(4):
+            c.execute("CREATE TABLE filler AS SELECT g FROM generate_series(1, 100000) g; DROP TABLE filler")
+            c.execute("SELECT pg_switch_wal()")
+        c.execute("CHECKPOINT")
+        assert c.execute("SELECT wal_status FROM pg_replication_slots").fetchone()[0] == "lost"
+        caplog.clear()
+        with running(dsn, state, views=views) as car:
+            _sync(dsn, views)
+            assert c.execute("SELECT v FROM ivm.s").fetchall() == [(42,)]
+            assert car.snapshot_rows == 3
+    said = [r.getMessage() for r in caplog.records if "cannot be resumed" in r.getMessage()]
+    assert len(said) == 1 and "lost the WAL it needs" in said[0] and "taking a new snapshot" in said[0], said
+
+
+def test_source_ddl_rebuilds_with_state_while_running_and_while_stopped(dsn, tmp_path, caplog):
+    """A table altered while the sidecar runs is read again alone (its views rebuilt); the state then resumes.
+    Altered while the sidecar is stopped: the resumed stream sees it and rebuilds those views alone too."""
+    setup(dsn)
+    state = tmp_path / "state"
+    with psycopg.connect(dsn, autocommit=True) as c:
+        with running(dsn, state):
+            c.execute("ALTER TABLE notes ADD COLUMN extra int")
+            c.execute("INSERT INTO notes VALUES (1, 'after', 5)")
+            _sync(dsn)
+        with running(dsn, state) as car:
+            c.execute("INSERT INTO notes VALUES (2, 'resumed', 6)")
+            _sync(dsn)
+            assert car.snapshot_rows == 0
+        c.execute("ALTER TABLE notes DROP COLUMN extra")
+        c.execute("INSERT INTO notes VALUES (3, 'down')")
+        caplog.clear()
+        with running(dsn, state) as car:
+            _sync(dsn)
+            notes = c.execute("SELECT count(*) FROM notes").fetchone()[0]
+            assert car.resumed == 1 and car.snapshot_rows == notes  # that table alone
+        with running(dsn, state) as car:
+            c.execute("DELETE FROM notes WHERE note = 'down'")
+            _sync(dsn)
+            assert car.snapshot_rows == 0
+    said = [r.getMessage() for r in caplog.records if "rebuilding views" in r.getMessage()]
+    assert said and "public.notes changed (column extra dropped)" in said[0], said
