@@ -188,6 +188,7 @@ class Sidecar:
         self.feeds: dict[int, TableFeed] = {}
         self.subs: dict = {}
         self._fresh = False  # the stream could not go on: the next start takes a new snapshot
+        self._clean = False
         self._slot_at = 0  # where the slot was last advanced to
 
     def stop(self) -> None:
@@ -250,6 +251,7 @@ class Sidecar:
         src = Source(self.source_dsn, self.slot, self.publication)
         tgt = Target(self.target_dsn, self.schema, self.slot)
         db = None
+        self._clean = False  # the stream ended between batches (asked to stop)
         try:
             with TARGET:
                 tgt.connect()  # first of all: one sidecar per target schema
@@ -345,7 +347,9 @@ class Sidecar:
         if db.closed:
             return
         broken = db.broken
-        if self.state.complete and not broken:  # what the sidecar knows now (the target's LSN, for one)
+        if self.state.complete and self._clean and not broken:
+            # stopped between batches: what the sidecar knows now (the target's LSN, for one) goes with the
+            # last checkpoint; after an error it may be ahead of the engine's state, which keeps its own
             self.state.note(db, self._record(self.state.lsn))
         try:
             db.close()
@@ -747,6 +751,8 @@ class Sidecar:
                     self._advance(src, db, reached)
                     committed = reached
             elif txns or finish:
+                if self.state is not None:
+                    self._at(db, reached)  # the state first: a target ahead of it is harder to bring back
                 replaced = {}
                 if finish:
                     newly_failed.update(pending.failed)
@@ -769,8 +775,6 @@ class Sidecar:
                     else:
                         log.error("view %r is in error: %s", v, e)
                 in_error = now
-                if self.state is not None:
-                    self._at(db, reached)  # the state first: a target ahead of it is harder to bring back
                 with TARGET:
                     tgt.apply(diffs, lsn, len(txns), newly_failed, changed, replaced)
                 done = time.time()
@@ -813,6 +817,7 @@ class Sidecar:
                     in_error = {v: e for v, e in in_error.items() if v not in pending.views}
             elif not msgs:
                 self._sleep(0.05)
+        self._clean = True
         log.info(
             "stopped at %s (%d rows read from snapshots since start)", format_lsn(committed), self.snapshot_rows
         )

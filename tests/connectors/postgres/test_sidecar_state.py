@@ -19,6 +19,7 @@ import pytest
 from connectors.postgres._catalog import parse_views, resolve_tables
 from connectors.postgres.cluster import LocalCluster
 from connectors.postgres.sidecar import Sidecar
+from connectors.postgres.source import Source
 from connectors.postgres.target import Target
 from connectors.postgres.workload import VIEWS, Load, bump_marker, mismatches, setup, wait_for_marker
 from tests.connectors.postgres.test_sidecar_load import InvariantReader
@@ -313,3 +314,103 @@ def test_source_ddl_rebuilds_with_state_while_running_and_while_stopped(dsn, tmp
             assert car.snapshot_rows == 0
     said = [r.getMessage() for r in caplog.records if "rebuilding views" in r.getMessage()]
     assert said and "public.notes changed (column extra dropped)" in said[0], said
+
+
+ERRORS_VIEWS = """
+CREATE MATERIALIZED VIEW marker_n AS SELECT n FROM marker;
+CREATE MATERIALIZED VIEW amounts AS SELECT id, amount FROM t;
+CREATE MATERIALIZED VIEW products AS SELECT id, a * b AS p FROM t;
+CREATE MATERIALIZED VIEW nums AS SELECT id, CAST(s AS INTEGER) AS n FROM t;
+CREATE MATERIALIZED VIEW counted AS SELECT COUNT(*) AS n FROM t;
+"""
+
+
+def test_views_in_error_stay_in_error_across_restarts_until_their_rows_change(dsn, tmp_path):
+    """What puts a view in error lives in the state too: a value ivm cannot hold (the sidecar's record), a
+    value the engine cannot compute (the engine's), a value the target column cannot hold (counted again from
+    the view at start); after a restart each view is in error exactly as before, and recovers when the row
+    changes."""
+    state = tmp_path / "state"
+
+    def status(c) -> dict[str, str]:
+        return dict(c.execute("SELECT view, state || ': ' || coalesce(error, '') FROM ivm._ivm_status"))
+
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(
+            "CREATE TABLE marker (id integer PRIMARY KEY, n bigint NOT NULL); INSERT INTO marker VALUES (1, 0);"
+            "CREATE TABLE t (id int PRIMARY KEY, amount numeric(10,2), a int, b int, s text);"
+            "INSERT INTO t VALUES (1, 1, 2, 3, '4')"
+        )
+        with running(dsn, state, views=ERRORS_VIEWS):
+            c.execute("INSERT INTO t VALUES (2, 'NaN', 65536, 65536, 'five')")
+            _sync(dsn, "CREATE MATERIALIZED VIEW counted AS SELECT COUNT(*) AS n FROM t;")
+            before = status(c)
+        assert before["amounts"].startswith("error: table public.t, row (id)=(2): column amount holds 'NaN'")
+        assert before["products"].startswith("error: integer out of range in column 'p': 4294967296")
+        assert before["nums"].startswith("error: ") and "'five'" in before["nums"]
+        assert before["counted"] == before["marker_n"] == "running: "
+        with running(dsn, state, views=ERRORS_VIEWS) as car:
+            _wait(lambda: car.resumed == 1)
+            bump = bump_marker(dsn)
+            wait_for_marker(dsn, bump)
+            assert status(c) == before and car.snapshot_rows == 0
+            c.execute("UPDATE t SET amount = 2, b = 1, s = '5' WHERE id = 2")
+            _sync(dsn, ERRORS_VIEWS)
+            assert set(status(c).values()) == {"running: "}
+
+
+def test_a_crash_while_views_are_rebuilt(dsn, tmp_path, caplog, monkeypatch):
+    """A crash after a changed table was read again, before the target took the rebuilt views: the next start
+    goes on with the rebuild from the state (no snapshot). A crash while the table is being read: the state is
+    not whole, the next start says so and takes a new snapshot."""
+    caplog.set_level(logging.INFO, logger="ivm.sidecar")
+    setup(dsn)
+    state = tmp_path / "state"
+    apply = Target.apply
+    hit = threading.Event()
+
+    def lost_when_rebuilt(self, diffs, lsn, txns, failed, errors=None, replaced=None):
+        if replaced:
+            hit.set()
+            raise _TargetLost()
+        return apply(self, diffs, lsn, txns, failed, errors, replaced)
+
+    with psycopg.connect(dsn, autocommit=True) as c:
+        with running(dsn, state):
+            _sync(dsn)
+        monkeypatch.setattr(Target, "apply", lost_when_rebuilt)
+        with pytest.raises(_TargetLost), running(dsn, state):
+            c.execute("ALTER TABLE notes ADD COLUMN extra int")
+            c.execute("INSERT INTO notes VALUES (1, 'after', 5)")
+            c.execute("UPDATE accounts SET owner = 'x' WHERE id = 3")
+            assert hit.wait(60)  # the sidecar fails writing the rebuilt views
+        monkeypatch.setattr(Target, "apply", apply)
+        caplog.clear()
+        with running(dsn, state) as car:
+            _sync(dsn)
+            assert car.resumed == 1 and car.snapshot_rows == 0
+        said = [r.getMessage() for r in caplog.records if "rebuilt and written" in r.getMessage()]
+        assert len(said) == 1 and "all_notes" in said[0] and "item_notes" in said[0], said
+
+        snapshot = Source.snapshot
+
+        hit.clear()
+
+        def lost_while_reading(self, tables, stopping, again=False):
+            if again:
+                hit.set()
+                raise _TargetLost()
+            return snapshot(self, tables, stopping, again)
+
+        monkeypatch.setattr(Source, "snapshot", lost_while_reading)
+        with pytest.raises(_TargetLost), running(dsn, state):
+            c.execute("ALTER TABLE notes DROP COLUMN extra")
+            c.execute("INSERT INTO notes VALUES (2, 'dropped')")
+            assert hit.wait(60)
+        monkeypatch.setattr(Source, "snapshot", snapshot)
+        caplog.clear()
+        with running(dsn, state) as car:
+            _sync(dsn)
+            assert car.resumed == 0 and car.snapshot_rows > 0
+        said = [r.getMessage() for r in caplog.records if "cannot be resumed" in r.getMessage()]
+        assert len(said) == 1 and "it was left while views were being built" in said[0], said
