@@ -709,7 +709,7 @@ class Sidecar:
             if (
                 msgs
                 and seen <= committed
-                and changed is None
+                and why is None
                 and self._slot_at < committed
                 and self.state is not None
             ):

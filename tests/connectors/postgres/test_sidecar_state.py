@@ -18,7 +18,7 @@ import pytest
 
 from connectors.postgres._catalog import parse_views, resolve_tables
 from connectors.postgres.cluster import LocalCluster
-from connectors.postgres.sidecar import Sidecar
+from connectors.postgres.sidecar import Sidecar, main
 from connectors.postgres.source import Source
 from connectors.postgres.target import Target
 from connectors.postgres.workload import VIEWS, Load, bump_marker, mismatches, setup, wait_for_marker
@@ -414,3 +414,39 @@ def test_a_crash_while_views_are_rebuilt(dsn, tmp_path, caplog, monkeypatch):
             assert car.resumed == 0 and car.snapshot_rows > 0
         said = [r.getMessage() for r in caplog.records if "cannot be resumed" in r.getMessage()]
         assert len(said) == 1 and "it was left while views were being built" in said[0], said
+
+
+def test_one_sidecar_per_state_directory_and_the_options_are_documented(dsn, tmp_path, capsys):
+    setup(dsn)
+    state = tmp_path / "state"
+    views = tmp_path / "views.sql"
+    views.write_text(VIEWS)
+    with running(dsn, state):
+        other = ["--source", dsn, "--views", str(views), "--slot", "other", "--schema", "other"]
+        assert main([*other, "--state", str(state)]) == 1
+    err = capsys.readouterr().err
+    assert "is in use by another connection; give each sidecar its own --state" in err, err
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "--state DIR" in out and "--no-sync" in out and "resumes the slot from the LSN" in out
+
+
+def test_lost_connections_resume_from_the_state(dsn, tmp_path, caplog):
+    """Connections lost mid-stream: the sidecar says so, reconnects and goes on from its state, reading no
+    snapshot."""
+    setup(dsn)
+    with running(dsn, tmp_path / "state") as car:
+        load = Load(dsn, threads=3, pause=0.002, seed=21).start()
+        time.sleep(0.5)
+        with psycopg.connect(dsn, autocommit=True) as c:
+            c.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name LIKE 'ivm sidecar%'"
+            )
+        _wait(lambda: car.resumed == 1)
+        time.sleep(0.5)
+        load.stop()
+        _sync(dsn)
+        assert car.snapshot_rows == 901
+    assert any("unreachable or connection lost" in r.getMessage() for r in caplog.records)
