@@ -8,8 +8,9 @@ frame of every commit and in every checkpoint: it always describes the very engi
 It holds
 
 - ``lsn``: every published source transaction that ends at or before it is in the state, none after;
-- ``identity``: the source cluster and database, the slot, the publication, the target schema when the target
-  is the source database, and a digest of the views file; a state for anything else is not resumed;
+- ``identity``: the source cluster, its timeline and database, the slot, the publication, the target schema
+  when the target is the source database, and a digest of the views file; a state for anything else is not
+  resumed;
 - ``tables``, ``problems``, ``failed``, ``targets``: the source tables followed as they were read, the views
   that could not run or stopped (with why), and each running view's target table (columns, types, key);
 - ``bad``: per table, the values ivm cannot hold (they put the views reading them in error);

@@ -259,8 +259,13 @@ class Sidecar:
                 src.connect()
                 self.own_schema = self.schema if _where(src.conn) == _where(tgt.conn) else None
                 system, database = _where(src.conn)
+                # the source's history: a cluster restored to an earlier point, or promoted, starts another
+                (timeline,) = src.conn.execute(
+                    "SELECT left(pg_walfile_name(pg_current_wal_lsn()), 8)"
+                ).fetchone()
             self.identity = {
                 "system": str(system),
+                "timeline": timeline,
                 "database": database,
                 "slot": self.slot,
                 "publication": self.publication,
@@ -405,6 +410,7 @@ class Sidecar:
         if mine != theirs:
             said = {
                 "system": "another source cluster",
+                "timeline": "another timeline of the source (restored to an earlier point, or promoted)",
                 "database": "another source database",
                 "slot": "another replication slot",
                 "publication": "another publication",
