@@ -35,6 +35,7 @@ from connectors.postgres._catalog import SourceTable
 from connectors.postgres._changes import BadValues
 from connectors.postgres._types import PgType, pg_type
 from connectors.postgres.target import ViewTarget
+from ivm.db.connection import Connection
 
 __all__ = [
     "RECORD",
@@ -54,6 +55,7 @@ FORMAT = 1
 
 
 def digest(text: str) -> str:
+    """What tells a views file from another (its text's SHA-256): a state holds the views of one file."""
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -75,13 +77,13 @@ class State:
         self._checkpoints = 0
         self._bad_cache: dict[int, tuple[object, str]] = {}  # table oid -> (its bad rows, their encoding)
 
-    def open(self):
+    def open(self) -> Connection:
         """The database in the directory (created empty if it holds none)."""
         db = ivm.connect(self.path, synchronous=self.synchronous, checkpoint_bytes=self.checkpoint_bytes)
         self._checkpoints = db.store.number
         return db
 
-    def wipe(self, db=None):
+    def wipe(self, db: Connection | None = None) -> Connection:
         """Close ``db`` (if open), remove every file of the database from the directory and open it empty. The
         log goes first, then the manifests, then the data: a crash on the way leaves an older whole state, or
         none."""
@@ -99,18 +101,18 @@ class State:
         self._bad_cache = {}
         return self.open()
 
-    def note(self, db, record: dict) -> None:
+    def note(self, db: Connection, record: dict) -> None:
         """Make ``record`` the one the next commit or checkpoint stores."""
         db.positions[RECORD] = record
 
-    def committed(self, db, lsn: int) -> None:
+    def committed(self, db: Connection, lsn: int) -> None:
         """A commit recording ``lsn`` returned (or a checkpoint was taken): what is durable now."""
         self.lsn = lsn
         if self.synchronous or db.store.number != self._checkpoints:
             self.durable = lsn
         self._checkpoints = db.store.number
 
-    def checkpoint(self, db, record: dict, lsn: int) -> None:
+    def checkpoint(self, db: Connection, record: dict, lsn: int) -> None:
         """Store ``record`` in a checkpoint now."""
         self.note(db, record)
         db.store.checkpoint(db)
@@ -170,9 +172,11 @@ def table_from_json(d: dict) -> SourceTable:
 
 
 def target_json(v: ViewTarget) -> dict:
+    """A view's target table (columns, Postgres types, key) as JSON."""
     return {"columns": v.columns, "pg_types": v.pg_types, "key": None if v.key is None else list(v.key)}
 
 
 def target_from_json(name: str, d: dict) -> ViewTarget:
+    """The target table ``target_json`` gave."""
     key = None if d["key"] is None else tuple(d["key"])
     return ViewTarget(name, list(d["columns"]), list(d["pg_types"]), key)
