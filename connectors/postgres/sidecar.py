@@ -1,13 +1,27 @@
 """``ivm sidecar``: keep views over Postgres tables up to date as tables in Postgres.
 
     ivm sidecar --source DSN --views FILE [--target DSN] [--slot NAME] [--publication NAME] [--schema NAME]
+                [--state DIR [--no-sync]]
 
-At start (and after any restart) the sidecar takes a new snapshot consistent with a new replication slot,
-computes the views and makes every target table equal to them in one target transaction with the slot's LSN.
-It then follows the slot: each batch of source transactions goes into the engine one transaction per logical
-time, and the views' net changes go into the target in one transaction with the LSN reached; only then is the
-slot advanced. A reader of the target sees whole source transactions only, and a crash at any moment leaves
-the target at a committed LSN that the next start replaces atomically.
+Without ``--state``, at start (and after any restart) the sidecar takes a new snapshot consistent with a new
+replication slot, computes the views and makes every target table equal to them in one target transaction with
+the slot's LSN. It then follows the slot: each batch of source transactions goes into the engine one transaction
+per logical time, and the views' net changes go into the target in one transaction with the LSN reached; only
+then is the slot advanced. A reader of the target sees whole source transactions only, and a crash at any
+moment leaves the target at a committed LSN that the next start replaces atomically.
+
+With ``--state DIR`` the engine's tables and views live in an ivm database directory (``ivm.connect(DIR)``;
+see ``_state``). Each engine commit is logged, synced, before the target is written, together with the LSN it
+reaches and what the sidecar knows beside the engine; the slot is advanced only to LSNs durable there (without
+sync, to the state's last checkpoint, one being taken when the slot would otherwise send only what the state
+has). A restart opens DIR and checks that the slot can send every transaction after the state's LSN (it exists,
+has not lost its WAL, has not been advanced past that LSN, and the state was built for this source, slot,
+publication and views file); then it follows the slot from there, with no snapshot and no recompute, skipping
+the transactions the slot sends again up to the state's LSN. The target is brought to the state first: behind
+it (the state committed a batch, the target not yet), the views that may have changed since the target's LSN
+are replaced whole in one target transaction at the state's LSN; ahead of it (the state's last commits were
+not synced and are lost), the changes of the transactions up to the target's LSN are not written again. A state
+that cannot be resumed is said in the log, emptied and built again from a new snapshot.
 
 When a followed table is altered, dropped or created, only the views naming it (and the views over those) are
 rebuilt: the changed tables are read again from a snapshot of a temporary slot, the stream is read up to that
@@ -43,10 +57,23 @@ from connectors.postgres._catalog import (
 )
 from connectors.postgres._changes import TableFeed, consolidate
 from connectors.postgres._pgoutput import Decoder, Transaction, format_lsn, parse_lsn
+from connectors.postgres._state import FORMAT as STATE_FORMAT
+from connectors.postgres._state import (
+    RECORD,
+    State,
+    digest,
+    load_bad,
+    table_from_json,
+    table_json,
+    target_from_json,
+    target_json,
+)
 from connectors.postgres.source import SlotInUse, Source
 from connectors.postgres.target import InUse, Target, ViewTarget, quote
 from ivm.db.arrow import to_arrow_column
+from ivm.db.subscribe import Subscription
 from ivm.engine.allocator import tune_allocator
+from ivm.errors import OperationalError
 from planner.properties import unique_key
 from sql.errors import SqlError
 
@@ -122,7 +149,10 @@ SOURCE, TARGET = _Side("source"), _Side("target")
 
 class Sidecar:
     """The sidecar's state and loop. ``on_batch(txns, committed_at)`` is called after each target commit with
-    the source transactions it contained and the wall-clock time of the commit (for measurements)."""
+    the source transactions it contained and the wall-clock time of the commit (for measurements). With
+    ``state`` (a directory) the engine's tables and views are kept there, durable (see ``_state``), and a
+    restart resumes the slot from them instead of taking a new snapshot; ``synchronous`` and
+    ``checkpoint_bytes`` are those of ``ivm.connect``."""
 
     def __init__(
         self,
@@ -134,10 +164,15 @@ class Sidecar:
         schema: str = "ivm",
         batch_changes: int = 50_000,
         on_batch: Callable[[list[Transaction], float], None] | None = None,
+        state: str | None = None,
+        synchronous: bool = True,
+        checkpoint_bytes: int = 64 << 20,
     ) -> None:
         self.source_dsn = source
         self.target_dsn = target or source
         self.views_file = parse_views(views_sql)
+        self.views_digest = digest(views_sql)
+        self.state = State(state, synchronous, checkpoint_bytes) if state is not None else None
         self.slot, self.publication, self.schema = slot, publication, schema
         self.batch_changes = batch_changes
         self.on_batch = on_batch
@@ -146,6 +181,15 @@ class Sidecar:
         self.failed: dict[str, str] = {}  # views that cannot run since a change of the source, with why
         self.missing: list[tuple[str | None, str]] = []  # tables views name that do not exist (now)
         self.unwritable: dict[str, list] = {}  # view -> [rows its target cannot hold, an example]
+        self.snapshot_rows = 0  # rows read from snapshots of the source, over the sidecar's life
+        self.resumed = 0  # starts that went on from the state directory, without a snapshot
+        self.pending: _Rebuilding | None = None  # a rebuild of some views under way
+        self.targets: dict[str, ViewTarget] = {}  # the running views' target tables
+        self.feeds: dict[int, TableFeed] = {}
+        self.subs: dict = {}
+        self._fresh = False  # the stream could not go on: the next start takes a new snapshot
+        self._clean = False
+        self._slot_at = 0  # where the slot was last advanced to
 
     def stop(self) -> None:
         """Stop after the batch in flight."""
@@ -188,6 +232,7 @@ class Sidecar:
                 return
             except Resnapshot as err:
                 log.warning("%s; taking a new snapshot", err)
+                self._fresh = True
                 delay = 0.5
                 continue
             except (Unreachable, SlotInUse) as err:
@@ -205,12 +250,41 @@ class Sidecar:
     def _run_once(self) -> None:
         src = Source(self.source_dsn, self.slot, self.publication)
         tgt = Target(self.target_dsn, self.schema, self.slot)
+        db = None
+        self._clean = False  # the stream ended between batches (asked to stop)
         try:
             with TARGET:
                 tgt.connect()  # first of all: one sidecar per target schema
             with SOURCE:
                 src.connect()
                 self.own_schema = self.schema if _where(src.conn) == _where(tgt.conn) else None
+                system, database = _where(src.conn)
+                # the source's history: a cluster restored to an earlier point, or promoted, starts another
+                (timeline,) = src.conn.execute(
+                    "SELECT left(pg_walfile_name(pg_current_wal_lsn()), 8)"
+                ).fetchone()
+            self.identity = {
+                "system": str(system),
+                "timeline": timeline,
+                "database": database,
+                "slot": self.slot,
+                "publication": self.publication,
+                "schema": self.own_schema,
+                "views": self.views_digest,
+            }
+            if self.state is not None:
+                db = self._open_state()
+                resumed = self._resume(src, tgt, db)
+                if resumed is not None:
+                    self._stream(src, tgt, db, *resumed)
+                    return
+                if db.tables or db.positions:
+                    db = self.state.wipe(db)
+            else:
+                db = ivm.connect()
+            self._fresh = False
+            self.pending = None
+            with SOURCE:
                 tables, statements, problems = self._resolve(src)
                 if problems and not self.started:
                     raise ConfigError("; ".join(problems.values()))
@@ -218,12 +292,12 @@ class Sidecar:
                 pg_types = view_pg_types(src.conn, self.views_file, self.failed)
             self._adopt(tables, problems)
             followed = list({t.oid: t for t in tables.values()}.values())
-            db = ivm.connect()
-            feeds = {}
+            feeds = self.feeds = {}
             for t in followed:
                 db.execute(t.engine_ddl())
                 feeds[t.oid] = TableFeed(t)
             views, subs = self._create_views(db, statements, pg_types, set(self.views_file.views), {})
+            self.targets, self.subs = dict(views), subs
             with SOURCE:
                 src.ensure_publication(followed)
             with TARGET:
@@ -235,11 +309,17 @@ class Sidecar:
             if snap is None:
                 return
             lsn, data = snap
+            self._slot_at = parse_lsn(lsn)
             self._load(db, feeds, followed, data)
+            if self.state is not None:  # the state is whole from here on
+                self.state.target, self.state.dirty = None, set(views)
+                self.state.checkpoint(db, self._record(parse_lsn(lsn)), parse_lsn(lsn))
             self.unwritable = {}
             contents = {name: self._writable(views[name], _diffs(sub)) for name, sub in subs.items()}
             with TARGET:
                 tgt.replace_all(list(views.values()), contents, lsn, self.failed)
+            if self.state is not None:
+                self.state.target, self.state.dirty = parse_lsn(lsn), set()
             self.started = True
             log.info(
                 "initial state written at %s: %s",
@@ -248,8 +328,240 @@ class Sidecar:
             )
             self._stream(src, tgt, db, feeds, subs, parse_lsn(lsn))
         finally:
+            if db is not None and self.state is not None:
+                self._close_state(src, db)
             src.close()
             tgt.close()
+
+    # -- the state directory --------------------------------------------------------------------------------
+    def _open_state(self):
+        """The state directory's database; a damaged one is said and emptied."""
+        self.state.complete = False  # until its record is taken up
+        try:
+            return self.state.open()
+        except OperationalError as err:
+            if "in use" in str(err):
+                raise ConfigError(f"state directory: {err}; give each sidecar its own --state") from err
+            log.warning(
+                "state %s cannot be read (%s); taking a new snapshot to build it again", self.state.path, err
+            )
+            return self.state.wipe()
+
+    def _close_state(self, src, db) -> None:
+        """Close the state (a checkpoint: all of it is durable now), then let the slot go as far."""
+        if db.closed:
+            return
+        broken = db.broken
+        if self.state.complete and self._clean and not broken:
+            # stopped between batches: what the sidecar knows now (the target's LSN, for one) goes with the
+            # last checkpoint; after an error it may be ahead of the engine's state, which keeps its own
+            self.state.note(db, self._record(self.state.lsn))
+        try:
+            db.close()
+        except (OSError, OperationalError) as err:
+            log.error("state %s: the last checkpoint failed: %s", self.state.path, err)
+            return
+        lsn = self.state.lsn
+        if broken or lsn <= self._slot_at or src.conn is None or src.conn.broken:
+            return
+        with contextlib.suppress(psycopg.Error):
+            src.advance(format_lsn(lsn))
+            self._slot_at = lsn
+
+    def _record(self, lsn: int, complete: bool = True) -> dict:
+        """What the sidecar knows beside the engine, as the state stores it with the engine's (see ``_state``):
+        ``lsn`` is the source position the engine's state reflects; not ``complete`` while views are being
+        built (such a state is not resumed)."""
+        st, p = self.state, self.pending
+        st.complete = complete
+        return {
+            "format": STATE_FORMAT,
+            "identity": self.identity,
+            "complete": complete,
+            "lsn": format_lsn(lsn),
+            "tables": [[ref[0], ref[1], table_json(t)] for ref, t in self.tables.items()],
+            "problems": self.problems,
+            "failed": self.failed,
+            "targets": {n: target_json(v) for n, v in self.targets.items()},
+            "bad": {str(o): b for o, f in self.feeds.items() if (b := st.bad_json(o, f.bad)) is not None},
+            "target": None if st.target is None else format_lsn(st.target),
+            "dirty": sorted(st.dirty),
+            "pending": None
+            if p is None
+            else {
+                "lsn": format_lsn(p.lsn),
+                "tables": sorted(p.tables),
+                "views": sorted(p.views),
+                "failed": p.failed,
+            },
+        }
+
+    def _unusable(self, rec: dict | None, db) -> str | None:
+        """Why the state's record cannot be resumed here, or None."""
+        if self._fresh:
+            return "the stream could not go on from it"
+        if rec is None:
+            return "it holds no complete state yet" if db.tables else None
+        if rec.get("format") != STATE_FORMAT:
+            return f"it was written by a sidecar of another format ({rec.get('format')})"
+        if not rec["complete"]:
+            return "it was left while views were being built"
+        mine, theirs = self.identity, rec["identity"]
+        if mine != theirs:
+            said = {
+                "system": "another source cluster",
+                "timeline": "another timeline of the source (restored to an earlier point, or promoted)",
+                "database": "another source database",
+                "slot": "another replication slot",
+                "publication": "another publication",
+                "schema": "another target schema",
+                "views": "another views file",
+            }
+            return "it was built for " + ", ".join(said[k] for k in said if mine.get(k) != theirs.get(k))
+        live = {v for v in self.views_file.views if v in rec["targets"]}
+        engine = {f"{t['schema']}.{t['name']}" for _, _, t in rec["tables"]}
+        if live != set(db.views) or engine != set(db.tables):
+            return "its tables and views are not those its record names"
+        return None
+
+    def _slot_problem(self, src, lsn: int) -> str | None:
+        """Why the slot cannot send every transaction that ends after ``lsn`` (the state's), or None.
+        ``SlotInUse`` when another session holds it (a process just killed may still)."""
+        row = src.conn.execute(
+            "SELECT database, plugin, confirmed_flush_lsn::text, wal_status, active_pid "
+            "FROM pg_replication_slots WHERE slot_name = %s",
+            (self.slot,),
+        ).fetchone()
+        at = format_lsn(lsn)
+        if row is None:
+            return f"replication slot {self.slot!r} does not exist (dropped): the changes after {at} are lost"
+        database, plugin, confirmed, status, pid = row
+        if database != self.identity["database"] or plugin != "pgoutput":
+            return f"replication slot {self.slot!r} is not a pgoutput slot of database {database!r}"
+        if status == "lost":
+            return (
+                f"replication slot {self.slot!r} lost the WAL it needs (wal_status lost: it held more than "
+                f"max_slot_wal_keep_size); the changes after {at} are gone"
+            )
+        if confirmed is None or parse_lsn(confirmed) > lsn:
+            return (
+                f"replication slot {self.slot!r} starts at {confirmed}, after the state's {at} (it was dropped "
+                "and created again, or the state is older than the slot): the changes between are lost"
+            )
+        if pid is not None:
+            raise SlotInUse(f"replication slot {self.slot!r} is in use by process {pid}")
+        self._slot_at = parse_lsn(confirmed)
+        return None
+
+    def _resume(self, src, tgt, db) -> tuple | None:
+        """Go on from the state directory, reading no snapshot: the tables, views and what the sidecar knew as
+        of the state's LSN, and the target brought there (see ``_catch_up``). The arguments of ``_stream``,
+        or None (said in the log) when the state cannot be resumed."""
+        st = self.state
+        rec = db.positions.get(RECORD)
+        why = self._unusable(rec, db)
+        if why is None and rec is not None:
+            with SOURCE:
+                why = self._slot_problem(src, parse_lsn(rec["lsn"]))
+        if why is not None or rec is None:
+            if why is None:
+                log.info("state %s is new; taking the first snapshot", st.path)
+            else:
+                log.warning(
+                    "state %s cannot be resumed: %s; taking a new snapshot and building it again", st.path, why
+                )
+            return None
+        lsn = parse_lsn(rec["lsn"])
+        self.started = True
+        self._adopt({(a, b): table_from_json(t) for a, b, t in rec["tables"]}, dict(rec["problems"]))
+        self.failed = dict(rec["failed"])
+        followed = list({t.oid: t for t in self.tables.values()}.values())
+        feeds = self.feeds = {t.oid: TableFeed(t) for t in followed}
+        for oid, f in feeds.items():
+            load_bad(f.bad, rec["bad"].get(str(oid)))
+        self.targets = {n: target_from_json(n, d) for n, d in rec["targets"].items()}
+        p = rec["pending"]
+        self.pending = None
+        if p is not None:
+            views = {v: self.targets[v] for v in p["views"] if v in self.targets}
+            self.pending = _Rebuilding(parse_lsn(p["lsn"]), set(p["tables"]), views, dict(p["failed"]))
+        st.lsn = st.durable = lsn  # read back from disk (and checkpointed if the log was replayed)
+        st.complete = True
+        st.target = None if rec["target"] is None else parse_lsn(rec["target"])
+        st.dirty = set(rec["dirty"])
+        with SOURCE:
+            src.ensure_publication(followed)
+        with TARGET:
+            at = tgt.committed_lsn()
+            stale = tgt.stale(list(self.targets.values()))
+        subs, catch_up = self._catch_up(tgt, db, lsn, None if at is None else parse_lsn(at), stale)
+        slot = self._slot_at
+        self._advance(src, db, lsn)  # what the slot would send again up to there is in the state
+        self.resumed += 1
+        log.info(
+            "resumed from state %s at %s (target at %s, slot at %s): no snapshot read",
+            st.path,
+            rec["lsn"],
+            at,
+            format_lsn(slot),
+        )
+        return feeds, subs, lsn, catch_up
+
+    def _catch_up(self, tgt, db, lsn: int, at: int | None, stale: set[str]) -> tuple[dict, int]:
+        """Subscribe to the views and bring the target, at ``at``, to the state, at ``lsn``. Behind (the state
+        committed, the target not yet): in one transaction, the views that may have changed since (all, unless
+        the target is where the state says the sidecar left it) and those whose table is missing or other are
+        replaced whole, at ``lsn``; during a rebuild, they are replaced when it ends. Ahead (the state had not
+        reached the disk): nothing is written until the stream passes ``at``, the views' changes up to there
+        are already in the target. Returns the subscriptions and that LSN (0: none)."""
+        st = self.state
+        live = [v for v in self.views_file.views if v in self.targets]
+        catch_up = 0
+        if at is not None and at > lsn:  # ahead; with a table to make again, all go back to the state
+            catch_up, replace = (0, set(live)) if stale else (at, set())
+        elif at == lsn:
+            replace = set()
+        elif at is not None and at == st.target:
+            replace = st.dirty & set(live)
+        else:
+            replace = set(live)
+        replace |= stale & set(live)
+        later = set(self.pending.views) if self.pending is not None else set()
+        narrow = {v for v in live if {"smallint", "integer"} & set(self.targets[v].pg_types)}
+        subs = self.subs = {v: _subscribe(db, v, v in replace | later | narrow) for v in live}
+        self.unwritable = {}
+        for v in narrow - replace - later:  # only to count the rows their target cannot hold
+            self._writable(self.targets[v], _diffs(subs[v]))
+        contents = {}
+        if self.pending is not None:
+            self.pending.views.update({v: self.targets[v] for v in replace})
+            later |= replace
+        else:
+            contents = {v: self._writable(self.targets[v], _diffs(subs[v])) for v in replace}
+        errors = self._errors(db, self.feeds, subs)
+        now = [self.targets[v] for v in live if v not in later]
+        known = [self.targets[v] for v in live if v in later]
+        write = None if catch_up or self.pending is not None else format_lsn(lsn)
+        with TARGET:
+            tgt.resume(now, contents, write, self.failed, errors, known)
+        if write is not None:
+            st.target, st.dirty = lsn, set()
+            if replace:
+                log.info(
+                    "target brought from %s to the state's %s: %s replaced",
+                    None if at is None else format_lsn(at),
+                    write,
+                    ", ".join(sorted(replace)),
+                )
+        elif catch_up:
+            st.target, st.dirty = at, set()
+            log.info(
+                "target at %s, ahead of the state: the changes up to there are not written again",
+                format_lsn(at),
+            )
+        else:
+            st.target, st.dirty = at, st.dirty | replace
+        return subs, catch_up
 
     def _resolve(self, src) -> tuple[dict, list[str], dict[str, str]]:
         """The views' source tables as the source has them now (see ``resolve_tables``)."""
@@ -261,11 +573,11 @@ class Sidecar:
         self.missing = [r for r in self.views_file.refs if r not in tables]
         self.reads = columns_read(self.views_file, tables)
 
-    @staticmethod
-    def _load(db, feeds: dict, tables: list[SourceTable], data: dict[str, pa.Table]) -> None:
+    def _load(self, db, feeds: dict, tables: list[SourceTable], data: dict[str, pa.Table]) -> None:
         """Tables' snapshot contents into their (empty) engine tables, in one transaction."""
         db.execute("BEGIN")
         for t in tables:
+            self.snapshot_rows += data[t.engine].num_rows
             rows = feeds[t.oid].snapshot(data[t.engine])
             if rows.num_rows:
                 db.insert_arrow(t.engine, rows)
@@ -317,7 +629,7 @@ class Sidecar:
             views[name] = ViewTarget(name, names, types, unique_key(v.plan, keys))
             if views[name].key:
                 keys[name] = views[name].key
-            subs[name] = db.subscribe(name, snapshot=True)
+            subs[name] = _subscribe(db, name, snapshot=True)
         return views, subs
 
     def _fail(self, problems: dict[str, str]) -> None:
@@ -374,7 +686,10 @@ class Sidecar:
         return out
 
     # -- the stream -----------------------------------------------------------------------------------------
-    def _stream(self, src, tgt, db, feeds, subs, start_lsn: int) -> None:
+    def _stream(self, src, tgt, db, feeds, subs, start_lsn: int, catch_up: int = 0) -> None:
+        """Follow the slot from ``start_lsn`` (the target's and the state's), or with ``catch_up`` from the
+        state's ``start_lsn`` while the target is already at ``catch_up``: the views' changes up to there are
+        not written (they are in the target)."""
         decoder = Decoder()
         newly_failed: dict[str, str] = {}
         in_error = self._errors(db, feeds, subs)
@@ -385,8 +700,8 @@ class Sidecar:
                 tgt.set_errors(in_error)
         committed = start_lsn
         idle_since = checked = time.monotonic()
-        pending: _Rebuilding | None = None
         while not self.stopping:
+            pending = self.pending
             why = None
             if time.monotonic() - checked >= 5.0:  # a table dropped, altered or created may send nothing
                 with SOURCE:
@@ -397,27 +712,53 @@ class Sidecar:
                 msgs = src.peek(self.batch_changes)
             txns, seen, changed = _decode(decoder, msgs, feeds, committed, pending)
             why = why or changed
+            if (
+                msgs
+                and seen <= committed
+                and why is None
+                and self._slot_at < committed
+                and self.state is not None
+            ):
+                # the slot sends again only what the state has (it moves as far as the state is durable, and
+                # without sync only checkpoints are): one now lets it move on
+                self.state.checkpoint(db, self._record(self.state.lsn), self.state.lsn)
+                self._advance(src, db, committed)
+                continue
             # every published transaction that ends at or before ``reached`` has been read
             reached = seen if msgs else max(parse_lsn(before), committed)
             finish = pending is not None and reached >= pending.lsn
             rows_in = sum(t.rows for t in txns)
-            for group in _groups(txns):
-                for v in self._apply(db, feeds, group, pending):
+            # the target holds the changes of the transactions up to ``catch_up`` already
+            early = sum(1 for t in txns if t.end_lsn <= catch_up)
+            runs = [(g, False) for g in _groups(txns[:early])] + [(g, True) for g in _groups(txns[early:])]
+            for i, (group, counted) in enumerate(runs):
+                lsn = reached if i + 1 == len(runs) else group[-1].end_lsn
+                for v in self._apply(db, feeds, group, pending, lsn):
                     msg = f"view {v!r} stopped: {db.views[v].error}"
                     log.error(msg)
                     newly_failed[v] = msg
-                    db.execute(f"DROP VIEW {quote(v)}")
-                    del subs[v]
                     if pending is not None:
                         pending.views.pop(v, None)
-            if pending is not None and not finish:
+                    self._stopped(db, v, msg)
+                if not counted and (i + 1 == len(runs) or runs[i + 1][1]):
+                    self._discard(subs, pending)
+            if catch_up and reached <= catch_up:
+                # the target holds these: their changes are dropped, their errors left to the next write
+                self._discard(subs, None if finish else pending)
+                if finish:
+                    self.pending = None
+                if reached > committed:
+                    self._advance(src, db, reached)
+                    committed = reached
+            elif pending is not None and not finish:
                 if reached > committed:
                     # reading up to a rebuild's snapshot: the target waits, to go from one whole state to the
-                    # next (the slot goes on: a restart takes a new snapshot anyway)
-                    with SOURCE:
-                        src.advance(format_lsn(reached))
+                    # next (the slot goes on: a restart takes a new snapshot, or the state goes on with it)
+                    self._advance(src, db, reached)
                     committed = reached
             elif txns or finish:
+                if self.state is not None:
+                    self._at(db, reached)  # the state first: a target ahead of it is harder to bring back
                 replaced = {}
                 if finish:
                     newly_failed.update(pending.failed)
@@ -425,7 +766,7 @@ class Sidecar:
                         self.unwritable.pop(v, None)
                         if v in subs:
                             replaced[v] = (target, self._writable(target, _diffs(subs[v])))
-                    pending = None
+                    self.pending = pending = None
                 diffs = {
                     name: self._writable(tgt.views[name], _diffs(sub))
                     for name, sub in subs.items()
@@ -443,9 +784,10 @@ class Sidecar:
                 with TARGET:
                     tgt.apply(diffs, lsn, len(txns), newly_failed, changed, replaced)
                 done = time.time()
+                if self.state is not None:
+                    self.state.target, self.state.dirty = reached, set()
                 newly_failed = {}
-                with SOURCE:
-                    src.advance(lsn)
+                self._advance(src, db, reached)
                 committed = reached
                 if replaced:
                     log.info("views %s rebuilt and written at %s", ", ".join(replaced), lsn)
@@ -461,19 +803,19 @@ class Sidecar:
                     if self.on_batch is not None:
                         self.on_batch(txns, done)
             elif msgs and seen > committed:  # nothing for the views: only the slot is behind
-                with SOURCE:
-                    src.advance(format_lsn(seen))
+                self._advance(src, db, seen)
                 committed = seen
             elif not msgs and time.monotonic() - idle_since >= 1.0 and parse_lsn(before) > committed:
                 # nothing published committed before ``before``: the slot may release the WAL up to there
                 # (at most once a second), so a source busy only with other tables does not fill its disk
-                with SOURCE:
-                    src.advance(before)
+                self._advance(src, db, parse_lsn(before))
                 idle_since = time.monotonic()
+            if catch_up and reached >= catch_up:
+                catch_up = 0
             if msgs:
                 idle_since = time.monotonic()
             if why is not None:
-                if pending is not None:
+                if self.pending is not None:
                     raise Resnapshot(f"{why}, while views were being rebuilt")
                 keys = {n: v.key for n, v in tgt.views.items() if v.key}
                 pending = self._rebuild(why, src, db, feeds, subs, keys, committed)
@@ -481,7 +823,48 @@ class Sidecar:
                     in_error = {v: e for v, e in in_error.items() if v not in pending.views}
             elif not msgs:
                 self._sleep(0.05)
-        log.info("stopped at %s", format_lsn(committed))
+        self._clean = True
+        log.info(
+            "stopped at %s (%d rows read from snapshots since start)", format_lsn(committed), self.snapshot_rows
+        )
+
+    def _discard(self, subs: dict, pending: _Rebuilding | None) -> None:
+        """Drop the views' pending changes (counting the rows their targets cannot hold): the target has them.
+        The views a rebuild replaces keep theirs (their whole contents)."""
+        for name, sub in subs.items():
+            if pending is None or name not in pending.views:
+                self._writable(self.targets[name], _diffs(sub))
+
+    def _stopped(self, db, view: str, message: str) -> None:
+        """A view that could not go on is dropped (its target keeps its last contents, marked failed)."""
+        self.failed[view] = message
+        self.targets.pop(view, None)
+        del self.subs[view]
+        if self.state is not None:
+            self.state.note(db, self._record(self.state.lsn))
+        db.execute(f"DROP VIEW {quote(view)}")
+        if self.state is not None:
+            self.state.committed(db, self.state.lsn)
+
+    def _at(self, db, lsn: int) -> None:
+        """Make the state say it reflects the source up to ``lsn`` (a commit of no change, when the last one
+        said less): every published transaction up to there is in it."""
+        if self.state.lsn < lsn:
+            self.state.note(db, self._record(lsn))
+            db.apply_changes_arrow({}, 1)
+            self.state.committed(db, lsn)
+
+    def _advance(self, src, db, lsn: int) -> None:
+        """Let the slot release the WAL up to ``lsn``: every published transaction ending there is in the
+        target or, with a state, in the state, where it is made durable first (the slot goes only as far as
+        the state has reached the disk)."""
+        if self.state is not None:
+            self._at(db, lsn)
+            lsn = min(lsn, self.state.durable)
+        if lsn > self._slot_at:
+            with SOURCE:
+                src.advance(format_lsn(lsn))
+            self._slot_at = lsn
 
     def _source_changed(self, src) -> str | None:
         """What changed in the source's tables since they were read (dropped, replaced, altered or created
@@ -499,6 +882,8 @@ class Sidecar:
         that cannot run any more fail alone; the others go on untouched. None when asked to stop."""
         with SOURCE:
             tables, statements, problems = self._resolve(src)
+        if self.state is not None:  # until the views are whole again, the state is not to be resumed
+            self.state.note(db, self._record(self.state.lsn, complete=False))
         vf = self.views_file
         changed = {r for r in {*self.tables, *tables} if self.tables.get(r) != tables.get(r)}
         redo: set[str] = set()
@@ -512,6 +897,7 @@ class Sidecar:
             if v in redo and v in db.views:
                 db.execute(f"DROP VIEW {quote(v)}")
                 del subs[v]
+                self.targets.pop(v, None)
         for oid in stale:
             db.execute(f"DROP TABLE {quote(feeds.pop(oid).table.engine)}")
         self._adopt(tables, problems)
@@ -537,6 +923,7 @@ class Sidecar:
             pg_types = view_pg_types(src.conn, vf, skip)
         views, new_subs = self._create_views(db, statements, pg_types, redo, keys)
         subs.update(new_subs)
+        self.targets.update(views)
         failed = {v: self.failed[v] for v in redo if v in self.failed}
         for v, message in failed.items():
             if before.get(v) != message:
@@ -549,12 +936,17 @@ class Sidecar:
             if views
             else "no view is rebuilt",
         )
-        return _Rebuilding(parse_lsn(lsn), {t.oid for t in fresh}, views, failed)
+        self.pending = _Rebuilding(parse_lsn(lsn), {t.oid for t in fresh}, views, failed)
+        if self.state is not None:  # whole again: the rebuild goes on from here after a restart
+            self.state.dirty |= set(views)
+            self.state.checkpoint(db, self._record(self.state.lsn), self.state.lsn)
+        return self.pending
 
-    def _apply(self, db, feeds: dict, txns, pending: _Rebuilding | None) -> list[str]:
+    def _apply(self, db, feeds: dict, txns, pending: _Rebuilding | None, lsn: int) -> list[str]:
         """Consecutive source transactions into the engine in one step, each its own logical time (but the
         changes a rebuild's snapshot holds); the views that could not go on (a recursion past its limit, a
-        sum past 64 bits)."""
+        sum past 64 bits). With a state, the commit records ``lsn`` (every published transaction ending
+        there is in it) and the views it may change."""
         parts: dict[int, list] = {}
         for i, txn in enumerate(txns):
             for relid, ch in txn.changes.items():
@@ -563,7 +955,13 @@ class Sidecar:
                 if relid in feeds:
                     parts.setdefault(relid, []).append((i, ch))
         changes = {feeds[r].table.engine: feeds[r].changes(db, p) for r, p in parts.items()}
-        return db.apply_changes_arrow(changes, len(txns))
+        if self.state is None:
+            return db.apply_changes_arrow(changes, len(txns))
+        self.state.dirty |= {v for v in self.subs if self.reads.get(v, {}).keys() & changes.keys()}
+        self.state.note(db, self._record(lsn))
+        stopped = db.apply_changes_arrow(changes, len(txns))
+        self.state.committed(db, lsn)
+        return stopped
 
 
 @dataclass
@@ -577,6 +975,14 @@ class _Rebuilding:
     tables: set[int]
     views: dict[str, ViewTarget]
     failed: dict[str, str]
+
+
+def _subscribe(db, view: str, snapshot: bool) -> Subscription:
+    """A subscription to a view's changes (first its contents, with ``snapshot``), even while the view is in
+    error: its target goes on without the rows in error (``Connection.subscribe`` refuses such a view)."""
+    st = db.views[view]
+    with db.pool.active():
+        return Subscription(db, st.arranged, st.view.columns, snapshot, None)
 
 
 def _where(conn) -> tuple:
@@ -692,6 +1098,11 @@ exit status: 0 when stopped (SIGTERM, SIGINT), 1 for a problem only the operator
   unknown database or role, wal_level, missing privilege, another sidecar on the same --schema or --slot).
   Lost connections are retried with backoff; a dropped slot is taken up from a new snapshot. A source
   table altered, dropped or created rebuilds only the views naming it, from a new snapshot of that table.
+state: with --state DIR the tables and views are kept in DIR (an ivm database; one sidecar per directory)
+  and every batch is synced there before the target is written; a restart resumes the slot from the LSN
+  DIR holds, reading no snapshot and computing nothing again. When the slot cannot send from there (dropped,
+  created again, its WAL lost) or DIR was built for another source, slot, publication or views file, the log
+  says so and DIR is built again from a new snapshot. Without --state every start takes a new snapshot.
 """
 
 
@@ -710,6 +1121,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--publication", default="ivm", help="publication name (default ivm)")
     p.add_argument("--schema", default="ivm", help="target schema for the views' tables (default ivm)")
     p.add_argument("--batch-changes", type=int, default=50_000, help="changes read per batch at most (about)")
+    p.add_argument(
+        "--state",
+        metavar="DIR",
+        help="keep the engine's state in this directory (created if new): a restart resumes from it, "
+        "reading no snapshot",
+    )
+    p.add_argument(
+        "--no-sync",
+        action="store_true",
+        help="with --state: do not sync each batch to disk; the slot then keeps the source's WAL back to the "
+        "state's last checkpoint (taken when the slot must move on: about every --batch-changes changes)",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     try:
@@ -723,6 +1146,8 @@ def main(argv: list[str] | None = None) -> int:
             args.publication,
             args.schema,
             args.batch_changes,
+            state=args.state,
+            synchronous=not args.no_sync,
         )
     except (OSError, ConfigError) as err:
         print(f"ivm sidecar: {err}", file=sys.stderr)

@@ -94,6 +94,10 @@ class ViewTarget:
             cols.append(f"PRIMARY KEY ({', '.join(quote(self.columns[i]) for i in self.key)})")
         return f"CREATE TABLE {quote(schema)}.{quote(self.name)} ({', '.join(cols)})"
 
+    def signature(self) -> tuple[list[str], list[str], list[str]]:
+        """Column names, Postgres types and key columns, as ``Target._signature`` reads them back."""
+        return self.columns, self.pg_types, [self.columns[k] for k in self.key or ()]
+
 
 class Target:
     """A connection to the target database writing the views of one slot into ``schema``."""
@@ -142,6 +146,50 @@ class Target:
         """In one transaction: create what is missing (recreating a table whose columns changed), make every
         view's table hold exactly its ``contents`` ``(rows, counts)``, mark the ``failed`` views (name -> why;
         their tables keep their contents) and record ``lsn``. Readers see the old or the new contents."""
+        self.resume(views, contents, lsn, failed)
+
+    def resume(
+        self,
+        views: list[ViewTarget],
+        contents: dict,
+        lsn: str | None,
+        failed: dict[str, str],
+        errors: dict[str, str | None] | None = None,
+        known: list[ViewTarget] | None = None,
+    ) -> None:
+        """In one transaction: prepare ``views`` (see ``_prepare``), replace the contents of those in
+        ``contents`` (name -> ``(rows, counts)``; the others keep theirs), mark the ``failed`` views, record
+        the views' ``errors`` and, unless None, ``lsn``. ``known`` are further views the target writes later
+        (a rebuild's, replaced whole when it ends)."""
+        c = self.conn
+        self._ensure_meta()
+        for v in views:
+            self._prepare(v)
+        for name, err in failed.items():
+            c.execute(
+                f"INSERT INTO {self._t('_ivm_status')} VALUES (%s, 'failed', %s, now()) ON CONFLICT (view) "
+                "DO UPDATE SET state = 'failed', error = excluded.error, changed_at = now() "
+                "WHERE _ivm_status.state <> 'failed'",
+                (name, err),
+            )
+        prepared = {v.name for v in views}
+        self._errors({v: e for v, e in (errors or {}).items() if v in prepared})
+        self.views = {v.name: v for v in [*views, *(known or [])]}
+        statements = [s for v in views if v.name in contents for s in self._replace(v, *contents[v.name])]
+        if lsn is not None:
+            statements.append(self._progress_sql(lsn, 0))
+        if statements:
+            c.execute(";\n".join(statements))
+        c.commit()
+
+    def stale(self, views: list[ViewTarget]) -> set[str]:
+        """The views whose table is missing or has other columns, types or key than ``views`` say."""
+        out = {v.name for v in views if self._signature(v.name) != v.signature()}
+        self.conn.commit()
+        return out
+
+    def _ensure_meta(self) -> None:
+        """The schema, the progress and status tables; a note of another slot that wrote the schema before."""
         c = self.conn
         s = quote(self.schema)
         c.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
@@ -164,39 +212,36 @@ class Target:
                 slot,
                 slot,
             )
-        for v in views:
-            self._prepare(v)
-        for name, err in failed.items():
-            c.execute(
-                f"INSERT INTO {s}._ivm_status VALUES (%s, 'failed', %s, now()) ON CONFLICT (view) DO UPDATE "
-                "SET state = 'failed', error = excluded.error, changed_at = now() "
-                "WHERE _ivm_status.state <> 'failed'",
-                (name, err),
-            )
-        self.views = {v.name: v for v in views}
-        statements = [s for v in views for s in self._replace(v, *contents[v.name])]
-        c.execute(";\n".join([*statements, self._progress_sql(lsn, 0)]))
-        c.commit()
 
     def _prepare(self, v: ViewTarget) -> None:
         """The view's table (created again when its columns or key changed), its session's change table, and
         its status: running."""
         c = self.conn
-        if self._signature(v.name) != (v.columns, v.pg_types, [v.columns[k] for k in v.key or ()]):
+        if self._signature(v.name) != v.signature():
             c.execute(f"DROP TABLE IF EXISTS {self._t(v.name)}")
             c.execute(v.ddl(self.schema))
         if not v.key:  # deletes stay possible should a publication of this database include the table
             c.execute(f"ALTER TABLE {self._t(v.name)} REPLICA IDENTITY FULL")
-        chg = self.temp.get(v.name) or f"_ivm_chg_{len(self.temp)}"
-        c.execute(f"DROP TABLE IF EXISTS pg_temp.{chg}")
-        c.execute(f"CREATE TEMP TABLE {chg} (LIKE {self._t(v.name)}) ON COMMIT DELETE ROWS")
-        c.execute(f"ALTER TABLE {chg} ADD COLUMN _ivm_n bigint NOT NULL")
-        self.temp[v.name] = chg
+        self._change_table(v, again=True)
         c.execute(
             f"INSERT INTO {self._t('_ivm_status')} VALUES (%s, 'running', NULL, now()) ON CONFLICT (view) "
             "DO UPDATE SET state = 'running', error = NULL, changed_at = now()",
             (v.name,),
         )
+
+    def _change_table(self, v: ViewTarget, again: bool = False) -> str:
+        """The session's change table of a view (made like its table, plus the count), created when the
+        session has none yet or ``again``."""
+        chg = self.temp.get(v.name)
+        if chg is not None and not again:
+            return chg
+        c = self.conn
+        chg = chg or f"_ivm_chg_{len(self.temp)}"
+        c.execute(f"DROP TABLE IF EXISTS pg_temp.{chg}")
+        c.execute(f"CREATE TEMP TABLE {chg} (LIKE {self._t(v.name)}) ON COMMIT DELETE ROWS")
+        c.execute(f"ALTER TABLE {chg} ADD COLUMN _ivm_n bigint NOT NULL")
+        self.temp[v.name] = chg
+        return chg
 
     def _replace(self, v: ViewTarget, rows: pa.Table, counts) -> list[str]:
         """The statements that make the view's table hold exactly ``rows`` (each ``counts`` times), after
@@ -309,9 +354,10 @@ class Target:
 
     def _copy(self, v: ViewTarget, rows: pa.Table, counts) -> None:
         """A view's changed rows with their counts into its change table."""
+        chg = self._change_table(v)
         data = rows.append_column("_ivm_n", pa.array(counts, pa.int64()))
         buf = io.BytesIO()
         pacsv.write_csv(data, buf, pacsv.WriteOptions(include_header=False))
         cols = ", ".join(quote(x) for x in [*v.columns, "_ivm_n"])
-        with self.conn.cursor().copy(f"COPY {self.temp[v.name]} ({cols}) FROM STDIN (FORMAT csv)") as cp:
+        with self.conn.cursor().copy(f"COPY {chg} ({cols}) FROM STDIN (FORMAT csv)") as cp:
             cp.write(buf.getbuffer())
