@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 import ivm
+from ivm.engine.files import Written
 from tpch import SCHEMA
 from tpch.data import TABLES, generate, refresh_stream
 from tpch.queries import QUERIES, query
@@ -166,7 +167,7 @@ def run(sf: float, txns: int, as_json: bool, directory: str | None = None) -> di
         # (c) the clean stop's checkpoint writes everything (the files written so far are forgotten)
         for f in Path(path, "data").iterdir():
             f.unlink()
-        store.written = {}
+        store.written = Written()
         t0 = time.perf_counter()
         store.checkpoint(db)
         seconds = time.perf_counter() - t0

@@ -106,6 +106,10 @@ class Store:
             db.broken = f"the commit could not be made durable: {err}"
             raise OperationalError(f"{db.broken}; the database cannot be used any more") from err
 
+    def sync(self) -> None:
+        """Make every commit logged so far durable (for ``synchronous=False``: one sync for many commits)."""
+        self.log.sync()
+
     def changed(self, db: Connection) -> None:
         """Outside a transaction, a catalog change since the last checkpoint takes one now."""
         if not db.in_transaction and db.version != self.version:
@@ -398,7 +402,7 @@ def _replay(db: Connection, store: Store, manifest: dict) -> int:
         transactions.advance(db)
         db.engine.step()
         transactions.stop_failed(db, db.engine.failed, report=False)
-        db.positions.update(c.positions)
+        db.positions = dict(c.positions)  # each commit holds them all
     return len(commits)
 
 

@@ -77,6 +77,10 @@ class Log:
             os.fdatasync(self._fd)
         self.bytes += len(data)
 
+    def sync(self) -> None:
+        """Make everything appended so far durable (what ``synchronous`` does at each append)."""
+        os.fdatasync(self._fd)
+
     def roll(self) -> int:
         """Start the next segment (a checkpoint's): its number."""
         self.close()

@@ -217,6 +217,22 @@ def test_without_synchronous_commits_are_logged_too(tmp_path):
     db.close()
 
 
+def test_positions_are_those_of_the_last_commit(tmp_path):
+    path = str(tmp_path / "db")
+    db = ivm.connect(path, synchronous=False)
+    db.execute("CREATE TABLE k (a INT)")
+    db.positions["old"] = 1
+    db.store.checkpoint(db)
+    del db.positions["old"]
+    db.positions["new"] = 2
+    db.execute("INSERT INTO k VALUES (1)")
+    db.store.sync()
+    abandon(db)
+    db = ivm.connect(path)
+    assert db.positions == {"new": 2}
+    db.close()
+
+
 def test_the_log_checkpoints_when_it_grows(tmp_path):
     path = str(tmp_path / "db")
     db = ivm.connect(path, checkpoint_bytes=20_000)
