@@ -20,6 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ivm.engine.files import sync_dir
 from sql.errors import SqlError
 
 __all__ = ["StateDir", "write_atomically"]
@@ -36,15 +37,7 @@ def write_atomically(table: pa.Table, path: Path) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _sync_dir(path.parent)
-
-
-def _sync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    sync_dir(str(path.parent))
 
 
 class StateDir:
@@ -107,7 +100,7 @@ class StateDir:
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _sync_dir(self.path)
+        sync_dir(str(self.path))
         for old in self.path.glob("snapshot-*"):
             if old != final and old.is_dir():
                 shutil.rmtree(old)

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from ivm.engine.batch import Batch
+from ivm.engine.files import sync_dir
 from ivm.errors import OperationalError
 
 __all__ = ["Log", "Commit", "read_log", "segments", "strings_frame", "rows_frame", "commit_frame"]
@@ -88,21 +89,13 @@ class Log:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
         self._fd = os.open(segment_path(self.directory, self.segment), flags, 0o644)
         self.bytes = 0
-        _sync_dir(self.directory)
+        sync_dir(self.directory)
         return self.segment
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def _sync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _frame(kind: int, table: pa.Table) -> bytes:
