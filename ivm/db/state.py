@@ -19,7 +19,16 @@ from ivm.errors import InternalError
 from planner.compile import Compiled
 from sql.catalog import Table, View
 
-__all__ = ["TableState", "ViewState", "changed", "uninterned", "column_layout", "unique", "contents"]
+__all__ = [
+    "TableState",
+    "ViewState",
+    "changed",
+    "uninterned",
+    "column_layout",
+    "table_order",
+    "unique",
+    "contents",
+]
 
 
 class TableState:
@@ -75,6 +84,12 @@ def column_layout(table: Table, width: int, nkey: int) -> list[int]:
     return key + [i for i in range(width) if i not in key]
 
 
+def table_order(table: Table, width: int, nkey: int) -> list[int]:
+    """Where each of the table's columns is in its arrangement (the inverse of ``column_layout``)."""
+    layout = column_layout(table, width, nkey)
+    return [layout.index(i) for i in range(width)]
+
+
 def unique(h: np.ndarray, cols: Sequence[np.ndarray], valid: Sequence) -> tuple:
     """The distinct rows of key columns ``cols`` (validity ``valid``, hashes ``h``), sorted by hash, as
     (hashes, columns, validity): what a trace's ``gather`` seeks."""
@@ -124,8 +139,7 @@ def contents(
             raise InternalError("negative multiplicity in a relation")
         cols, valid, mult = list(total.columns), list(total.valid), total.diffs
     if table is not None:
-        layout = column_layout(table, width, arranged.nkey)
-        inv = [layout.index(i) for i in range(width)]
+        inv = table_order(table, width, arranged.nkey)
         cols = [cols[i] for i in inv]
         valid = [valid[i] for i in inv]
     return cols, valid, mult

@@ -353,8 +353,7 @@ def _fill_table(db: Connection, st: state.TableState, files: list[dict]) -> None
     u = Batch.concat(batches)
     rows, _ = consolidate(u.with_times(np.zeros((len(u), 1), np.int64)))
     width = len(st.table.columns)
-    layout = state.column_layout(st.table, width, st.arranged.nkey)
-    inv = [layout.index(i) for i in range(width)]
+    inv = state.table_order(st.table, width, st.arranged.nkey)
     b = Batch(
         tuple(rows.columns[i] for i in inv),
         tuple(rows.valid[i] for i in inv),

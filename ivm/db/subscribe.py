@@ -35,9 +35,8 @@ class Subscription:
         self.table = table
         self.pool = conn.pool
         self.pending: list[Batch] = []
-        layout = None if table is None else state.column_layout(table, len(columns), arranged.nkey)
         # a table's arrangement holds its key columns first: the order that restores the table's columns
-        self.order = None if layout is None else [layout.index(i) for i in range(len(columns))]
+        self.order = None if table is None else state.table_order(table, len(columns), arranged.nkey)
         if snapshot:
             cols, valid, mult = state.contents(arranged)
             n = len(mult)

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from ivm.engine.batch import Batch
-from ivm.engine.files import sync_dir
+from ivm.engine.files import columns_from_arrow, columns_to_arrow, sync_dir, view
 from ivm.errors import OperationalError
 
 __all__ = ["Log", "Commit", "read_log", "segments", "strings_frame", "rows_frame", "commit_frame"]
@@ -114,13 +114,7 @@ def strings_frame(start: int, strings: pa.Array, canonical: np.ndarray) -> bytes
 
 def rows_frame(table: str, batch: Batch) -> bytes:
     """A frame of a table's changes as they entered the engine (one time coordinate)."""
-    arrays, names = [], []
-    for i, (col, mask) in enumerate(zip(batch.columns, batch.valid, strict=True)):
-        arrays.append(pa.array(col.view(np.uint8) if col.dtype == np.bool_ else col))
-        names.append(f"c{i}")
-        if mask is not None:
-            arrays.append(pa.array(mask.view(np.uint8)))
-            names.append(f"v{i}")
+    arrays, names = columns_to_arrow(batch.columns, batch.valid)
     arrays += [pa.array(np.ascontiguousarray(batch.times[:, 0])), pa.array(batch.diffs)]
     names += ["time", "diff"]
     meta = {"ivm.table": table, "ivm.dtypes": ",".join(c.dtype.str for c in batch.columns)}
@@ -201,15 +195,7 @@ def _more_commits(data: bytes, pos: int) -> bool:
 
 
 def _batch(t: pa.Table, meta: dict[str, str]) -> Batch:
-    dtypes = [np.dtype(d) for d in meta["ivm.dtypes"].split(",") if d]
-    names = t.schema.names
-    cols, valid = [], []
-
-    def col(name: str) -> np.ndarray:
-        return t.column(name).combine_chunks().to_numpy(zero_copy_only=False)
-
-    for i, d in enumerate(dtypes):
-        cols.append(col(f"c{i}").view(d) if d == np.bool_ else col(f"c{i}").astype(d, copy=False))
-        valid.append(col(f"v{i}").view(np.bool_) if f"v{i}" in names else None)
-    times = col("time").astype(np.int64).reshape(-1, 1)
-    return Batch(tuple(cols), tuple(valid), times, col("diff").astype(np.int64))
+    arrays = {name: t.column(name).combine_chunks() for name in t.schema.names}
+    cols, valid = columns_from_arrow(arrays, [np.dtype(d) for d in meta["ivm.dtypes"].split(",") if d])
+    times = view(arrays["time"]).reshape(-1, 1)
+    return Batch(tuple(cols), tuple(valid), times, view(arrays["diff"]))

@@ -454,24 +454,15 @@ class _Flatten(Operator):
             self.emit(tb.updates)
 
 
-class _EnterArranged(Operator):
+class _EnterArranged(EnterOp):
     """An outer arrangement's batches inside a loop at iteration 0; the trace itself stays shared."""
 
     def __init__(self, scope: Scope, source: Operator) -> None:
-        super().__init__(scope, "enter_arranged")
-        self.outer = self.new_queue()
-        source.subscribe(self.outer)
+        super().__init__(scope, source, "enter_arranged")
 
-    def pending_points(self):
-        for p in self.outer.points():
-            yield (*p, 0)
-
-    def run(self, point: Point) -> None:
-        if point[-1] != 0:
-            return
-        for tb in self.outer.take(point[:-1]):
-            lifted = tb.updates.with_times(lift_times(tb.updates.times, self.scope.dim))
-            self.emit(TraceBatch(lifted, tb.hashes, tb.nkey))
+    def enter(self, tb: TraceBatch) -> TraceBatch:
+        lifted = tb.updates.with_times(lift_times(tb.updates.times, self.scope.dim))
+        return TraceBatch(lifted, tb.hashes, tb.nkey)
 
 
 class Input(Collection):

@@ -30,6 +30,8 @@ __all__ = [
     "write_arrays",
     "read_arrays",
     "sync_dir",
+    "columns_to_arrow",
+    "columns_from_arrow",
 ]
 
 
@@ -175,3 +177,25 @@ def read_arrays(file: StoredFile, what: str = "arrays") -> tuple[dict[str, np.nd
 def view(arr: pa.Array) -> np.ndarray:
     """A primitive Arrow array (without NULLs) as numpy, without copying."""
     return arr.to_numpy(zero_copy_only=True)
+
+
+def columns_to_arrow(columns, valid) -> tuple[list[pa.Array], list[str]]:
+    """Columns as Arrow arrays named ``c{i}``, booleans as bytes, each with NULLs followed by its ``uint8``
+    validity ``v{i}``: the layout every file and log frame of the engine uses."""
+    arrays, names = [], []
+    for i, (col, mask) in enumerate(zip(columns, valid, strict=True)):
+        arrays.append(pa.array(col.view(np.uint8) if col.dtype == np.bool_ else col))
+        names.append(f"c{i}")
+        if mask is not None:
+            arrays.append(pa.array(mask.view(np.uint8)))
+            names.append(f"v{i}")
+    return arrays, names
+
+
+def columns_from_arrow(arrays: dict[str, pa.Array], dtypes) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
+    """The columns and validity ``columns_to_arrow`` laid out, as numpy views of the arrays."""
+    cols, valid = [], []
+    for i, dtype in enumerate(dtypes):
+        cols.append(view(arrays[f"c{i}"]).view(dtype))
+        valid.append(view(arrays[f"v{i}"]).view(np.bool_) if f"v{i}" in arrays else None)
+    return cols, valid

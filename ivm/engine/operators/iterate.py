@@ -24,8 +24,8 @@ class IterationLimitError(RuntimeError):
 class EnterOp(Operator):
     """An outer collection inside a loop, at iteration 0."""
 
-    def __init__(self, scope: Scope, source: Operator) -> None:
-        super().__init__(scope, "enter")
+    def __init__(self, scope: Scope, source: Operator, name: str = "enter") -> None:
+        super().__init__(scope, name)
         self.outer = self.new_queue()
         source.subscribe(self.outer)
 
@@ -37,9 +37,13 @@ class EnterOp(Operator):
         if point[-1] != 0:
             return
         for b in self.outer.take(point[:-1]):
-            t = np.zeros((len(b), b.dim + 1), dtype=np.int64)
-            t[:, :-1] = b.times
-            self.emit(b.with_times(t))
+            self.emit(self.enter(b))
+
+    def enter(self, b: Batch) -> Batch:
+        """``b`` at iteration 0 of this loop."""
+        t = np.zeros((len(b), b.dim + 1), dtype=np.int64)
+        t[:, :-1] = b.times
+        return b.with_times(t)
 
 
 class LeaveOp(Operator):

@@ -15,7 +15,15 @@ import numpy as np
 import pyarrow as pa
 
 from ivm.engine.batch import Batch
-from ivm.engine.files import StoredFile, Written, read_table, view, write_table
+from ivm.engine.files import (
+    StoredFile,
+    Written,
+    columns_from_arrow,
+    columns_to_arrow,
+    read_table,
+    view,
+    write_table,
+)
 from ivm.engine.trace.batch import TraceBatch
 from ivm.engine.trace.spine import Spine
 from ivm.errors import OperationalError
@@ -63,13 +71,7 @@ def read_trace(spine: Spine, files: list[StoredFile]) -> list[TraceBatch]:
 
 def _encode(batch: TraceBatch) -> pa.Table:
     u = batch.updates
-    arrays, names = [], []
-    for i, (col, mask) in enumerate(zip(u.columns, u.valid, strict=True)):
-        arrays.append(pa.array(col.view(np.uint8) if col.dtype == np.bool_ else col))  # bytes, not bits
-        names.append(f"c{i}")
-        if mask is not None:
-            arrays.append(pa.array(mask.view(np.uint8)))
-            names.append(f"v{i}")
+    arrays, names = columns_to_arrow(u.columns, u.valid)
     times = np.ascontiguousarray(u.times)
     arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(times.reshape(-1)), u.dim))
     arrays += [pa.array(u.diffs), pa.array(batch.hashes)]
@@ -87,10 +89,7 @@ def _decode(columns: dict[str, pa.Array], meta: dict[str, str]) -> TraceBatch:
         raise ValueError(f"format {meta.get('ivm.format')!r}")
     nkey = int(meta["ivm.nkey"])
     dtypes = [np.dtype(d) for d in meta["ivm.dtypes"].split(",") if d]
-    cols, valid = [], []
-    for i, dtype in enumerate(dtypes):
-        cols.append(view(columns[f"c{i}"]).view(dtype))
-        valid.append(view(columns[f"v{i}"]).view(np.bool_) if f"v{i}" in columns else None)
+    cols, valid = columns_from_arrow(columns, dtypes)
     times = columns["time"]
     t = view(times.flatten()).reshape(-1, times.type.list_size)
     updates = Batch(tuple(cols), tuple(valid), t, view(columns["diff"]))
