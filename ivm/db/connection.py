@@ -12,10 +12,11 @@ to the module of its concern: ``parsing`` (SQL text into statements), ``ddl``, `
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from sqlglot import exp
@@ -257,6 +258,32 @@ class Connection:
         transactions.usable(self)
         if self.in_transaction:
             transactions.rollback(self)
+
+    @contextlib.contextmanager
+    def commit_group(self) -> Iterator[Connection]:
+        """Group commit: the transactions committed inside the block go to a durable database's log together
+        when it ends, in one write and one sync, and a crash keeps all of them or none (checkpoints wait for
+        the end too). Each is visible as soon as it commits. The block must end outside a transaction. If it
+        raises, its commits are not written: the connection breaks, and opening the directory again finds it
+        as it was before the block. A group inside a group belongs to the outer one; in memory a group
+        changes nothing."""
+        transactions.usable(self)
+        if self.in_transaction:
+            raise ProgrammingError("a commit group cannot begin inside a transaction")
+        store = self.store
+        if store is None or store.group is not None:
+            yield self
+            return
+        store.group = []
+        whole = False
+        try:
+            yield self
+            if self.in_transaction:
+                raise ProgrammingError("a commit group must end outside a transaction: it holds whole ones")
+            whole = True
+        finally:
+            with self.pool.active():
+                store.end_group(self, whole)
 
     def __enter__(self) -> Connection:
         return self

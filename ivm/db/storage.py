@@ -82,6 +82,7 @@ class Store:
         self.version = -1  # the catalog version the newest checkpoint holds
         self.logged = 0  # string codes below this are in the checkpoint or the log
         self.checkpoint_seconds: list[float] = []
+        self.group: list[bytes] | None = None  # the frames of an open commit group, written at its end
         self._lock = None
 
     # -- writing ----------------------------------------------------------------------------------------
@@ -91,19 +92,42 @@ class Store:
         state is ahead of what a restart would find."""
         try:
             if db.version != self.version:
-                return self.checkpoint(db)
+                return None if self.group is not None else self.checkpoint(db)
             frames = []
             if len(db.pool) > self.logged:
                 strings, canonical = db.pool.added_since(self.logged)
                 frames.append(wal.strings_frame(self.logged, strings, canonical))
             frames += [wal.rows_frame(name, b) for name, b in batches if len(b)]
             frames.append(wal.commit_frame(start, db.time, db.positions))
-            self.log.append(frames)
             self.logged = len(db.pool)
+            if self.group is not None:
+                self.group += frames
+                return None
+            self.log.append(frames)
             if self.log.bytes >= self.checkpoint_bytes:
                 self.checkpoint(db)
         except OSError as err:
             db.broken = f"the commit could not be made durable: {err}"
+            raise OperationalError(f"{db.broken}; the database cannot be used any more") from err
+
+    def end_group(self, db: Connection, whole: bool) -> None:
+        """A commit group ends: its commits go to the log in one append (a checkpoint, if the catalog
+        changed or the log is full). A group that is not ``whole`` writes nothing, which leaves the connection
+        ahead of its directory: it breaks, and the directory reopens as it was before the group."""
+        frames, self.group = self.group, None
+        if not whole:
+            if frames or db.version != self.version:
+                db.broken = "a commit group ended with an error, and its commits were not written"
+            return
+        try:
+            if db.version != self.version:
+                return self.checkpoint(db)
+            if frames:
+                self.log.append([wal.group_frame(frames), *frames])
+            if self.log.bytes >= self.checkpoint_bytes:
+                self.checkpoint(db)
+        except OSError as err:
+            db.broken = f"a commit group could not be made durable: {err}"
             raise OperationalError(f"{db.broken}; the database cannot be used any more") from err
 
     def sync(self) -> None:
@@ -111,8 +135,8 @@ class Store:
         self.log.sync()
 
     def changed(self, db: Connection) -> None:
-        """Outside a transaction, a catalog change since the last checkpoint takes one now."""
-        if not db.in_transaction and db.version != self.version:
+        """Outside a transaction and a commit group, a catalog change since the last checkpoint takes one."""
+        if not db.in_transaction and self.group is None and db.version != self.version:
             self.checkpoint(db)
 
     def checkpoint(self, db: Connection) -> None:

@@ -5,9 +5,11 @@ segment to replay. A segment is a sequence of frames, each a header (magic, kind
 Arrow IPC stream: the strings the connection's pool added since the last frame (so that the text codes of
 the rows that follow mean what they meant), the rows of one table (columns, validity, times, diffs, exactly as
 they entered the engine), and a commit frame closing every commit (the connection's time after it, and the
-positions of its sources). Frames after the last commit frame belong to a commit that never returned and are
-ignored; so is a frame cut short at the end of the last segment. A damaged frame anywhere else is an error
-naming the segment and offset: the commits after it were acknowledged and cannot be skipped.
+positions of its sources). A group frame says that the frames of the next so many bytes are one commit group
+(``Connection.commit_group``): written in one append, they count only if all of them can be read. Frames
+after the last commit frame (or whole group) belong to commits that never returned and are ignored; so is a
+frame cut short at the end of the last segment. A damaged frame anywhere else is an error naming the segment
+and offset: the commits after it were acknowledged and cannot be skipped.
 """
 
 from __future__ import annotations
@@ -25,11 +27,20 @@ from ivm.engine.batch import Batch
 from ivm.engine.files import columns_from_arrow, columns_to_arrow, sync_dir, view
 from ivm.errors import OperationalError
 
-__all__ = ["Log", "Commit", "read_log", "segments", "strings_frame", "rows_frame", "commit_frame"]
+__all__ = [
+    "Log",
+    "Commit",
+    "read_log",
+    "segments",
+    "strings_frame",
+    "rows_frame",
+    "commit_frame",
+    "group_frame",
+]
 
 MAGIC = b"IVMW"
 HEADER = struct.Struct("<4sBxxxQI")  # magic, kind, length, crc32
-STRINGS, ROWS, COMMIT = 1, 2, 3
+STRINGS, ROWS, COMMIT, GROUP = 1, 2, 3, 4
 
 
 @dataclass
@@ -127,6 +138,12 @@ def commit_frame(start: int, time: int, positions: dict) -> bytes:
     return _frame(COMMIT, pa.table({"x": pa.array([], pa.int8())}).replace_schema_metadata(meta))
 
 
+def group_frame(frames: list[bytes]) -> bytes:
+    """The frame opening a commit group: how many bytes of frames that follow belong to it."""
+    meta = {"ivm.group": str(sum(len(f) for f in frames))}
+    return _frame(GROUP, pa.table({"x": pa.array([], pa.int8())}).replace_schema_metadata(meta))
+
+
 def read_log(directory: str, first: int) -> list[Commit]:
     """The complete commits logged in segments ``first`` onwards, in order. The tail of a commit that never
     returned, at the end of the last segment, is cut off the file, so that appends follow whole commits."""
@@ -142,27 +159,38 @@ def read_log(directory: str, first: int) -> list[Commit]:
 
 
 def _read_segment(path: str, last: bool) -> tuple[list[Commit], int, int]:
-    """The commits of a segment, where its last whole commit ends, and its size."""
+    """The commits of a segment, where its last whole commit (or whole group) ends, and its size."""
     with open(path, "rb") as f:
         data = f.read()
     pos = end_of_commits = 0
     commits: list[Commit] = []
     pending: list[tuple[int, pa.Table]] = []
-    while pos < len(data):
+    group: tuple[int, int, int] | None = None  # an open group's offset, end, and first commit
+    while True:
+        if group is not None and pos == group[1]:
+            group, end_of_commits = None, pos
+        if pos >= len(data):
+            break
         end = pos + HEADER.size
         bad = end > len(data)
         if not bad:
             magic, kind, length, crc = HEADER.unpack_from(data, pos)
             bad = magic != MAGIC or end + length > len(data) or zlib.crc32(data[end : end + length]) != crc
+            bad = bad or (group is not None and end + length > group[1])
         if bad:
-            if last and not _more_commits(data, pos):
-                break  # the tail of a commit that never returned
+            if last and not _more_commits(data, pos + 1 if group is None else group[1]):
+                break  # the tail of commits that never returned
             raise OperationalError(f"{path} is damaged at byte {pos}: a logged commit cannot be read")
         try:
             table = pa.ipc.open_stream(pa.py_buffer(data[end : end + length])).read_all()
         except pa.ArrowException as err:
             raise OperationalError(f"{path} is damaged at byte {pos}: {err}") from None
-        pos = end + length
+        start, pos = pos, end + length
+        if kind == GROUP:
+            if group is not None or pending:
+                raise OperationalError(f"{path} is damaged at byte {start}: a group opens inside another")
+            group = (start, pos + int(table.schema.metadata[b"ivm.group"]), len(commits))
+            continue
         if kind != COMMIT:
             pending.append((kind, table))
             continue
@@ -177,13 +205,18 @@ def _read_segment(path: str, last: bool) -> tuple[list[Commit], int, int]:
                 commit.rows.append((meta["ivm.table"], _batch(t, meta)))
         pending = []
         commits.append(commit)
-        end_of_commits = pos
+        if group is None:
+            end_of_commits = pos
+    if group is not None:  # a group cut short: none of its commits returned
+        if not last:
+            raise OperationalError(f"{path} is damaged at byte {group[0]}: a commit group is cut short")
+        del commits[group[2] :]
     return commits, end_of_commits, len(data)
 
 
-def _more_commits(data: bytes, pos: int) -> bool:
-    """Whether a valid commit frame follows ``pos`` (then the damage is not a torn tail)."""
-    i = data.find(MAGIC, pos + 1)
+def _more_commits(data: bytes, start: int) -> bool:
+    """Whether a valid commit frame starts at or after ``start`` (then the damage is not a torn tail)."""
+    i = data.find(MAGIC, start)
     while i >= 0:
         if i + HEADER.size <= len(data):
             _, kind, length, crc = HEADER.unpack_from(data, i)

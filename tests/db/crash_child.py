@@ -2,11 +2,14 @@
 
 ``python -m tests.db.crash_child DIR JOURNAL SEED KIND N`` opens the database in DIR (creating its tables and
 views if new), then runs transactions until it kills itself with SIGKILL at the ``N``-th occurrence of
-``KIND``: ``log`` (half-way through writing a commit to the log), ``file`` (half-way through a checkpoint's
+``KIND``: ``log`` (half-way through writing a commit to the log), ``group`` (half-way through writing a
+commit group), ``file`` (half-way through a checkpoint's
 data file), ``manifest`` (a manifest written but not yet renamed into place), ``merge`` (inside a trace merge
 during a commit), ``commit`` (right after a commit returned). Every transaction inserts its id into ``txn``.
 JOURNAL receives, synced, ``{"attempt": id, "sql": [...]}`` before a transaction and ``{"done": id}`` once its
-COMMIT returned (or ``{"failed": id}``), which is what the test holds the reopened database to.
+COMMIT returned and is durable (or ``{"failed": id}``), which is what the test holds the reopened database to.
+Some runs of four transactions are one commit group: their attempts name the group, ``{"committed": id}``
+notes each COMMIT that returned, and ``done`` follows only once the group ended.
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ def main(path: str, journal: str, seed: int, kind: str, n: int) -> None:
     )
 
     def torn_append(self, frames):
-        if point("log"):
+        if point("log") or (frames[0][4] == wal.GROUP and point("group")):
             data = b"".join(frames)
             os.write(self._fd, data[: len(data) // 2])
             die()
@@ -151,7 +154,9 @@ def main(path: str, journal: str, seed: int, kind: str, n: int) -> None:
             out.flush()
             os.fsync(out.fileno())
 
-        for i in range(start, start + 400):
+        def run(i: int, group: int | None) -> bool:
+            """Run transaction ``i``; whether its COMMIT returned."""
+            nonlocal keys
             rng = random.Random(seed * 100_003 + i)
             stmts = transaction(rng, keys, i)
             if i % 7 == 3:  # DDL now and then, in the transaction that notes it
@@ -160,7 +165,7 @@ def main(path: str, journal: str, seed: int, kind: str, n: int) -> None:
                     db.execute(f"DROP VIEW {name}")
                 else:
                     stmts = [f"CREATE VIEW {name} AS {VIEWS[name]}", *stmts]
-            note({"attempt": i, "sql": stmts})
+            note({"attempt": i, "sql": stmts, "group": group})
             try:
                 db.execute("BEGIN")
                 for s in stmts:
@@ -170,10 +175,24 @@ def main(path: str, journal: str, seed: int, kind: str, n: int) -> None:
                 db.rollback()
                 keys = {r[0] for r in db.execute("SELECT a FROM t").fetchall()}
                 note({"failed": i, "error": str(err)})
-                continue
-            note({"done": i})
+                return False
+            if group is not None:
+                note({"committed": i})
             if point("commit"):
                 die()
+            return True
+
+        i = start
+        while i < start + 400:
+            if i % 10 == 5:  # four transactions in one commit group: durable together when it ends
+                with db.commit_group():
+                    ok = [j for j in range(i, i + 4) if run(j, i)]
+                i += 4
+            else:
+                ok = [i] if run(i, None) else []
+                i += 1
+            for j in ok:
+                note({"done": j})
     die()
 
 

@@ -1,7 +1,8 @@
 """Crashes: a child process running random transactions against a database directory is SIGKILLed at chosen
-moments (half-way through a log append, a checkpoint's file or manifest, a merge, or right after a commit),
-again and again on the same directory. After each kill the reopened database holds every transaction whose
-COMMIT returned and nothing that did not commit, and every view equals DuckDB's recompute of its SQL."""
+moments (half-way through a log append or a commit group's, a checkpoint's file or manifest, a merge, or
+right after a commit), again and again on the same directory. After each kill the reopened database holds
+every transaction whose COMMIT returned (at the end of its commit group, for those in one) and nothing that did
+not commit, each commit group whole or not at all, and every view equals DuckDB's recompute of its SQL."""
 
 from __future__ import annotations
 
@@ -21,20 +22,28 @@ from tests.db.crash_child import TABLES, VIEWS
 from tests.oracle import same_rows
 
 ROOT = Path(__file__).resolve().parents[2]
-KINDS = ["log", "file", "manifest", "merge", "commit"]
+KINDS = ["log", "file", "manifest", "merge", "commit", "group"]
 
 
-def _journal(path: Path) -> tuple[dict[int, list[str]], set[int], set[int]]:
-    attempts, done, failed = {}, set(), {}
+def _journal(path: Path) -> tuple[dict[int, list[str]], set[int], dict[int, str], dict[int, set[int]]]:
+    """The child's journal: each transaction's statements, those acknowledged, those that failed (with why),
+    and per commit group the transactions whose COMMIT returned inside it."""
+    attempts, done, failed, groups = {}, set(), {}, {}
+    group_of = {}
     for line in path.read_text().splitlines():
         entry = json.loads(line)
         if "attempt" in entry:
             attempts[entry["attempt"]] = entry["sql"]
+            if entry.get("group") is not None:
+                group_of[entry["attempt"]] = entry["group"]
+                groups.setdefault(entry["group"], set())
+        elif "committed" in entry:
+            groups[group_of[entry["committed"]]].add(entry["committed"])
         elif "done" in entry:
             done.add(entry["done"])
         else:
             failed[entry["failed"]] = entry["error"]
-    return attempts, done, failed
+    return attempts, done, failed, groups
 
 
 def _oracle_statement(sql: str) -> str | None:
@@ -57,7 +66,7 @@ def test_killed_at_random_moments_the_database_reopens_exact(tmp_path, seed):
     in_flight: set[int] = set()
     for run in range(18):
         kind = KINDS[run % len(KINDS)] if run else "commit"
-        n = rng.randint(1, {"log": 25, "file": 40, "manifest": 4, "merge": 6, "commit": 25}[kind])
+        n = rng.randint(1, {"log": 25, "file": 40, "manifest": 4, "merge": 6, "commit": 25, "group": 5}[kind])
         child = subprocess.run(
             [sys.executable, "-m", "tests.db.crash_child", str(path), str(journal), str(seed), kind, str(n)],
             cwd=ROOT,
@@ -68,14 +77,16 @@ def test_killed_at_random_moments_the_database_reopens_exact(tmp_path, seed):
         )
         assert child.returncode == -signal.SIGKILL, child.stderr[-3000:]
         kills += 1
-        attempts, done, failed = _journal(journal)
+        attempts, done, failed, groups = _journal(journal)
         db = ivm.connect(str(path))
         present = {r[0] for r in db.execute("SELECT id FROM txn").fetchall()}
-        in_flight.add(max(attempts))
+        in_flight.update(i for i in attempts if i > max(done, default=-1))
         # every acknowledged commit is there; an unacknowledged one only if it was in flight at a kill
         assert done <= present, f"run {run} ({kind} {n}): lost {sorted(done - present)}"
         assert present - done <= in_flight, f"run {run}: {sorted(present - done)} never committed: {failed}"
         assert not present & failed.keys()
+        for g, committed in groups.items():  # a commit group is there whole or not at all
+            assert present & committed in (set(), committed), f"run {run}: group {g} is there in part"
         for i in sorted(present):
             if i > applied:
                 for sql in attempts[i]:

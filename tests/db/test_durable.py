@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 import ivm
-from ivm.db import storage
+from ivm.db import storage, wal
 from tests.oracle import same_rows
 from tests.sql.test_views_oracle import SCHEMA, VIEWS, _random_txn
 
@@ -317,3 +317,110 @@ def test_a_torn_log_tail_is_dropped_and_damage_before_it_is_an_error(tmp_path):
     segment.write_bytes(bytes(damaged))
     with pytest.raises(ivm.OperationalError, match=segment.name):
         ivm.connect(str(copy))
+
+
+# -- commit groups -------------------------------------------------------------------------------------
+
+
+def _grouped(tmp_path) -> tuple[str, Path, int]:
+    """A database with one commit before a group of three: its path, its log segment, and the byte the
+    group starts at."""
+    path = str(tmp_path / "db")
+    db = ivm.connect(path)
+    db.execute("CREATE TABLE k (a INT PRIMARY KEY, s TEXT)")
+    db.execute("CREATE VIEW n AS SELECT count(*) AS c, max(s) AS m FROM k")
+    db.execute("INSERT INTO k VALUES (0, 'zero')")
+    segment = Path(db.store.log.directory) / f"{db.store.log.segment:012d}.log"
+    before = segment.stat().st_size
+    with db.commit_group():
+        for i in range(1, 4):
+            db.execute("INSERT INTO k VALUES (%s, %s)", (i, f"new text {i}"))
+            assert db.execute("SELECT c FROM n").fetchall() == [(i + 1,)]  # visible at once
+        assert segment.stat().st_size == before  # nothing written before the group ends
+    assert segment.stat().st_size > before
+    abandon(db)
+    return path, segment, before
+
+
+def test_a_commit_group_is_written_whole_at_its_end(tmp_path):
+    path, _, _ = _grouped(tmp_path)
+    db = ivm.connect(path)
+    assert db.execute("SELECT * FROM n").fetchall() == [(4, "zero")]
+    assert sorted(db.execute("SELECT a FROM k").fetchall()) == [(0,), (1,), (2,), (3,)]
+    db.close()
+
+
+@pytest.mark.parametrize("cut", ["torn", "damaged"])
+def test_a_commit_group_cut_short_is_not_there_at_all(tmp_path, cut):
+    path, segment, before = _grouped(tmp_path)
+    whole = segment.read_bytes()
+    if cut == "torn":  # two of its three commits were written before the crash
+        data = whole[: before + (len(whole) - before) * 3 // 4]
+    else:  # its first commit was never written whole, its others were
+        data = bytearray(whole)
+        opening = wal.HEADER.size + wal.HEADER.unpack_from(whole, before)[2]  # the group frame
+        data[before + opening + 50] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    db = ivm.connect(path)
+    assert db.execute("SELECT a, s FROM k").fetchall() == [(0, "zero")]
+    assert db.execute("SELECT * FROM n").fetchall() == [(1, "zero")]
+    db.execute("INSERT INTO k VALUES (9, 'after')")  # the log goes on after the commit before the group
+    abandon(db)
+    db = ivm.connect(path)
+    assert sorted(db.execute("SELECT * FROM k").fetchall()) == [(0, "zero"), (9, "after")]
+    db.close()
+
+
+def test_a_commit_group_that_raises_writes_nothing_and_breaks_the_connection(tmp_path):
+    path = str(tmp_path / "db")
+    db = ivm.connect(path)
+    db.execute("CREATE TABLE k (a INT PRIMARY KEY)")
+    db.execute("INSERT INTO k VALUES (0)")
+    with pytest.raises(RuntimeError, match="outputs"), db.commit_group():
+        db.execute("INSERT INTO k VALUES (1)")
+        raise RuntimeError("writing the outputs failed")
+    with pytest.raises(ivm.InternalError, match="commit group"):
+        db.execute("SELECT * FROM k")
+    db.close()
+    db = ivm.connect(path)
+    assert db.execute("SELECT * FROM k").fetchall() == [(0,)]
+    with pytest.raises(ValueError), db.commit_group():  # nothing committed: nothing to lose
+        raise ValueError
+    assert db.execute("SELECT * FROM k").fetchall() == [(0,)]
+    db.close()
+
+
+def test_a_commit_group_holds_whole_transactions_and_defers_checkpoints(tmp_path):
+    path = str(tmp_path / "db")
+    db = ivm.connect(path, checkpoint_bytes=2_000)
+    db.execute("CREATE TABLE k (a INT PRIMARY KEY)")
+    db.execute("BEGIN")
+    with pytest.raises(ivm.ProgrammingError, match="inside a transaction"), db.commit_group():
+        pass
+    db.execute("ROLLBACK")
+    checkpoints = len(db.store.checkpoint_seconds)
+    with db.commit_group():
+        for i in range(50):  # far past checkpoint_bytes
+            db.execute("INSERT INTO k VALUES (%s)", (i,))
+        db.execute("CREATE TABLE j (b INT)")
+        db.execute("INSERT INTO j VALUES (7)")
+        with db.commit_group():  # part of the outer group
+            db.execute("INSERT INTO j VALUES (8)")
+        assert len(db.store.checkpoint_seconds) == checkpoints
+    assert len(db.store.checkpoint_seconds) == checkpoints + 1  # DDL in the group: one checkpoint at its end
+    with pytest.raises(ivm.ProgrammingError, match="end outside a transaction"), db.commit_group():
+        db.execute("BEGIN")
+        db.execute("INSERT INTO j VALUES (9)")
+    db.close()
+    db = ivm.connect(path)
+    assert db.execute("SELECT count(*) FROM k").fetchall() == [(50,)]
+    assert sorted(db.execute("SELECT * FROM j").fetchall()) == [(7,), (8,)]
+    db.close()
+
+
+def test_a_commit_group_in_memory_changes_nothing():
+    db = ivm.connect()
+    db.execute("CREATE TABLE k (a INT)")
+    with db.commit_group():
+        db.execute("INSERT INTO k VALUES (1)")
+    assert db.execute("SELECT * FROM k").fetchall() == [(1,)]
