@@ -39,7 +39,16 @@ from sqlglot import exp
 from ivm.db import ddl, parsing, state, transactions, wal
 from ivm.engine import checkpoint
 from ivm.engine.batch import Batch, consolidate
-from ivm.engine.files import StoredFile, Written, read_arrays, read_table, sync_dir, write_arrays, write_table
+from ivm.engine.files import (
+    StoredFile,
+    Written,
+    read_ahead,
+    read_arrays,
+    read_table,
+    sync_dir,
+    write_arrays,
+    write_table,
+)
 from ivm.engine.trace.files import FORMAT, read_batch
 from ivm.errors import OperationalError
 
@@ -275,7 +284,8 @@ def open_database(
         rebuilt = False
         if manifest["engine"] == ENGINE:
             try:
-                _restore(db, store, manifest, hydrate=True)
+                with read_ahead(_stored_files(manifest)):
+                    _restore(db, store, manifest, hydrate=True)
             except checkpoint.Mismatch as err:
                 log.warning("%s: %s; building every view again from the tables", store.path, err)
                 rebuilt = True
@@ -448,19 +458,20 @@ def _fingerprint(shape: str) -> str:
     return hashlib.sha256(f"{ENGINE}:{shape}".encode()).hexdigest()
 
 
+def _stored_files(obj) -> list[StoredFile]:
+    """Every file a manifest (or part of one) names."""
+    if isinstance(obj, dict):
+        if obj.keys() == {"path", "size", "crc32"}:
+            return [StoredFile.from_json(obj)]
+        return [f for v in obj.values() for f in _stored_files(v)]
+    if isinstance(obj, list):
+        return [f for v in obj for f in _stored_files(v)]
+    return []
+
+
 def _files_of(manifest: dict) -> set[str]:
-    """Every data file a manifest names."""
-    out = set()
-    for files in manifest["tables"].values():
-        out.update(f["path"] for f in files)
-    for df in manifest["dataflows"].values():
-        for op in df["operators"].values():
-            out.update(f["path"] for f in op.get("trace", ()))
-            if "running" in op:
-                out.add(op["running"]["path"])
-    out.update(c["file"]["path"] for c in manifest["pool"]["chunks"])
-    out.add(manifest["pool"]["canon"]["path"])
-    return out
+    """The paths of every data file a manifest names."""
+    return {f.path for f in _stored_files(manifest)}
 
 
 def _paths(obj, fn):

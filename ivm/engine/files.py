@@ -10,9 +10,13 @@ cut or corrupted file raises an ``OperationalError`` naming it and never yields 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import weakref
 import zlib
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -25,6 +29,7 @@ __all__ = [
     "StoredFile",
     "Written",
     "resolve",
+    "read_ahead",
     "write_table",
     "read_table",
     "write_arrays",
@@ -99,8 +104,29 @@ def write_bytes(buf: pa.Buffer | bytes, uri: str, sync: bool = True) -> StoredFi
     return StoredFile(uri, size, zlib.crc32(buf))
 
 
+_AHEAD: contextvars.ContextVar[dict | None] = contextvars.ContextVar("ahead", default=None)  # file -> Buffer
+
+
+@contextlib.contextmanager
+def read_ahead(files: Iterable[StoredFile], threads: int | None = None) -> Iterator[None]:
+    """Read and check ``files`` now, several at once (checksums run outside the GIL, reads overlap), so that
+    reading them inside the block finds them checked: what loading a whole checkpoint does first."""
+    todo = list(dict.fromkeys(files))
+    threads = threads or min(8, os.cpu_count() or 1)
+    with ThreadPoolExecutor(threads) as pool:
+        buffers = dict(zip(todo, pool.map(read_bytes, todo), strict=True))
+    token = _AHEAD.set({**(_AHEAD.get() or {}), **buffers})
+    try:
+        yield
+    finally:
+        _AHEAD.reset(token)
+
+
 def read_bytes(file: StoredFile) -> pa.Buffer:
     """The bytes of ``file`` (mapped, when local), checked against its size and checksum."""
+    ahead = (_AHEAD.get() or {}).get(file)
+    if ahead is not None:
+        return ahead
     fs, path = resolve(file.path)
     try:
         if isinstance(fs, pafs.LocalFileSystem):
