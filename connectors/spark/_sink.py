@@ -1,12 +1,12 @@
 """The ``foreachBatch`` sink: change rows in, maintained views' diffs out, exactly once per batch id.
 
 Per micro-batch: the change rows come over from Spark as one Arrow table, are split into source commits, and
-each commit is applied to the embedded engine as one transaction (one logical time: its deletions, then its
+each commit is applied to the engine as one transaction (one logical time: its deletions, then its
 insertions). The views' diffs, with each engine time mapped back to its source commit, go to the outputs;
-then the micro-batch's change rows are recorded in the state directory. A batch id at or below the last
-recorded one is a replay and changes nothing. On the first micro-batch after a (re)start the engine is
-rebuilt from the state directory: the newest snapshot of the source tables, then the logged micro-batches
-after it, in order.
+then the micro-batch is recorded: the engine's database in the state directory logs its commits, as one
+commit group carrying the batch id. The last batch id recorded again is a replay and changes nothing; any
+other but the next is refused. After a restart, or a micro-batch that failed, the engine is opened from the
+state directory: its checkpoint mapped back in and the log after it replayed, nothing recomputed.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import ivm
 from connectors.spark._changes import ChangeShape, delta_cdf, plain, split_commits
 from connectors.spark._outputs import Output, ViewBatch
-from connectors.spark._state import StateDir
+from connectors.spark._state import RECORD, StateDir
 from sql.errors import DataError, SqlError
 
 __all__ = ["ViewSink", "view_sink"]
@@ -41,13 +41,13 @@ class ViewSink:
         *,
         shape: ChangeShape | None = None,
         outputs: Sequence[Output] = (),
-        snapshot_every: int = 100,
+        checkpoint_bytes: int = 64 << 20,
     ) -> None:
         self.schema = schema
         self.views = dict(views)
         self.shape = shape
         self.outputs = list(outputs)
-        self.snapshot_every = snapshot_every
+        self.checkpoint_bytes = checkpoint_bytes
         # check the definition before anything is stored: a wrong view fails here, not in the stream
         db = self._fresh_engine()
         for out in self.outputs:
@@ -63,13 +63,12 @@ class ViewSink:
         self.state = StateDir(state_dir, {"schema": schema, "views": self.views})
         self.db: ivm.Connection | None = None
         self.last_batch = -1
-        self.since_snapshot = 0
 
     # -- Spark entry point ------------------------------------------------------------------------------
     def __call__(self, df, batch_id: int) -> None:
         """The ``foreachBatch`` function: apply the micro-batch ``df`` (a Spark DataFrame) once."""
-        if int(batch_id) <= self._last_applied():
-            return  # replayed: applied and written out before
+        if self._replayed(int(batch_id)):
+            return  # applied and written out before
         self.apply(df.toArrow(), int(batch_id), spark=df.sparkSession)
 
     # -- the work, on Arrow -----------------------------------------------------------------------------
@@ -77,40 +76,43 @@ class ViewSink:
         """Apply one micro-batch of change rows; returns each view's diffs, or None for a replayed batch id.
 
         ``spark`` (a SparkSession) is needed by outputs that hand out Spark DataFrames."""
-        last = self._last_applied()
-        if batch_id <= last:
+        if self._replayed(batch_id):
             return None
-        if last >= 0 and batch_id != last + 1:
-            raise SqlError(
-                f"micro-batch {batch_id} follows micro-batch {last}: the state directory "
-                f"{str(self.state.path)!r} does not belong to this query's checkpoint"
-            )
+        db = self._engine()
+        before = db.positions.get(RECORD)
         try:
-            t0, commits = self._apply_changes(changes, batch_id)
-            diffs = {v: self._diffs(v, sub, t0, commits) for v, sub in self.subscriptions.items()}
-            for v, d in diffs.items():
-                batch = ViewBatch(v, batch_id, d, self._contents_of(v), spark)
-                for out in self.outputs:
-                    if out.wants(v):
-                        out.write(batch)
-            self.state.record_batch(batch_id, changes)
-            self.last_batch = batch_id
-            self.since_snapshot += 1
-            if self.snapshot_every and self.since_snapshot >= self.snapshot_every:
-                self.snapshot()
+            # one commit group: the micro-batch's commits reach the state directory together, after its outputs
+            with db.commit_group():
+                db.positions[RECORD] = {"batch": batch_id}
+                t0, commits = self._apply_changes(changes, batch_id)
+                if not len(commits):
+                    db.execute("BEGIN")
+                    db.execute("COMMIT")  # an empty commit records the batch id
+                diffs = {v: self._diffs(v, sub, t0, commits) for v, sub in self.subscriptions.items()}
+                for v, d in diffs.items():
+                    batch = ViewBatch(v, batch_id, d, self._contents_of(v), spark)
+                    for out in self.outputs:
+                        if out.wants(v):
+                            out.write(batch)
         except BaseException:
-            self.db = None  # the engine may hold a half-applied batch: rebuild it from the state directory
+            # the engine may hold part of the micro-batch: open the state directory again, as it was before it
+            db.positions[RECORD] = before
+            self._discard()
             raise
+        self.last_batch = batch_id
         return diffs
 
-    def snapshot(self) -> None:
-        """Store the source tables' current contents and drop the log before them (restarts replay less)."""
+    def checkpoint(self) -> None:
+        """Write a checkpoint of the engine's state now, so that a restart replays no log."""
         db = self._engine()
-        if self.last_batch < 0:
-            return  # nothing applied yet: an empty state directory already says so
-        tables = {t: db.execute(f"SELECT * FROM {t}").fetch_arrow() for t in db.tables}
-        self.state.write_snapshot(self.last_batch, tables)
-        self.since_snapshot = 0
+        with db.pool.active():
+            db.store.checkpoint(db)
+
+    def close(self) -> None:
+        """Stop cleanly: a last checkpoint, then the state directory is free for another process."""
+        if self.db is not None:
+            self.db.close()
+            self.db = None
 
     def contents(self, view: str) -> pa.Table:
         """The current rows of ``view`` (each as many times as the view holds it)."""
@@ -127,43 +129,57 @@ class ViewSink:
             db.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
         return db
 
+    def _replayed(self, batch_id: int) -> bool:
+        """Whether ``batch_id`` is the last micro-batch applied again (Spark replays the last one whose
+        commit it did not record); any batch id but that one and the next is refused."""
+        last = self._last_applied()
+        if batch_id in (last, last + 1):
+            return batch_id == last
+        where = f"the state directory {str(self.state.path)!r}"
+        if last < 0:
+            raise SqlError(
+                f"micro-batch {batch_id} arrived at an empty state: a query starts at micro-batch 0, so "
+                f"{where} is not the one of this query's checkpoint (was it deleted or replaced?)"
+            )
+        if batch_id < last:
+            raise SqlError(
+                f"micro-batch {batch_id} arrived after micro-batch {last} was applied, and Spark replays only "
+                f"the last one: {where} does not belong to this query's checkpoint (a new checkpoint with an "
+                "old state directory, or two queries sharing one)"
+            )
+        raise SqlError(
+            f"micro-batch {batch_id} follows micro-batch {last}, and those between were never applied: {where} "
+            "does not belong to this query's checkpoint"
+        )
+
     def _last_applied(self) -> int:
-        if self.db is None:
-            self._engine()
+        self._engine()
         return self.last_batch
 
     def _engine(self) -> ivm.Connection:
-        """The engine, rebuilt from the state directory if this is the first use or a batch failed."""
+        """The engine: the state directory's database, opened on first use and after a failed micro-batch."""
         if self.db is not None:
             return self.db
+        db = ivm.connect(self.state.database, checkpoint_bytes=self.checkpoint_bytes)
         try:
-            return self._rebuild()
+            if not db.tables:
+                with db.commit_group():  # the tables and views are there whole, or not at all
+                    db.execute(self.schema)
+                    for name, sql in self.views.items():
+                        db.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+            self.columns = {t: [c.name for c in st.table.columns] for t, st in db.tables.items()}
+            self.last_batch = int((db.positions.get(RECORD) or {}).get("batch", -1))
+            self.subscriptions = {v: db.subscribe(v, snapshot=False) for v in self.views}
         except BaseException:
-            self.db = None
+            db.close()
             raise
-
-    def _rebuild(self) -> ivm.Connection:
-        db = ivm.connect()
-        db.execute(self.schema)
-        self.columns = {t: [c.name for c in st.table.columns] for t, st in db.tables.items()}
         self.db = db
-        snap = self.state.snapshot()
-        done = -1
-        if snap is not None:
-            done, folder = snap
-            db.execute("BEGIN")
-            for t, data in StateDir.read_snapshot(folder).items():
-                db.insert_arrow(t, data)
-            db.execute("COMMIT")
-        for name, sql in self.views.items():
-            db.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
-        logged = self.state.logged(done)
-        for i in logged:
-            self._apply_changes(self.state.read_batch(i), i)
-        self.last_batch = logged[-1] if logged else done
-        self.since_snapshot = len(logged)
-        self.subscriptions = {v: db.subscribe(v, snapshot=False) for v in self.views}
         return db
+
+    def _discard(self) -> None:
+        db, self.db = self.db, None
+        if db is not None:
+            db.close()
 
     def _apply_changes(self, changes: pa.Table, batch_id: int) -> tuple[int, pa.Array]:
         """Apply the commits of a micro-batch, one transaction each; the engine time of the first and the
@@ -222,15 +238,16 @@ def view_sink(
     *,
     shape: ChangeShape | None = None,
     outputs: Sequence[Output] = (),
-    snapshot_every: int = 100,
+    checkpoint_bytes: int = 64 << 20,
 ) -> ViewSink:
     """A ``foreachBatch`` sink maintaining ``views`` (name -> SELECT) over the tables that ``schema``
     (CREATE TABLE statements) declares.
 
     ``shape`` says where the change rows keep operation, commit and table (``delta_cdf(...)`` or
     ``plain(...)``; by default the Delta change data feed shape if the rows have ``_change_type``, else the
-    plain one). ``state_dir``, a local folder beside the query's checkpoint, holds what the engine has
-    applied; every ``snapshot_every`` micro-batches the tables' contents are stored there so a restart
-    replays at most that many micro-batches (0: never).
+    plain one). ``state_dir``, a local folder beside the query's checkpoint (one per query), holds the engine's
+    tables and views as an ivm database: each micro-batch is logged there after its outputs were written, and a
+    checkpoint of the arrangements is taken whenever the log passes ``checkpoint_bytes``, so that a restart
+    maps the state back in and replays only the log after it.
     """
-    return ViewSink(schema, views, state_dir, shape=shape, outputs=outputs, snapshot_every=snapshot_every)
+    return ViewSink(schema, views, state_dir, shape=shape, outputs=outputs, checkpoint_bytes=checkpoint_bytes)

@@ -54,7 +54,7 @@ def run(sf: float, batches: int, fraction: float, queries: list[str], directory:
     files = ChangeFiles(stream, directory / "source")
     views = {q: query(q) for q in queries}
     outputs = [ParquetContents(q, directory / "out" / f"{q}.parquet") for q in queries]
-    sink = _Timed(view_sink(SCHEMA, views, directory / "ckpt.ivm", outputs=outputs, snapshot_every=0))
+    sink = _Timed(view_sink(SCHEMA, views, directory / "ckpt.ivm", outputs=outputs))
 
     files.initial()
     schema = spark.read.parquet(str(files.directory)).schema

@@ -1,6 +1,7 @@
 """The sink on Arrow micro-batches (no Spark): views equal DuckDB's recompute after every micro-batch through
 replays, failures between writing the outputs and recording the batch, restarts from the state directory
-(log and snapshots); and wrong definitions or batch sequences are refused with clear messages."""
+(an ivm database: checkpoints and log); and wrong definitions or batch sequences are refused with clear
+messages."""
 
 import decimal
 
@@ -10,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import ivm
 from connectors.spark import DiffsTo, ParquetContents, ParquetDiffs, plain, view_sink
 from connectors.spark._outputs import merge_rows
 from sql.errors import SqlError
@@ -119,13 +121,11 @@ class Recorder:
         self.diffs[view].append(diffs)
 
 
-def make_sink(tmp_path, recorder, snapshot_every=3):
+def make_sink(tmp_path, recorder):
     outputs = [ParquetContents(v, tmp_path / "out" / f"{v}.parquet") for v in VIEWS]
     outputs += [ParquetDiffs(v, tmp_path / "out" / f"{v}_diffs") for v in VIEWS]
     outputs.append(DiffsTo(recorder, arrow=True))  # last: a failure here follows the other outputs' writes
-    return view_sink(
-        SCHEMA, VIEWS, tmp_path / "state", shape=SHAPE, outputs=outputs, snapshot_every=snapshot_every
-    )
+    return view_sink(SCHEMA, VIEWS, tmp_path / "state", shape=SHAPE, outputs=outputs, checkpoint_bytes=5_000)
 
 
 def check(tmp_path, world, recorder, label):
@@ -164,23 +164,23 @@ def test_views_stay_exact_through_replays_failures_and_restarts(tmp_path):
         meta = pq.read_schema(tmp_path / "out" / "by_cust.parquet").metadata
         assert meta[b"ivm.batch_id"] == str(batch_id).encode() and meta[b"ivm.view"] == b"by_cust"
         if batch_id % 3 == 1:
-            # a replay of this or an earlier micro-batch changes nothing
+            # a replay of the last micro-batch changes nothing; an earlier one is not Spark's doing
             before = {p: p.read_bytes() for p in sorted((tmp_path / "out").rglob("*.parquet"))}
             calls = len(recorder.calls)
-            assert sink.apply(batches[batch_id - 1], batch_id - 1) is None
             assert sink.apply(batches[-1], batch_id) is None
+            with pytest.raises(SqlError, match="Spark replays only the last one"):
+                sink.apply(batches[batch_id - 1], batch_id - 1)
             assert {p: p.read_bytes() for p in sorted((tmp_path / "out").rglob("*.parquet"))} == before
             assert len(recorder.calls) == calls
         if batch_id == 6:
-            sink = make_sink(tmp_path, recorder)  # restart: snapshot after batch 5, then the log of batch 6
+            sink.close()
+            sink = make_sink(tmp_path, recorder)  # restart: the checkpoint and the log after it
             assert sink.apply(batches[-1], batch_id) is None
             for v in VIEWS:
                 assert same_rows(rows(sink.contents(v)), world.expected(v))
     state = tmp_path / "state"
-    snapshots = sorted(p.name for p in state.glob("snapshot-*"))
-    assert len(snapshots) == 1
-    logged = sorted(int(p.stem) for p in (state / "log").glob("*.parquet"))
-    assert all(i > int(snapshots[0].split("-")[1]) for i in logged) and len(logged) < 3
+    assert sorted(p.name for p in state.iterdir()) == ["db", "definition.json"]
+    assert sink.db.store.number > 8  # checkpoints as the log passed checkpoint_bytes, not only at restarts
 
 
 def test_a_commit_that_fails_leaves_no_trace_and_names_the_micro_batch(tmp_path):
@@ -213,12 +213,25 @@ def test_wrong_definitions_and_batch_sequences_are_refused(tmp_path):
     with pytest.raises(SqlError, match="belongs to other tables or views"):
         view_sink(SCHEMA, {"custs": "SELECT cust FROM orders"}, tmp_path / "s2")
     sink = view_sink(SCHEMA, VIEWS, tmp_path / "s3", shape=SHAPE)
-    sink.snapshot()  # nothing applied yet: nothing to store
-    assert not list((tmp_path / "s3").glob("snapshot-*"))
     rows_ = change_rows("customers", "insert", 1, pa.table({"c_key": [1], "region": ["x"]}))
+    with pytest.raises(SqlError, match="micro-batch 3 arrived at an empty state"):
+        sink.apply(rows_, 3)  # the state directory was deleted, the checkpoint kept
     sink.apply(rows_, 0)
     with pytest.raises(SqlError, match="micro-batch 5 follows micro-batch 0"):
         sink.apply(rows_, 5)
+    with pytest.raises(ivm.OperationalError, match="in use"):  # two queries on one state directory
+        view_sink(SCHEMA, VIEWS, tmp_path / "s3", shape=SHAPE).apply(rows_, 1)
+    sink.apply(change_rows("customers", "insert", 2, pa.table({"c_key": [2], "region": ["y"]})), 1)
+    sink.apply(change_rows("customers", "insert", 3, pa.table({"c_key": [3], "region": ["z"]})), 2)
+    sink.close()
+    again = view_sink(SCHEMA, VIEWS, tmp_path / "s3", shape=SHAPE)  # a new checkpoint, the old state
+    with pytest.raises(SqlError, match="micro-batch 0 arrived after micro-batch 2 was applied"):
+        again.apply(rows_, 0)
+    again.close()
+    old = tmp_path / "s4"
+    (old / "log").mkdir(parents=True)
+    with pytest.raises(SqlError, match="state of an earlier ivm"):
+        view_sink(SCHEMA, VIEWS, old)
 
 
 def test_merge_rows_keep_the_final_row_per_key_and_delete_keys_that_left():

@@ -1,7 +1,7 @@
 """A Structured Streaming query feeds TPC-H refresh changes (Delta change data feed shape, several commits per
 micro-batch) into the sink; after every micro-batch each maintained query equals Spark SQL's recompute over the
 accumulated tables, both as the Parquet contents output and as the sum of the diff DataFrames. A replayed
-batch id changes no output; a stopped and restarted query (new sink, state rebuilt from the state directory)
+batch id changes no output; a stopped and restarted query (new sink, state opened from the state directory)
 continues with correct results."""
 
 import json
@@ -55,7 +55,7 @@ class Harness:
         outputs += [ParquetContents(q, self.tmp / "out" / f"{q}.parquet") for q in QUERIES]
         outputs += [ParquetDiffs("q18", self.tmp / "out" / "q18_diffs")]
         views = {q: query(q) for q in QUERIES}
-        return view_sink(SCHEMA, views, self.tmp / "ckpt.ivm", snapshot_every=2, outputs=outputs)
+        return view_sink(SCHEMA, views, self.tmp / "ckpt.ivm", checkpoint_bytes=200_000, outputs=outputs)
 
     def start(self, sink, schema):
         changes = (
@@ -113,6 +113,7 @@ def test_tpch_refresh_stream_matches_spark_sql_with_replay_and_restart(harness):
     assert h.outputs_snapshot() == before and len(h.calls) == calls
 
     # a new sink (as after a process restart) on the same checkpoint and state directory continues exactly
+    sink.close()
     restarted = h.sink()
     h.files.refresh(2)
     query_ = h.start(restarted, schema)
