@@ -26,6 +26,7 @@ import itertools
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 import zlib
@@ -87,10 +88,13 @@ class Store:
         self.checkpoint_bytes = checkpoint_bytes
         self.written = Written()  # the files of what earlier checkpoints wrote
         self.log: wal.Log | None = None
-        self.number = 0  # the newest manifest's
+        self.number = 0  # the newest manifest written
+        self._allocated = 0  # the newest manifest number given to a checkpoint (which may be under way)
         self.version = -1  # the catalog version the newest checkpoint holds
         self.logged = 0  # string codes below this are in the checkpoint or the log
         self.checkpoint_seconds: list[float] = []
+        self.stalls: list[float] = []  # what each checkpoint in the background held its commit up for
+        self._thread: threading.Thread | None = None
         self.group: list[bytes] | None = None  # the frames of an open commit group, written at its end
         self._lock = None
 
@@ -113,8 +117,8 @@ class Store:
                 self.group += frames
                 return None
             self.log.append(frames)
-            if self.log.bytes >= self.checkpoint_bytes:
-                self.checkpoint(db)
+            if self.log.bytes >= self.checkpoint_bytes and not self.writing():
+                self.checkpoint(db, background=True)
         except OSError as err:
             db.broken = f"the commit could not be made durable: {err}"
             raise OperationalError(f"{db.broken}; the database cannot be used any more") from err
@@ -133,8 +137,8 @@ class Store:
                 return self.checkpoint(db)
             if frames:
                 self.log.append([wal.group_frame(frames), *frames])
-            if self.log.bytes >= self.checkpoint_bytes:
-                self.checkpoint(db)
+            if self.log.bytes >= self.checkpoint_bytes and not self.writing():
+                self.checkpoint(db, background=True)
         except OSError as err:
             db.broken = f"a commit group could not be made durable: {err}"
             raise OperationalError(f"{db.broken}; the database cannot be used any more") from err
@@ -148,54 +152,87 @@ class Store:
         if not db.in_transaction and self.group is None and db.version != self.version:
             self.checkpoint(db)
 
-    def checkpoint(self, db: Connection) -> None:
-        """Write the database's state and a manifest naming it (see the module's docstring)."""
+    def checkpoint(self, db: Connection, background: bool = False) -> None:
+        """Write the database's state and a manifest naming it (see the module's docstring). In the
+        ``background`` the commit that asked for it waits only for the state to be taken (batches by
+        reference, copies of what changes in place) and a new log segment; another thread writes the files
+        and the manifest. A checkpoint under way finishes before another begins."""
+        self.wait()
         if db.in_transaction or any(db.pending.values()):
             raise OperationalError("a checkpoint cannot be taken inside a transaction")
         t0 = time.perf_counter()
-        os.makedirs(self.data, exist_ok=True)
-        tables = {
-            name: checkpoint.save_trace(st.arranged.op, self.data, self.written)
-            for name, st in db.tables.items()
-        }
+        tables = {name: list(st.arranged.op.trace.batches()) for name, st in db.tables.items()}
         dataflows = {}
         for df in db.engine.dataflows:
             if df is db.base:
                 continue
             if df.name in dataflows:
                 raise OperationalError(f"two dataflows are named {df.name!r}")
-            saved = checkpoint.save(df, self.data, self.written)
-            saved["fingerprint"] = _fingerprint(saved["shape"])
-            dataflows[df.name] = saved
-        pool = self._save_pool(db)
-        sync_dir(self.data)
+            dataflows[df.name] = checkpoint.capture(df, self.written)
+        pool = db.pool.at_rest()
         serial = next(db.serial)
         db.serial = itertools.count(serial)
-        segment = self.log.roll() if self.log is not None else 1
         manifest = {
             "format": FORMAT,
             "engine": ENGINE,
             "time": db.time,
             "serial": serial,
             "version": db.version,
-            "positions": db.positions,
+            "positions": json.loads(json.dumps(db.positions)),
             "catalog": _events(db),
-            "tables": tables,
-            "dataflows": dataflows,
-            "pool": pool,
-            "wal": segment,
         }
-        self.number += 1
-        _write_manifest(self.path, self.number, manifest)
         if self.log is None:
-            self.log = wal.Log(self.wal, segment, self.synchronous)
+            manifest["wal"] = 1
+        else:
+            manifest["wal"] = self.log.roll()
+        self._allocated = number = max(self.number, self._allocated) + 1
         self.version = db.version
-        self.logged = pool["size"]
+        if background:  # the strings it holds are logged again after it, should it never be written
+            self.stalls.append(time.perf_counter() - t0)
+            work = (manifest, tables, dataflows, pool, number, t0)
+            self._thread = threading.Thread(target=self._write_in_background, args=work, daemon=True)
+            self._thread.start()
+            return
+        self._write(manifest, tables, dataflows, pool, number, t0)
+        if self.log is None:
+            self.log = wal.Log(self.wal, manifest["wal"], self.synchronous)
+        self.logged = len(pool[3])
+
+    def writing(self) -> bool:
+        """Whether a checkpoint is under way in the background (a full log then waits for the next commit)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self) -> None:
+        """Let a checkpoint under way in the background finish."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _write_in_background(self, *work) -> None:
+        try:
+            self._write(*work)
+        except Exception as err:  # the log still holds every commit since the last checkpoint written
+            log.error("%s: a checkpoint could not be written: %s", self.path, err)
+
+    def _write(self, manifest: dict, tables: dict, dataflows: dict, pool: tuple, number: int, t0: float):
+        """Write what ``checkpoint`` took: the files no kept manifest names yet, then the manifest."""
+        os.makedirs(self.data, exist_ok=True)
+        manifest["tables"] = {
+            name: checkpoint.write_batches(batches, self.data, self.written) for name, batches in tables.items()
+        }
+        manifest["dataflows"] = {}
+        for name, captured in dataflows.items():
+            saved = checkpoint.write(captured, self.data, self.written)
+            saved["fingerprint"] = _fingerprint(saved["shape"])
+            manifest["dataflows"][name] = saved
+        manifest["pool"] = self._save_pool(*pool)
+        sync_dir(self.data)
+        _write_manifest(self.path, number, manifest)
+        self.number = number
         self._collect()
         self.checkpoint_seconds.append(time.perf_counter() - t0)
 
-    def _save_pool(self, db: Connection) -> dict:
-        chunks, starts, tiers, canon = db.pool.at_rest()
+    def _save_pool(self, chunks: list, starts: list, tiers: list, canon) -> dict:
         files = []
         for chunk, start, tier in zip(chunks, starts, tiers, strict=True):
             file = self.written.get(chunk)
@@ -418,12 +455,13 @@ def _replay(db: Connection, store: Store, manifest: dict) -> int:
     commits = wal.read_log(store.wal, manifest["wal"])
     for c in commits:  # first every string they name, at the codes the log gave them
         for start, strings, canonical in c.strings:
-            if start != len(db.pool):
+            if start > len(db.pool):
                 raise OperationalError(
                     f"{store.wal}: the log's strings start at code {start}, the checkpoint's pool ends at "
                     f"{len(db.pool)}: the log does not follow the checkpoint"
                 )
-            db.pool.extend(strings, canonical)
+            known = len(db.pool) - start  # logged again after a checkpoint in the background that holds them
+            db.pool.extend(strings[known:], canonical[known:])
     for c in commits:
         offset = db.time - c.start
         for name, b in c.rows:

@@ -2,10 +2,13 @@
 
 Between steps every queue is empty, so a dataflow's state is what its operators keep: each arrangement's
 trace (its readable batches), each linear aggregate's running states, the rows in error, and the frontier.
-``save`` writes that under a directory and returns a JSON-able description naming the files; ``load`` gives
-a dataflow built the same way (same operators, in the same order) that state instead of what it has, and
-refuses one built differently (its ``shape`` differs). Traces read through imports belong to the dataflow
-that built them and are saved there. Files already written for an immutable batch are not written again.
+``save`` writes that under a directory and returns a JSON-able description naming the files; it is
+``capture`` (at rest, quick: the batches, which are immutable, by reference; copies of the running states
+changed since they were last written) then ``write`` (the files, which may run in another thread while the
+dataflow goes on). ``load`` gives a dataflow built the same way (same operators, in the same order) that
+state instead of what it has, and refuses one built differently (its ``shape`` differs). Traces read through
+imports belong to the dataflow that built them and are saved there. Files already written for an immutable
+batch are not written again.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from ivm.engine.dataflow import Dataflow
 from ivm.engine.files import StoredFile, Written, read_arrays, write_arrays
@@ -22,7 +26,20 @@ from ivm.engine.operators.reduce import ReduceOp
 from ivm.engine.scope import Operator, Scope
 from ivm.engine.trace.files import read_trace, write_trace
 
-__all__ = ["operators", "shape", "at_rest", "save", "load", "save_trace", "load_trace", "resume", "Mismatch"]
+__all__ = [
+    "operators",
+    "shape",
+    "at_rest",
+    "Captured",
+    "capture",
+    "write",
+    "save",
+    "load",
+    "save_trace",
+    "load_trace",
+    "resume",
+    "Mismatch",
+]
 
 
 class Mismatch(Exception):
@@ -67,7 +84,12 @@ def at_rest(df: Dataflow) -> bool:
 
 def save_trace(op: ArrangeOp, directory: str, written: Written) -> list[dict]:
     """The files of an arrangement's trace (written unless ``written`` holds them), described."""
-    return [f.to_json() for f in write_trace(op.trace, directory, written)]
+    return write_batches(list(op.trace.batches()), directory, written)
+
+
+def write_batches(batches: list, directory: str, written: Written) -> list[dict]:
+    """The files of a trace's ``batches`` (as ``capture`` took them), described."""
+    return [f.to_json() for f in write_trace(batches, directory, written)]
 
 
 def load_trace(op: ArrangeOp, saved: list[dict], written: Written) -> None:
@@ -78,21 +100,51 @@ def load_trace(op: ArrangeOp, saved: list[dict], written: Written) -> None:
         written.put(b, f)
 
 
-def save(df: Dataflow, directory: str, written: Written) -> dict:
-    """Write the dataflow's state under ``directory``; its description (JSON-able)."""
+@dataclass
+class Captured:
+    """A dataflow's state at one moment, ready to be written: each arrangement's batches, each running state
+    (the object, its version, and a copy of its columns unless a file holds that version already)."""
+
+    frontier: int
+    errors: dict
+    shape: str
+    traces: dict[str, list]
+    running: dict[str, tuple[object, int, dict | None]]
+
+
+def capture(df: Dataflow, written: Written) -> Captured:
+    """The dataflow's state now (it must be at rest), so that ``write`` can write it while the dataflow goes
+    on: batches are immutable and taken by reference; running states change in place and are copied."""
     if not at_rest(df):
         raise RuntimeError(f"dataflow {df.name!r} is not at rest")
-    ops: dict[str, dict] = {}
+    traces, running = {}, {}
     for path, op in operators(df):
         if isinstance(op, ArrangeOp) and op.handle is not None:
-            ops[path] = {"trace": save_trace(op, directory, written)}
+            traces[path] = list(op.trace.batches())
         elif isinstance(op, ReduceOp) and op.state is not None:
-            file = written.get(op.state, op.state.writes)
-            if file is None:
-                uri = f"{directory.rstrip('/')}/{uuid.uuid4().hex}.arrow"
-                file = written.put(op.state, write_arrays(op.state.columns(), uri), op.state.writes)
-            ops[path] = {"running": file.to_json()}
-    return {"frontier": df.frontier, "errors": dict(df.errors), "shape": shape(df), "operators": ops}
+            version = op.state.writes
+            fresh = written.get(op.state, version) is None
+            columns = {k: a.copy() for k, a in op.state.columns().items()} if fresh else None
+            running[path] = (op.state, version, columns)
+    return Captured(df.frontier, dict(df.errors), shape(df), traces, running)
+
+
+def write(c: Captured, directory: str, written: Written) -> dict:
+    """Write what ``capture`` took under ``directory`` (what ``written`` holds is not written again); its
+    description (JSON-able), as ``load`` takes it."""
+    ops: dict[str, dict] = {p: {"trace": write_batches(bs, directory, written)} for p, bs in c.traces.items()}
+    for path, (state, version, columns) in c.running.items():
+        file = written.get(state, version)
+        if file is None:
+            uri = f"{directory.rstrip('/')}/{uuid.uuid4().hex}.arrow"
+            file = written.put(state, write_arrays(columns, uri), version)
+        ops[path] = {"running": file.to_json()}
+    return {"frontier": c.frontier, "errors": c.errors, "shape": c.shape, "operators": ops}
+
+
+def save(df: Dataflow, directory: str, written: Written) -> dict:
+    """Write the dataflow's state under ``directory``; its description (JSON-able)."""
+    return write(capture(df, written), directory, written)
 
 
 def load(df: Dataflow, saved: dict, written: Written) -> None:

@@ -105,6 +105,7 @@ def test_killed_at_random_moments_the_database_reopens_exact(tmp_path, seed):
         if run % 2:
             db.close()
         else:  # left as a crash leaves it: the next child replays the log too
+            db.store.wait()
             db.store.log.close()
             os.close(db.store._lock)
             db.store = None

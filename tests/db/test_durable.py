@@ -7,6 +7,7 @@ import logging
 import os
 import random
 import shutil
+import threading
 from pathlib import Path
 
 import duckdb
@@ -14,6 +15,7 @@ import pytest
 
 import ivm
 from ivm.db import storage, wal
+from ivm.engine import files
 from tests.oracle import same_rows
 from tests.sql.test_views_oracle import SCHEMA, VIEWS, _random_txn
 
@@ -21,6 +23,7 @@ from tests.sql.test_views_oracle import SCHEMA, VIEWS, _random_txn
 def abandon(db) -> None:
     """Let go of a durable connection as a crash would: no checkpoint, the log as it is."""
     store = db.store
+    store.wait()  # a checkpoint in the background: a crash could also have come after it
     store.log.close()
     os.close(store._lock)
     db.store = None
@@ -424,3 +427,70 @@ def test_a_commit_group_in_memory_changes_nothing():
     with db.commit_group():
         db.execute("INSERT INTO k VALUES (1)")
     assert db.execute("SELECT * FROM k").fetchall() == [(1,)]
+
+
+# -- checkpoints in the background ---------------------------------------------------------------------
+
+
+def _text_rows(lo: int, hi: int) -> str:
+    return ", ".join(f"({i}, 'text number {i}')" for i in range(lo, hi))
+
+
+def test_commits_go_on_while_a_checkpoint_is_written(tmp_path, monkeypatch):
+    path = str(tmp_path / "db")
+    db = ivm.connect(path, checkpoint_bytes=4_000)
+    db.execute("CREATE TABLE k (a INT PRIMARY KEY, s TEXT)")
+    db.execute("CREATE VIEW n AS SELECT count(*) AS c, max(s) AS m FROM k")
+    started, release = threading.Event(), threading.Event()
+    write_bytes = files.write_bytes
+
+    def held(buf, uri, sync=True):
+        if threading.current_thread() is not threading.main_thread():
+            started.set()
+            assert release.wait(60)
+        return write_bytes(buf, uri, sync)
+
+    monkeypatch.setattr(files, "write_bytes", held)
+    i = 0
+    while not started.is_set():  # until the log passes checkpoint_bytes
+        db.execute(f"INSERT INTO k VALUES {_text_rows(i, i + 10)}")
+        i += 10
+    number = db.store.number
+    for _ in range(5):  # the checkpoint's files are not written yet, and these commits return all the same
+        db.execute(f"INSERT INTO k VALUES {_text_rows(i, i + 10)}")
+        i += 10
+    assert db.store.number == number and db.store.stalls
+    release.set()
+    db.store.wait()
+    assert db.store.number == number + 1
+    db.execute(f"INSERT INTO k VALUES {_text_rows(i, i + 10)}")
+    abandon(db)
+    db = ivm.connect(path)
+    assert db.execute("SELECT c FROM n").fetchall() == [(i + 10,)]
+    assert db.execute("SELECT s FROM k WHERE a = %s", (i + 9,)).fetchall() == [(f"text number {i + 9}",)]
+    db.close()
+
+
+def test_a_checkpoint_that_fails_in_the_background_loses_nothing(tmp_path, monkeypatch, caplog):
+    path = str(tmp_path / "db")
+    db = ivm.connect(path, checkpoint_bytes=4_000)
+    db.execute("CREATE TABLE k (a INT PRIMARY KEY, s TEXT)")
+    write_bytes = files.write_bytes
+
+    def failing(buf, uri, sync=True):
+        if threading.current_thread() is not threading.main_thread():
+            raise OSError(28, "No space left on device")
+        return write_bytes(buf, uri, sync)
+
+    monkeypatch.setattr(files, "write_bytes", failing)
+    with caplog.at_level(logging.ERROR, logger="ivm.storage"):
+        for i in range(0, 300, 10):  # strings failed checkpoints would have held are logged again after them
+            db.execute(f"INSERT INTO k VALUES {_text_rows(i, i + 10)}")
+        db.store.wait()
+    assert "No space left on device" in caplog.text
+    abandon(db)
+    monkeypatch.setattr(files, "write_bytes", write_bytes)
+    db = ivm.connect(path)
+    assert db.execute("SELECT count(*), count(DISTINCT s) FROM k").fetchall() == [(300, 300)]
+    assert db.execute("SELECT s FROM k WHERE a = 299").fetchall() == [("text number 299",)]
+    db.close()

@@ -132,8 +132,8 @@ def test_a_trace_written_and_loaded_goes_on_as_the_original(tmp_path_factory, si
             if h is not None:
                 h.advance(Antichain([t + 1]))
         if t == min(cut, len(sizes) - 1):
-            files = write_trace(a, directory, written)
-            again = write_trace(a, directory, written)
+            files = write_trace(list(a.batches()), directory, written)
+            again = write_trace(list(a.batches()), directory, written)
             assert again == files and len(list(Path(directory).iterdir())) == len(files)
             b = Spine(2, dtypes, 1)
             hb = b.handle(Antichain([t + 1]))

@@ -48,12 +48,12 @@ def read_batch(file: StoredFile) -> TraceBatch:
         raise OperationalError(f"{file.path} is not a trace batch of format {FORMAT}: {err}") from None
 
 
-def write_trace(spine: Spine, directory: str, written: Written) -> list[StoredFile]:
-    """The files of ``spine``'s readable batches, oldest first, each written under ``directory`` unless
-    ``written`` (by batch identity, kept from checkpoint to checkpoint) holds it already: batches are
-    immutable, so a batch is written once whatever the number of checkpoints naming it."""
+def write_trace(batches: list[TraceBatch], directory: str, written: Written) -> list[StoredFile]:
+    """The files of a spine's readable ``batches`` (``Spine.batches()``, oldest first), each written under
+    ``directory`` unless ``written`` (by batch identity, kept from checkpoint to checkpoint) holds it already:
+    batches are immutable, so a batch is written once whatever the number of checkpoints naming it."""
     out = []
-    for b in spine.batches():
+    for b in batches:
         file = written.get(b)
         if file is None:
             file = written.put(b, write_batch(b, f"{directory.rstrip('/')}/{uuid.uuid4().hex}.arrow"))
