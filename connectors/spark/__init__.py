@@ -5,8 +5,8 @@
     changes.writeStream.foreachBatch(sink).option("checkpointLocation", "/data/ckpt").start()
 
 Change rows come in the Delta change data feed shape or a plain shape (``delta_cdf``, ``plain``); each source
-commit is one logical time; a replayed batch id changes nothing; the engine is rebuilt from ``state_dir`` after
-a restart. Data moves between Spark and the engine as Arrow tables.
+commit is one logical time; a replayed batch id changes nothing; ``state_dir`` keeps the engine as an ivm
+database, opened again after a restart. Data moves between Spark and the engine as Arrow tables.
 """
 
 from connectors.spark._changes import ChangeShape, delta_cdf, plain

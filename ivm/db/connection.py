@@ -44,17 +44,22 @@ logging.getLogger("sqlglot").setLevel(logging.ERROR)  # EXPLAIN parses as a comm
 
 
 def connect(
-    path: str | None = None, *, synchronous: bool = True, checkpoint_bytes: int = 64 << 20
+    path: str | None = None,
+    *,
+    synchronous: bool = True,
+    checkpoint_bytes: int = 64 << 20,
+    checkpoint_interval: float = 300.0,
 ) -> Connection:
     """A new in-memory database, or with ``path`` the database in that directory (created if it holds
     none), kept durable there (see ``ivm.db.storage``): every COMMIT is in the write-ahead log when it
     returns, and synced to disk unless ``synchronous`` is off (for bulk loads: a crash of the machine, not of
-    the process, may then lose the last commits). A checkpoint is taken when the log passes
-    ``checkpoint_bytes``, after DDL, and at ``close``."""
+    the process, may then lose the last commits). A checkpoint is taken after DDL and at ``close``, and in the
+    background when the log passes ``checkpoint_bytes`` or holds commits older than ``checkpoint_interval``
+    seconds."""
     db = Connection()
     if path is not None:
         with db.pool.active():
-            storage.open_database(db, path, synchronous, checkpoint_bytes)
+            storage.open_database(db, path, synchronous, checkpoint_bytes, checkpoint_interval)
     return db
 
 

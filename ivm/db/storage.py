@@ -13,7 +13,8 @@ from the tables' saved rows, and the log says so. Then the log's commits are rep
 a checkpoint is taken.
 
 A commit is logged before it returns; a change of the catalog (DDL, a view that stopped) takes a checkpoint
-instead, as does a log grown past ``checkpoint_bytes``. A checkpoint writes only what no kept manifest names
+instead, as does a log grown past ``checkpoint_bytes`` or holding commits older than ``checkpoint_interval``
+seconds (those in the background). A checkpoint writes only what no kept manifest names
 yet (batches are immutable; a merge's result is a new file), starts a new log segment, writes the manifest
 (temporary name, sync, rename), and deletes the files, manifests and segments no kept manifest needs.
 """
@@ -80,12 +81,20 @@ ENGINE = _engine_digest()
 class Store:
     """The directory of one open database: where checkpoints and the log go."""
 
-    def __init__(self, path: str, synchronous: bool = True, checkpoint_bytes: int = 64 << 20) -> None:
+    def __init__(
+        self,
+        path: str,
+        synchronous: bool = True,
+        checkpoint_bytes: int = 64 << 20,
+        checkpoint_interval: float = 300.0,
+    ) -> None:
         self.path = os.path.abspath(path)
         self.data = os.path.join(self.path, "data")
         self.wal = os.path.join(self.path, "wal")
         self.synchronous = synchronous
         self.checkpoint_bytes = checkpoint_bytes
+        self.checkpoint_interval = checkpoint_interval
+        self._since = time.monotonic()  # when the last checkpoint was taken
         self.written = Written()  # the files of what earlier checkpoints wrote
         self.log: wal.Log | None = None
         self.number = 0  # the newest manifest written
@@ -117,7 +126,7 @@ class Store:
                 self.group += frames
                 return None
             self.log.append(frames)
-            if self.log.bytes >= self.checkpoint_bytes and not self.writing():
+            if self._due():
                 self.checkpoint(db, background=True)
         except OSError as err:
             db.broken = f"the commit could not be made durable: {err}"
@@ -137,7 +146,7 @@ class Store:
                 return self.checkpoint(db)
             if frames:
                 self.log.append([wal.group_frame(frames), *frames])
-            if self.log.bytes >= self.checkpoint_bytes and not self.writing():
+            if self._due():
                 self.checkpoint(db, background=True)
         except OSError as err:
             db.broken = f"a commit group could not be made durable: {err}"
@@ -160,7 +169,7 @@ class Store:
         self.wait()
         if db.in_transaction or any(db.pending.values()):
             raise OperationalError("a checkpoint cannot be taken inside a transaction")
-        t0 = time.perf_counter()
+        t0, self._since = time.perf_counter(), time.monotonic()
         tables = {name: list(st.arranged.op.trace.batches()) for name, st in db.tables.items()}
         dataflows = {}
         for df in db.engine.dataflows:
@@ -197,6 +206,14 @@ class Store:
         if self.log is None:
             self.log = wal.Log(self.wal, manifest["wal"], self.synchronous)
         self.logged = len(pool[3])
+
+    def _due(self) -> bool:
+        """Whether the log asks for a checkpoint: past ``checkpoint_bytes``, or holding commits older than
+        ``checkpoint_interval`` seconds; not while one is written."""
+        if self.writing() or not self.log.bytes:
+            return False
+        old = time.monotonic() - self._since >= self.checkpoint_interval
+        return old or self.log.bytes >= self.checkpoint_bytes
 
     def writing(self) -> bool:
         """Whether a checkpoint is under way in the background (a full log then waits for the next commit)."""
@@ -298,10 +315,14 @@ class Store:
 
 
 def open_database(
-    db: Connection, path: str, synchronous: bool = True, checkpoint_bytes: int = 64 << 20
+    db: Connection,
+    path: str,
+    synchronous: bool = True,
+    checkpoint_bytes: int = 64 << 20,
+    checkpoint_interval: float = 300.0,
 ) -> None:
     """Make ``db`` (new, empty) the database in directory ``path``, created if it holds none."""
-    store = Store(path, synchronous, checkpoint_bytes)
+    store = Store(path, synchronous, checkpoint_bytes, checkpoint_interval)
     store.lock()
     try:
         numbers = _manifest_numbers(store.path)

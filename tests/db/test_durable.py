@@ -494,3 +494,20 @@ def test_a_checkpoint_that_fails_in_the_background_loses_nothing(tmp_path, monke
     assert db.execute("SELECT count(*), count(DISTINCT s) FROM k").fetchall() == [(300, 300)]
     assert db.execute("SELECT s FROM k WHERE a = 299").fetchall() == [("text number 299",)]
     db.close()
+
+
+def test_a_log_holding_old_commits_checkpoints(tmp_path):
+    path = str(tmp_path / "db")
+    db = ivm.connect(path, checkpoint_interval=3600)
+    db.execute("CREATE TABLE k (a INT)")
+    number = db.store.number
+    db.execute("INSERT INTO k VALUES (1)")
+    assert db.store.number == number  # a young log, far below checkpoint_bytes
+    db.store.checkpoint_interval = 0.0
+    db.execute("INSERT INTO k VALUES (2)")
+    db.store.wait()
+    assert db.store.number == number + 1
+    abandon(db)
+    db = ivm.connect(path)
+    assert sorted(db.execute("SELECT * FROM k").fetchall()) == [(1,), (2,)]
+    db.close()
