@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import sys
 
 import ivm
 from ivm.db import storage, wal
 from ivm.engine import files
 from ivm.engine.trace import spine
+from tests.kill_points import KillPoint
 
 TABLES = [
     "CREATE TABLE t (a INTEGER PRIMARY KEY, b DECIMAL(10,2), c INTEGER, s VARCHAR)",
@@ -90,16 +90,8 @@ def transaction(rng: random.Random, keys: set[int], i: int) -> list[str]:
 
 
 def main(path: str, journal: str, seed: int, kind: str, n: int) -> None:
-    seen = {"count": 0}
-
-    def point(what: str) -> bool:
-        if what != kind:
-            return False
-        seen["count"] += 1
-        return seen["count"] >= n
-
-    def die() -> None:
-        os.kill(os.getpid(), signal.SIGKILL)
+    point = KillPoint(kind, n)
+    die = point.die
 
     append, write_bytes, write_manifest, work = (
         wal.Log.append,

@@ -14,7 +14,6 @@ returned is appended to ``OUT/returned`` (synced): Spark's commit log.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -24,19 +23,12 @@ from connectors.spark import _outputs
 from ivm.db import wal
 from ivm.engine import files as engine_files
 from tests.connectors.spark.test_sink import Recorder, make_sink
+from tests.kill_points import KillPoint
 
 
 def main(state: str, out: str, batches: str, first: int, kind: str, n: int) -> None:
-    seen = {"count": 0}
-
-    def point(what: str) -> bool:
-        if what != kind:
-            return False
-        seen["count"] += 1
-        return seen["count"] >= n
-
-    def die() -> None:
-        os.kill(os.getpid(), signal.SIGKILL)
+    point = KillPoint(kind, n)
+    die = point.die
 
     write_atomically, append, write_bytes = _outputs.write_atomically, wal.Log.append, engine_files.write_bytes
 
