@@ -63,27 +63,32 @@ class ViewSink:
         self.state = StateDir(state_dir, {"schema": schema, "views": self.views})
         self.db: ivm.Connection | None = None
         self.last_batch = -1
+        self.query: str | None = None  # the streaming query the state serves, once known
 
     # -- Spark entry point ------------------------------------------------------------------------------
     def __call__(self, df, batch_id: int) -> None:
         """The ``foreachBatch`` function: apply the micro-batch ``df`` (a Spark DataFrame) once."""
-        if self._replayed(int(batch_id)):
+        query = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+        if self._replayed(int(batch_id), query):
             return  # applied and written out before
-        self.apply(df.toArrow(), int(batch_id), spark=df.sparkSession)
+        self.apply(df.toArrow(), int(batch_id), spark=df.sparkSession, query=query)
 
     # -- the work, on Arrow -----------------------------------------------------------------------------
-    def apply(self, changes: pa.Table, batch_id: int, spark=None) -> dict[str, pa.Table] | None:
+    def apply(
+        self, changes: pa.Table, batch_id: int, spark=None, query: str | None = None
+    ) -> dict[str, pa.Table] | None:
         """Apply one micro-batch of change rows; returns each view's diffs, or None for a replayed batch id.
 
-        ``spark`` (a SparkSession) is needed by outputs that hand out Spark DataFrames."""
-        if self._replayed(batch_id):
+        ``spark`` (a SparkSession) is needed by outputs that hand out Spark DataFrames; ``query`` is the
+        streaming query's id (kept in its checkpoint): a state directory serves the query it began with."""
+        if self._replayed(batch_id, query):
             return None
         db = self._engine()
         before = db.positions.get(RECORD)
         try:
             # one commit group: the micro-batch's commits reach the state directory together, after its outputs
             with db.commit_group():
-                db.positions[RECORD] = {"batch": batch_id}
+                db.positions[RECORD] = {"batch": batch_id, "query": query or self.query}
                 t0, commits = self._apply_changes(changes, batch_id)
                 if not len(commits):
                     db.execute("BEGIN")
@@ -99,7 +104,7 @@ class ViewSink:
             db.positions[RECORD] = before
             self._discard()
             raise
-        self.last_batch = batch_id
+        self.last_batch, self.query = batch_id, query or self.query
         return diffs
 
     def checkpoint(self) -> None:
@@ -129,13 +134,19 @@ class ViewSink:
             db.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
         return db
 
-    def _replayed(self, batch_id: int) -> bool:
+    def _replayed(self, batch_id: int, query: str | None = None) -> bool:
         """Whether ``batch_id`` is the last micro-batch applied again (Spark replays the last one whose
-        commit it did not record); any batch id but that one and the next is refused."""
+        commit it did not record); any batch id but that one and the next is refused, and so is a streaming
+        query other than the one the state directory served."""
         last = self._last_applied()
+        where = f"the state directory {str(self.state.path)!r}"
+        if query and self.query and query != self.query:
+            raise SqlError(
+                f"{where} holds the state of streaming query {self.query}, and micro-batch {batch_id} comes "
+                f"from query {query}: each query (each checkpoint location) needs a state directory of its own"
+            )
         if batch_id in (last, last + 1):
             return batch_id == last
-        where = f"the state directory {str(self.state.path)!r}"
         if last < 0:
             raise SqlError(
                 f"micro-batch {batch_id} arrived at an empty state: a query starts at micro-batch 0, so "
@@ -168,7 +179,8 @@ class ViewSink:
                     for name, sql in self.views.items():
                         db.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
             self.columns = {t: [c.name for c in st.table.columns] for t, st in db.tables.items()}
-            self.last_batch = int((db.positions.get(RECORD) or {}).get("batch", -1))
+            record = db.positions.get(RECORD) or {}
+            self.last_batch, self.query = int(record.get("batch", -1)), record.get("query")
             self.subscriptions = {v: db.subscribe(v, snapshot=False) for v in self.views}
         except BaseException:
             db.close()

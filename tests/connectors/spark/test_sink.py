@@ -228,6 +228,16 @@ def test_wrong_definitions_and_batch_sequences_are_refused(tmp_path):
     with pytest.raises(SqlError, match="micro-batch 0 arrived after micro-batch 2 was applied"):
         again.apply(rows_, 0)
     again.close()
+    sink = view_sink(SCHEMA, VIEWS, tmp_path / "s5", shape=SHAPE)
+    sink.apply(rows_, 0, query="query-a")
+    with pytest.raises(SqlError, match="holds the state of streaming query query-a, and micro-batch 1 comes"):
+        sink.apply(rows_, 1, query="query-b")
+    sink.close()
+    sink = view_sink(SCHEMA, VIEWS, tmp_path / "s5", shape=SHAPE)  # the query is remembered across restarts
+    with pytest.raises(SqlError, match="streaming query query-a"):
+        sink.apply(rows_, 0, query="query-b")
+    assert sink.apply(rows_, 0, query="query-a") is None
+    sink.close()
     old = tmp_path / "s4"
     (old / "log").mkdir(parents=True)
     with pytest.raises(SqlError, match="state of an earlier ivm"):

@@ -123,6 +123,12 @@ def test_tpch_refresh_stream_matches_spark_sql_with_replay_and_restart(harness):
     finally:
         query_.stop()
     assert sorted({b for _, b in h.calls}) == [0, 1, 2, 3]
+    # another query (a new checkpoint location) on the same state directory is refused, naming both queries
+    other = h.spark.readStream.schema(schema).parquet(str(h.files.directory)).writeStream
+    stray = other.foreachBatch(restarted).option("checkpointLocation", str(h.tmp / "other_ckpt")).start()
+    with pytest.raises(Exception, match="holds the state of streaming query"):
+        stray.processAllAvailable()
+    stray.stop()
     diff_files = sorted(p.name for p in (h.tmp / "out" / "q18_diffs").iterdir())
     assert all(name.startswith("batch-") for name in diff_files)
 
