@@ -12,13 +12,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.spark._state import write_atomically
+from connectors.spark._state import joined, location, write_atomically
 
 __all__ = ["Output", "ViewBatch", "DiffsTo", "ParquetDiffs", "ParquetContents", "DeltaContents"]
 
@@ -72,11 +71,12 @@ class ParquetDiffs(Output):
 
     def __init__(self, view: str, path: str | os.PathLike) -> None:
         self.views = [view]
-        self.path = Path(path)
+        self.path = location(path)
 
     def write(self, batch: ViewBatch) -> None:
         if batch.diffs.num_rows:
-            write_atomically(_stamped(batch.diffs, batch), self.path / f"batch-{batch.batch_id:012d}.parquet")
+            name = f"batch-{batch.batch_id:012d}.parquet"
+            write_atomically(_stamped(batch.diffs, batch), joined(self.path, name))
 
 
 class ParquetContents(Output):
@@ -85,7 +85,7 @@ class ParquetContents(Output):
 
     def __init__(self, view: str, path: str | os.PathLike) -> None:
         self.views = [view]
-        self.path = Path(path)
+        self.path = location(path)
 
     def write(self, batch: ViewBatch) -> None:
         write_atomically(_stamped(batch.contents(), batch), self.path)

@@ -16,21 +16,57 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ivm.engine.files import sync_dir
 from sql.errors import SqlError
 
-__all__ = ["RECORD", "StateDir", "write_atomically"]
+__all__ = ["RECORD", "StateDir", "location", "local_directory", "joined", "write_atomically"]
 
 RECORD = "spark"  # the key of the sink's record in ``db.positions``: {"batch": the last micro-batch applied}
 
 
-def write_atomically(table: pa.Table, path: Path) -> None:
-    """Write ``table`` as the Parquet file ``path``, replacing any previous file in one rename."""
+def location(path: str | os.PathLike) -> Path | str:
+    """Where an output goes: a local path (also for a ``file://`` URI), or the URI of another file system
+    ``pyarrow.fs`` knows (``s3a://`` is read as ``s3://``)."""
+    text = os.fspath(path)
+    if "://" not in text:
+        return Path(text)
+    scheme, rest = text.split("://", 1)
+    if scheme == "file":
+        return Path(urllib.parse.unquote(urllib.parse.urlparse(text).path))
+    return f"s3://{rest}" if scheme == "s3a" else text
+
+
+def local_directory(path: str | os.PathLike, what: str) -> Path:
+    """A local directory named by a path or ``file://`` URI; an error naming ``what`` for any other URI."""
+    where = location(path)
+    if not isinstance(where, Path):
+        raise SqlError(
+            f"{what} {os.fspath(path)!r} is not on a local file system: the engine's log and lock need one "
+            "(outputs may go to any file system pyarrow knows)"
+        )
+    return where
+
+
+def joined(base: Path | str, name: str) -> Path | str:
+    return base / name if isinstance(base, Path) else f"{base.rstrip('/')}/{name}"
+
+
+def write_atomically(table: pa.Table, path: Path | str) -> None:
+    """Write ``table`` as the Parquet file ``path``, replacing any previous file at once: locally in one
+    rename, elsewhere as one object written whole."""
+    if not isinstance(path, Path):
+        fs, inner = pafs.FileSystem.from_uri(path)
+        fs.create_dir(inner.rsplit("/", 1)[0], recursive=True)
+        with fs.open_output_stream(inner) as out:
+            pq.write_table(table, out)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
@@ -45,7 +81,7 @@ class StateDir:
     """A state directory, checked to belong to one definition (schema and views)."""
 
     def __init__(self, path: str | os.PathLike, definition: dict) -> None:
-        self.path = Path(path)
+        self.path = local_directory(path, "the state directory")
         self.database = str(self.path / "db")
         if (self.path / "log").is_dir() or any(self.path.glob("snapshot-*")):
             raise SqlError(

@@ -14,6 +14,7 @@ import pytest
 import ivm
 from connectors.spark import DiffsTo, ParquetContents, ParquetDiffs, plain, view_sink
 from connectors.spark._outputs import merge_rows
+from connectors.spark._state import location
 from sql.errors import SqlError
 from tests.oracle import same_rows
 
@@ -256,3 +257,21 @@ def test_merge_rows_keep_the_final_row_per_key_and_delete_keys_that_left():
     upserts, deletes = merge_rows(diffs, ["k"])
     assert upserts.to_pydict() == {"k": [1], "n": [6]}
     assert deletes.to_pydict() == {"k": [2], "n": [7]}
+
+
+def test_paths_may_be_file_uris_and_a_state_must_be_local(tmp_path):
+    state, out = (tmp_path / "state").as_uri(), (tmp_path / "out").as_uri()
+    outputs = [ParquetContents("by_region", f"{out}/by_region.parquet")]
+    outputs.append(ParquetDiffs("by_cust", f"{out}/diffs"))
+    sink = view_sink(SCHEMA, VIEWS, state, shape=SHAPE, outputs=outputs)
+    sink.apply(change_rows("customers", "insert", 1, pa.table({"c_key": [1], "region": ["x"]})), 0)
+    order = pa.table({"o_key": [1], "cust": [1], "total": pa.array([decimal.Decimal("9.00")]), "note": ["n"]})
+    sink.apply(change_rows("orders", "insert", 2, order), 1)
+    sink.close()
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["db", "definition.json"]
+    assert rows(pq.read_table(tmp_path / "out" / "by_region.parquet")) == [("x", 1)]
+    assert [p.name for p in (tmp_path / "out" / "diffs").iterdir()] == ["batch-000000000001.parquet"]
+    assert not any(p.name.startswith("file:") for p in tmp_path.iterdir())
+    with pytest.raises(SqlError, match="'s3a://bucket/state' is not on a local file system"):
+        view_sink(SCHEMA, VIEWS, "s3a://bucket/state")
+    assert location("s3a://bucket/out/v.parquet") == "s3://bucket/out/v.parquet"
