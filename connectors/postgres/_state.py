@@ -33,6 +33,7 @@ import pyarrow as pa
 import ivm
 from connectors.postgres._catalog import SourceTable
 from connectors.postgres._changes import BadValues
+from connectors.postgres._pgoutput import parse_lsn
 from connectors.postgres._types import PgType, pg_type
 from connectors.postgres.target import ViewTarget
 from ivm.db.connection import Connection
@@ -74,13 +75,11 @@ class State:
         self.target: int | None = None
         self.dirty: set[str] = set()
         self.complete = False  # the record last noted describes whole views
-        self._checkpoints = 0
         self._bad_cache: dict[int, tuple[object, str]] = {}  # table oid -> (its bad rows, their encoding)
 
     def open(self) -> Connection:
         """The database in the directory (created empty if it holds none)."""
         db = ivm.connect(self.path, synchronous=self.synchronous, checkpoint_bytes=self.checkpoint_bytes)
-        self._checkpoints = db.store.number
         return db
 
     def wipe(self, db: Connection | None = None) -> Connection:
@@ -106,11 +105,14 @@ class State:
         db.positions[RECORD] = record
 
     def committed(self, db: Connection, lsn: int) -> None:
-        """A commit recording ``lsn`` returned (or a checkpoint was taken): what is durable now."""
+        """A commit recording ``lsn`` returned (or a checkpoint was taken): what is durable now (without
+        ``synchronous``, the LSN of the newest checkpoint written, which may have run in the background)."""
         self.lsn = lsn
-        if self.synchronous or db.store.number != self._checkpoints:
+        record = db.store.durable[1].get(RECORD)
+        if self.synchronous:
             self.durable = lsn
-        self._checkpoints = db.store.number
+        elif record is not None:
+            self.durable = max(self.durable, parse_lsn(record["lsn"]))
 
     def checkpoint(self, db: Connection, record: dict, lsn: int) -> None:
         """Store ``record`` in a checkpoint now."""

@@ -105,6 +105,10 @@ class Store:
         self.stalls: list[float] = []  # what each checkpoint in the background held its commit up for
         self._thread: threading.Thread | None = None
         self.group: list[bytes] | None = None  # the frames of an open commit group, written at its end
+        # the sources' positions a crash of the machine keeps (with the time they are at): those of the newest
+        # checkpoint written, or of the last commit logged and synced, whichever is newer
+        self.durable: tuple[int, dict] = (-1, {})
+        self._logged: tuple[int, dict] = (-1, {})  # those of the last commit logged
         self._lock = None
 
     # -- writing ----------------------------------------------------------------------------------------
@@ -126,6 +130,7 @@ class Store:
                 self.group += frames
                 return None
             self.log.append(frames)
+            self._appended(db)
             if self._due():
                 self.checkpoint(db, background=True)
         except OSError as err:
@@ -146,15 +151,26 @@ class Store:
                 return self.checkpoint(db)
             if frames:
                 self.log.append([wal.group_frame(frames), *frames])
+                self._appended(db)
             if self._due():
                 self.checkpoint(db, background=True)
         except OSError as err:
             db.broken = f"a commit group could not be made durable: {err}"
             raise OperationalError(f"{db.broken}; the database cannot be used any more") from err
 
+    def _appended(self, db: Connection) -> None:
+        self._logged = (db.time, dict(db.positions))
+        if self.synchronous:
+            self._made_durable(self._logged)
+
+    def _made_durable(self, at: tuple[int, dict]) -> None:
+        if at[0] >= self.durable[0]:  # a checkpoint written in the background may be older than a sync
+            self.durable = at
+
     def sync(self) -> None:
         """Make every commit logged so far durable (for ``synchronous=False``: one sync for many commits)."""
         self.log.sync()
+        self._made_durable(self._logged)
 
     def changed(self, db: Connection) -> None:
         """Outside a transaction and a commit group, a catalog change since the last checkpoint takes one."""
@@ -246,6 +262,7 @@ class Store:
         sync_dir(self.data)
         _write_manifest(self.path, number, manifest)
         self.number = number
+        self._made_durable((manifest["time"], manifest["positions"]))
         self._collect()
         self.checkpoint_seconds.append(time.perf_counter() - t0)
 

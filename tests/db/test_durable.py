@@ -514,3 +514,36 @@ def test_a_log_holding_old_commits_checkpoints(tmp_path):
     db = ivm.connect(path)
     assert sorted(db.execute("SELECT * FROM k").fetchall()) == [(1,), (2,)]
     db.close()
+
+
+def test_durable_positions_are_those_a_crash_of_the_machine_keeps(tmp_path, monkeypatch):
+    path = str(tmp_path / "db")
+    db = ivm.connect(path, synchronous=False, checkpoint_bytes=1 << 30)
+    db.execute("CREATE TABLE k (a INT)")
+    db.positions["source"] = 1
+    db.execute("INSERT INTO k VALUES (1)")
+    assert db.store.durable[1] == {}  # logged, not synced: only the checkpoint of the CREATE is durable
+    db.store.sync()
+    assert db.store.durable[1] == {"source": 1}
+    started, release = threading.Event(), threading.Event()
+    write_bytes = files.write_bytes
+
+    def held(buf, uri, sync=True):
+        if threading.current_thread() is not threading.main_thread():
+            started.set()
+            assert release.wait(60)
+        return write_bytes(buf, uri, sync)
+
+    monkeypatch.setattr(files, "write_bytes", held)
+    db.positions["source"] = 2
+    db.store.checkpoint_interval = 0.0
+    db.execute("INSERT INTO k VALUES (2)")  # takes a checkpoint in the background
+    assert started.wait(60)
+    db.positions["source"] = 3
+    db.execute("INSERT INTO k VALUES (3)")
+    db.store.sync()
+    assert db.store.durable[1] == {"source": 3}
+    release.set()
+    db.store.wait()  # the checkpoint written now holds position 2: older than what is durable already
+    assert db.store.durable[1] == {"source": 3}
+    db.close()
