@@ -435,15 +435,9 @@ def test_a_commit_group_in_memory_changes_nothing():
 # -- checkpoints in the background ---------------------------------------------------------------------
 
 
-def _text_rows(lo: int, hi: int) -> str:
-    return ", ".join(f"({i}, 'text number {i}')" for i in range(lo, hi))
-
-
-def test_commits_go_on_while_a_checkpoint_is_written(tmp_path, monkeypatch):
-    path = str(tmp_path / "db")
-    db = ivm.connect(path, checkpoint_bytes=4_000)
-    db.execute("CREATE TABLE k (a INT PRIMARY KEY, s TEXT)")
-    db.execute("CREATE VIEW n AS SELECT count(*) AS c, max(s) AS m FROM k")
+def hold_background_writes(monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """Make files written by another thread than the main one (a checkpoint in the background) wait for
+    ``release``; ``started`` is set when the first one would be written."""
     started, release = threading.Event(), threading.Event()
     write_bytes = files.write_bytes
 
@@ -454,6 +448,19 @@ def test_commits_go_on_while_a_checkpoint_is_written(tmp_path, monkeypatch):
         return write_bytes(buf, uri, sync)
 
     monkeypatch.setattr(files, "write_bytes", held)
+    return started, release
+
+
+def _text_rows(lo: int, hi: int) -> str:
+    return ", ".join(f"({i}, 'text number {i}')" for i in range(lo, hi))
+
+
+def test_commits_go_on_while_a_checkpoint_is_written(tmp_path, monkeypatch):
+    path = str(tmp_path / "db")
+    db = ivm.connect(path, checkpoint_bytes=4_000)
+    db.execute("CREATE TABLE k (a INT PRIMARY KEY, s TEXT)")
+    db.execute("CREATE VIEW n AS SELECT count(*) AS c, max(s) AS m FROM k")
+    started, release = hold_background_writes(monkeypatch)
     i = 0
     while not started.is_set():  # until the log passes checkpoint_bytes
         db.execute(f"INSERT INTO k VALUES {_text_rows(i, i + 10)}")
@@ -525,16 +532,7 @@ def test_durable_positions_are_those_a_crash_of_the_machine_keeps(tmp_path, monk
     assert db.store.durable[1] == {}  # logged, not synced: only the checkpoint of the CREATE is durable
     db.store.sync()
     assert db.store.durable[1] == {"source": 1}
-    started, release = threading.Event(), threading.Event()
-    write_bytes = files.write_bytes
-
-    def held(buf, uri, sync=True):
-        if threading.current_thread() is not threading.main_thread():
-            started.set()
-            assert release.wait(60)
-        return write_bytes(buf, uri, sync)
-
-    monkeypatch.setattr(files, "write_bytes", held)
+    started, release = hold_background_writes(monkeypatch)
     db.positions["source"] = 2
     db.store.checkpoint_interval = 0.0
     db.execute("INSERT INTO k VALUES (2)")  # takes a checkpoint in the background
