@@ -312,6 +312,7 @@ class Store:
             if not db.broken and not db.in_transaction:
                 self.checkpoint(db)
         finally:
+            self.wait()  # nothing may write in the directory once it is released
             if self.log is not None:
                 self.log.close()
             if self._lock is not None:
