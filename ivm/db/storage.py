@@ -109,6 +109,7 @@ class Store:
         # checkpoint written, or of the last commit logged and synced, whichever is newer
         self.durable: tuple[int, dict] = (-1, {})
         self._logged: tuple[int, dict] = (-1, {})  # those of the last commit logged
+        self._durable_lock = threading.Lock()
         self._lock = None
 
     # -- writing ----------------------------------------------------------------------------------------
@@ -164,8 +165,9 @@ class Store:
             self._made_durable(self._logged)
 
     def _made_durable(self, at: tuple[int, dict]) -> None:
-        if at[0] >= self.durable[0]:  # a checkpoint written in the background may be older than a sync
-            self.durable = at
+        with self._durable_lock:  # the thread writing a checkpoint calls this too
+            if at[0] >= self.durable[0]:  # a checkpoint written in the background may be older than a sync
+                self.durable = at
 
     def sync(self) -> None:
         """Make every commit logged so far durable (for ``synchronous=False``: one sync for many commits)."""
