@@ -114,29 +114,23 @@ class Store:
 
     # -- writing ----------------------------------------------------------------------------------------
     def committed(self, db: Connection, batches: list[tuple[str, Batch]], start: int) -> None:
-        """A commit (transactions from time ``start`` to ``db.time``) happened: log it before it returns, or
-        take a checkpoint if the catalog changed. A log that cannot be written breaks the connection: its
-        state is ahead of what a restart would find."""
-        try:
-            if db.version != self.version:
-                return None if self.group is not None else self.checkpoint(db)
-            frames = []
-            if len(db.pool) > self.logged:
-                strings, canonical = db.pool.added_since(self.logged)
-                frames.append(wal.strings_frame(self.logged, strings, canonical))
-            frames += [wal.rows_frame(name, b) for name, b in batches if len(b)]
-            frames.append(wal.commit_frame(start, db.time, db.positions))
-            self.logged = len(db.pool)
-            if self.group is not None:
-                self.group += frames
-                return None
-            self.log.append(frames)
-            self._appended(db)
-            if self._due():
-                self.checkpoint(db, background=True)
-        except OSError as err:
-            db.broken = f"the commit could not be made durable: {err}"
-            raise OperationalError(f"{db.broken}; the database cannot be used any more") from err
+        """A commit (transactions from time ``start`` to ``db.time``) happened: log it before it returns (at
+        the end of an open commit group), or take a checkpoint if the catalog changed."""
+        if db.version != self.version:
+            if self.group is None:  # in a group, the checkpoint waits for its end
+                self._log(db, [], "the commit")
+            return
+        frames = []
+        if len(db.pool) > self.logged:
+            strings, canonical = db.pool.added_since(self.logged)
+            frames.append(wal.strings_frame(self.logged, strings, canonical))
+        frames += [wal.rows_frame(name, b) for name, b in batches if len(b)]
+        frames.append(wal.commit_frame(start, db.time, db.positions))
+        self.logged = len(db.pool)
+        if self.group is not None:
+            self.group += frames
+        else:
+            self._log(db, frames, "the commit")
 
     def end_group(self, db: Connection, whole: bool) -> None:
         """A commit group ends: its commits go to the log in one append (a checkpoint, if the catalog
@@ -147,16 +141,22 @@ class Store:
             if frames or db.version != self.version:
                 db.broken = "a commit group ended with an error, and its commits were not written"
             return
+        self._log(db, [wal.group_frame(frames), *frames] if frames else [], "a commit group")
+
+    def _log(self, db: Connection, frames: list[bytes], what: str) -> None:
+        """Append ``frames`` to the log, or take a checkpoint instead if the catalog changed; then one in the
+        background if the log asks for it. A log that cannot be written breaks the connection: its state is
+        ahead of what a restart would find."""
         try:
             if db.version != self.version:
                 return self.checkpoint(db)
             if frames:
-                self.log.append([wal.group_frame(frames), *frames])
+                self.log.append(frames)
                 self._appended(db)
             if self._due():
                 self.checkpoint(db, background=True)
         except OSError as err:
-            db.broken = f"a commit group could not be made durable: {err}"
+            db.broken = f"{what} could not be made durable: {err}"
             raise OperationalError(f"{db.broken}; the database cannot be used any more") from err
 
     def _appended(self, db: Connection) -> None:
