@@ -55,7 +55,7 @@ def connect(
     returns, and synced to disk unless ``synchronous`` is off (for bulk loads: a crash of the machine, not of
     the process, may then lose the last commits). A checkpoint is taken after DDL and at ``close``, and in the
     background when the log passes ``checkpoint_bytes`` or holds commits older than ``checkpoint_interval``
-    seconds."""
+    seconds. ``path`` may be a local directory or the URI of one on an object store (``s3://...``)."""
     db = Connection()
     if path is not None:
         with db.pool.active():

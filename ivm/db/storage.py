@@ -44,11 +44,19 @@ from ivm.engine.batch import Batch, consolidate
 from ivm.engine.files import (
     StoredFile,
     Written,
+    is_local,
+    join,
+    listdir,
+    makedirs,
     read_ahead,
     read_arrays,
     read_table,
+    read_whole,
+    remove,
+    resolve,
     sync_dir,
     write_arrays,
+    write_bytes,
     write_table,
 )
 from ivm.engine.trace.files import FORMAT, read_batch
@@ -88,15 +96,16 @@ class Store:
         checkpoint_bytes: int = 64 << 20,
         checkpoint_interval: float = 300.0,
     ) -> None:
-        self.path = os.path.abspath(path)
-        self.data = os.path.join(self.path, "data")
-        self.wal = os.path.join(self.path, "wal")
+        self.local = is_local(path)
+        self.path = resolve(path)[1] if self.local else path  # a local path, or the URI of an object store's
+        self.data = join(self.path, "data")
+        self.wal = join(self.path, "wal")
         self.synchronous = synchronous
         self.checkpoint_bytes = checkpoint_bytes
         self.checkpoint_interval = checkpoint_interval
         self._since = time.monotonic()  # when the last checkpoint was taken
         self.written = Written()  # the files of what earlier checkpoints wrote
-        self.log: wal.Log | None = None
+        self.log: wal.Log | wal.ObjectLog | None = None
         self.number = 0  # the newest manifest written
         self._allocated = 0  # the newest manifest number given to a checkpoint (which may be under way)
         self.version = -1  # the catalog version the newest checkpoint holds
@@ -111,6 +120,8 @@ class Store:
         self._logged: tuple[int, dict] = (-1, {})  # those of the last commit logged
         self._durable_lock = threading.Lock()
         self._lock = None
+        self._manifests: dict[int, dict] = {}  # those this connection wrote, by number: not read back
+        self._owner: str | None = None  # on an object store: the token this connection wrote in ``owner``
 
     # -- writing ----------------------------------------------------------------------------------------
     def committed(self, db: Connection, batches: list[tuple[str, Batch]], start: int) -> None:
@@ -155,7 +166,7 @@ class Store:
                 self._appended(db)
             if self._due():
                 self.checkpoint(db, background=True)
-        except OSError as err:
+        except (OSError, OperationalError) as err:
             db.broken = f"{what} could not be made durable: {err}"
             raise OperationalError(f"{db.broken}; the database cannot be used any more") from err
 
@@ -177,7 +188,7 @@ class Store:
     def changed(self, db: Connection) -> None:
         """Outside a transaction and a commit group, a catalog change since the last checkpoint takes one."""
         if not db.in_transaction and self.group is None and db.version != self.version:
-            self.checkpoint(db)
+            self._log(db, [], "a change of the catalog")
 
     def checkpoint(self, db: Connection, background: bool = False) -> None:
         """Write the database's state and a manifest naming it (see the module's docstring). In the
@@ -222,7 +233,7 @@ class Store:
             return
         self._write(manifest, tables, dataflows, pool, number, t0)
         if self.log is None:
-            self.log = wal.Log(self.wal, manifest["wal"], self.synchronous)
+            self.log = wal.open_log(self.wal, manifest["wal"], self.synchronous)
         self.logged = len(pool[3])
 
     def _due(self) -> bool:
@@ -251,7 +262,8 @@ class Store:
 
     def _write(self, manifest: dict, tables: dict, dataflows: dict, pool: tuple, number: int, t0: float):
         """Write what ``checkpoint`` took: the files no kept manifest names yet, then the manifest."""
-        os.makedirs(self.data, exist_ok=True)
+        self._still_owned()
+        makedirs(self.data)
         manifest["tables"] = {
             name: checkpoint.write_batches(batches, self.data, self.written) for name, batches in tables.items()
         }
@@ -263,6 +275,7 @@ class Store:
         manifest["pool"] = self._save_pool(*pool)
         sync_dir(self.data)
         _write_manifest(self.path, number, manifest)
+        self._manifests[number] = manifest
         self.number = number
         self._made_durable((manifest["time"], manifest["positions"]))
         self._collect()
@@ -279,7 +292,7 @@ class Store:
         return {"chunks": files, "canon": canon_file.to_json(), "size": int(len(canon))}
 
     def _new_file(self) -> str:
-        return os.path.join(self.data, f"{uuid.uuid4().hex}.arrow")
+        return join(self.data, f"{uuid.uuid4().hex}.arrow")
 
     def _collect(self) -> None:
         """Delete manifests beyond the newest ``KEEP`` that read whole (and any that do not), and the files and
@@ -287,26 +300,27 @@ class Store:
         kept: list[dict] = []
         for n in reversed(_manifest_numbers(self.path)):
             try:
-                m = _read_manifest(self.path, n) if len(kept) < KEEP else None
+                m = self._manifests.get(n) or _read_manifest(self.path, n) if len(kept) < KEEP else None
             except OperationalError:
                 m = None
             if m is None:
-                os.remove(_manifest_path(self.path, n))
+                remove(_manifest_path(self.path, n))
+                self._manifests.pop(n, None)
             else:
                 kept.append(m)
-        for name in os.listdir(self.path):
+        for name in listdir(self.path):
             if name.startswith("manifest-") and name.endswith(".tmp"):
-                os.remove(os.path.join(self.path, name))
+                remove(join(self.path, name))
         needed = set().union(*(_files_of(m) for m in kept))
-        for name in os.listdir(self.data):
-            full = os.path.join(self.data, name)
+        for name in listdir(self.data):
+            full = join(self.data, name)
             if full not in needed:
-                os.remove(full)
+                remove(full)
         self.written.keep(_files_of(kept[0]))
         first_segment = min(m["wal"] for m in kept)
         for s in wal.segments(self.wal):
             if s < first_segment:
-                os.remove(wal.segment_path(self.wal, s))
+                wal.remove_segment(self.wal, s)
 
     def close(self, db: Connection) -> None:
         """A clean stop: a last checkpoint (nothing to replay at the next open), then release the directory."""
@@ -323,7 +337,14 @@ class Store:
 
     # -- opening ----------------------------------------------------------------------------------------
     def lock(self) -> None:
-        """Hold the directory for this process: a second connection to it is refused."""
+        """Hold the directory for this process: a second connection to it is refused. An object store
+        cannot lock: there the connection writes a token of its own in ``owner``, and a checkpoint finding
+        another's token there (a second connection opened the database since) refuses to write."""
+        if not self.local:
+            makedirs(self.path)
+            self._owner = uuid.uuid4().hex
+            write_bytes(self._owner.encode(), join(self.path, "owner"))
+            return
         os.makedirs(self.path, exist_ok=True)
         fd = os.open(os.path.join(self.path, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -332,6 +353,13 @@ class Store:
             os.close(fd)
             raise OperationalError(f"database {self.path} is in use by another connection") from None
         self._lock = fd
+
+    def _still_owned(self) -> None:
+        if self._owner is not None and read_whole(join(self.path, "owner")).decode() != self._owner:
+            raise OperationalError(
+                f"database {self.path} was opened by another connection since this one opened it: "
+                "a database on an object store takes one connection at a time"
+            )
 
 
 def open_database(
@@ -351,7 +379,7 @@ def open_database(
                 raise OperationalError(
                     f"{store.path} holds a log but no checkpoint: it is not a whole database"
                 )
-            os.makedirs(store.data, exist_ok=True)
+            makedirs(store.data)
             store.checkpoint(db)
             db.store = store
             return
@@ -380,7 +408,7 @@ def open_database(
             replayed = _replay(db, store, manifest)
         store.version = manifest["version"] if not rebuilt else -1
         store.logged = len(db.pool)
-        store.log = wal.Log(store.wal, max([manifest["wal"], *wal.segments(store.wal)]), store.synchronous)
+        store.log = wal.open_log(store.wal, max([manifest["wal"], *wal.segments(store.wal)]), store.synchronous)
         db.store = store
         if replayed or rebuilt or number != numbers[-1]:
             with db.pool.active():
@@ -565,37 +593,40 @@ def _paths(obj, fn):
 
 
 def _manifest_path(directory: str, number: int) -> str:
-    return os.path.join(directory, f"manifest-{number:012d}.json")
+    return join(directory, f"manifest-{number:012d}.json")
 
 
 def _manifest_numbers(directory: str) -> list[int]:
-    if not os.path.isdir(directory):
-        return []
-    names = [n for n in os.listdir(directory) if n.startswith("manifest-") and n.endswith(".json")]
+    names = [n for n in listdir(directory) if n.startswith("manifest-") and n.endswith(".json")]
     return sorted(int(n[9:-5]) for n in names if n[9:-5].isdigit())
 
 
+def _relative(path: str, directory: str) -> str:
+    """A file's path relative to the database's directory, which may move (or be copied elsewhere)."""
+    if "://" not in directory:
+        return os.path.relpath(path, directory)
+    base = directory.partition("?")[0].rstrip("/") + "/"
+    inner = path.partition("?")[0]
+    if not inner.startswith(base):
+        raise OperationalError(f"{path} is not inside the database {directory}")
+    return inner[len(base) :]
+
+
 def _write_manifest(directory: str, number: int, manifest: dict) -> None:
-    relative = _paths(manifest, lambda p: os.path.relpath(p, directory))  # the directory may move
+    relative = _paths(manifest, lambda p: _relative(p, directory))
     body = json.dumps(relative, separators=(",", ":")).encode()
-    path = _manifest_path(directory, number)
-    with open(f"{path}.tmp", "wb") as f:
-        f.write(body + f"\n{zlib.crc32(body):08x}\n".encode())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(f"{path}.tmp", path)
+    write_bytes(body + f"\n{zlib.crc32(body):08x}\n".encode(), _manifest_path(directory, number))
     sync_dir(directory)
 
 
 def _read_manifest(directory: str, number: int) -> dict:
     path = _manifest_path(directory, number)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_whole(path)
         body, crc, _ = data.rsplit(b"\n", 2)
         if int(crc, 16) != zlib.crc32(body):
             raise ValueError("its checksum differs from the one written")
-        return _paths(json.loads(body), lambda p: os.path.join(directory, p))
+        return _paths(json.loads(body), lambda p: join(directory, *p.split("/")))
     except (OSError, ValueError) as err:
         raise OperationalError(f"{path} is damaged: {err}") from None
 

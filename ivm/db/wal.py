@@ -10,12 +10,16 @@ positions of its sources). A group frame says that the frames of the next so man
 after the last commit frame (or whole group) belong to commits that never returned and are ignored; so is a
 frame cut short at the end of the last segment. A damaged frame anywhere else is an error naming the segment
 and offset: the commits after it were acknowledged and cannot be skipped.
+
+On an object store, where nothing is appended to, a segment is a sequence of parts (``SEGMENT-PART.log``),
+one object per append, written whole; read in order, its parts are the segment's bytes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -24,11 +28,25 @@ import numpy as np
 import pyarrow as pa
 
 from ivm.engine.batch import Batch
-from ivm.engine.files import columns_from_arrow, columns_to_arrow, sync_dir, view
+from ivm.engine.files import (
+    columns_from_arrow,
+    columns_to_arrow,
+    is_local,
+    join,
+    listdir,
+    makedirs,
+    read_whole,
+    remove,
+    sync_dir,
+    view,
+    write_bytes,
+)
 from ivm.errors import OperationalError
 
 __all__ = [
     "Log",
+    "ObjectLog",
+    "open_log",
     "Commit",
     "read_log",
     "segments",
@@ -54,15 +72,38 @@ class Commit:
     rows: list[tuple[str, Batch]] = field(default_factory=list)
 
 
+_NAME = re.compile(r"(\d{12})(?:-(\d{6}))?\.log$")
+
+
+def _files(directory: str) -> dict[int, list[tuple[int, str]]]:
+    """The log's files by segment: (part, name) in order (a local segment is one file, part -1)."""
+    out: dict[int, list[tuple[int, str]]] = {}
+    for name in listdir(directory):
+        m = _NAME.match(name)
+        if m:
+            out.setdefault(int(m.group(1)), []).append((int(m.group(2) or -1), name))
+    return {k: sorted(v) for k, v in out.items()}
+
+
 def segments(directory: str) -> list[int]:
     """The numbers of the log's segments, in order."""
-    if not os.path.isdir(directory):
-        return []
-    return sorted(int(n[:-4]) for n in os.listdir(directory) if n.endswith(".log") and n[:-4].isdigit())
+    return sorted(_files(directory))
+
+
+def remove_segment(directory: str, number: int) -> None:
+    for _, name in _files(directory).get(number, []):
+        remove(join(directory, name))
 
 
 def segment_path(directory: str, number: int) -> str:
-    return os.path.join(directory, f"{number:012d}.log")
+    return join(directory, f"{number:012d}.log")
+
+
+def open_log(directory: str, segment: int, synchronous: bool = True) -> Log | ObjectLog:
+    """The log in ``directory``, appending to ``segment``: a file appended to locally, parts elsewhere."""
+    if is_local(directory):
+        return Log(directory, segment, synchronous)
+    return ObjectLog(directory, segment, synchronous)
 
 
 class Log:
@@ -109,6 +150,39 @@ class Log:
             self._fd = None
 
 
+class ObjectLog:
+    """The log on an object store: each append is one object (a part of the segment), durable once written,
+    whatever ``synchronous`` says."""
+
+    def __init__(self, directory: str, segment: int, synchronous: bool = True) -> None:
+        makedirs(directory)
+        self.directory = directory
+        self.synchronous = synchronous
+        self.segment = segment
+        parts = _files(directory).get(segment, [])
+        self.part = parts[-1][0] + 1 if parts else 0
+        self.bytes = 0
+        for _, name in parts:
+            self.bytes += len(read_whole(join(directory, name)))
+
+    def append(self, frames: list[bytes]) -> None:
+        data = b"".join(frames)
+        write_bytes(data, join(self.directory, f"{self.segment:012d}-{self.part:06d}.log"))
+        self.part += 1
+        self.bytes += len(data)
+
+    def sync(self) -> None:
+        """Nothing to do: every part is durable once written."""
+
+    def roll(self) -> int:
+        self.segment += 1
+        self.part = self.bytes = 0
+        return self.segment
+
+    def close(self) -> None:
+        pass
+
+
 def _frame(kind: int, table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -146,22 +220,37 @@ def group_frame(frames: list[bytes]) -> bytes:
 
 def read_log(directory: str, first: int) -> list[Commit]:
     """The complete commits logged in segments ``first`` onwards, in order. The tail of a commit that never
-    returned, at the end of the last segment, is cut off the file, so that appends follow whole commits."""
-    numbers = [n for n in segments(directory) if n >= first]
+    returned, at the end of the last segment, is cut off, so that appends follow whole commits."""
+    files = _files(directory)
+    numbers = [n for n in sorted(files) if n >= first]
     out: list[Commit] = []
     for k, number in enumerate(numbers):
-        path = segment_path(directory, number)
-        commits, end, size = _read_segment(path, last=k == len(numbers) - 1)
+        parts = [(name, read_whole(join(directory, name))) for _, name in files[number]]
+        data = b"".join(p for _, p in parts)
+        path = join(directory, parts[0][0]) if len(parts) == 1 else segment_path(directory, number)
+        commits, end = _read_segment(data, path, last=k == len(numbers) - 1)
         out += commits
-        if end < size:
-            os.truncate(path, end)
+        if end < len(data):
+            _cut(directory, parts, end)
     return out
 
 
-def _read_segment(path: str, last: bool) -> tuple[list[Commit], int, int]:
-    """The commits of a segment, where its last whole commit (or whole group) ends, and its size."""
-    with open(path, "rb") as f:
-        data = f.read()
+def _cut(directory: str, parts: list[tuple[str, bytes]], end: int) -> None:
+    """Cut a segment's files at byte ``end`` of the whole."""
+    for name, part in parts:
+        uri = join(directory, name)
+        if end <= 0:
+            remove(uri)
+        elif end < len(part):
+            if is_local(uri):
+                os.truncate(uri, end)
+            else:
+                write_bytes(part[:end], uri)
+        end -= len(part)
+
+
+def _read_segment(data: bytes, path: str, last: bool) -> tuple[list[Commit], int]:
+    """The commits of a segment's bytes and where its last whole commit (or whole group) ends."""
     pos = end_of_commits = 0
     commits: list[Commit] = []
     pending: list[tuple[int, pa.Table]] = []
@@ -211,7 +300,7 @@ def _read_segment(path: str, last: bool) -> tuple[list[Commit], int, int]:
         if not last:
             raise OperationalError(f"{path} is damaged at byte {group[0]}: a commit group is cut short")
         del commits[group[2] :]
-    return commits, end_of_commits, len(data)
+    return commits, end_of_commits
 
 
 def _more_commits(data: bytes, start: int) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ivm.engine.dataflow import Dataflow
-from ivm.engine.files import StoredFile, Written, read_arrays, write_arrays
+from ivm.engine.files import StoredFile, Written, join, read_arrays, write_arrays
 from ivm.engine.operators.arrange import ArrangeOp, ImportOp
 from ivm.engine.operators.iterate import LoopOp
 from ivm.engine.operators.reduce import ReduceOp
@@ -136,7 +136,7 @@ def write(c: Captured, directory: str, written: Written) -> dict:
     for path, (state, version, columns) in c.running.items():
         file = written.get(state, version)
         if file is None:
-            uri = f"{directory.rstrip('/')}/{uuid.uuid4().hex}.arrow"
+            uri = join(directory, f"{uuid.uuid4().hex}.arrow")
             file = written.put(state, write_arrays(columns, uri), version)
         ops[path] = {"running": file.to_json()}
     return {"frontier": c.frontier, "errors": c.errors, "shape": c.shape, "operators": ops}

@@ -2,7 +2,9 @@
 
 Everything the engine writes (trace batches, running states, the string pool) is an immutable Arrow table in
 one IPC file: a local file is written under a temporary name, synced and renamed into place, so the name only
-ever holds a whole file; any other ``pyarrow.fs`` URI is written whole. Reading maps a local file and views its
+ever holds a whole file; any other ``pyarrow.fs`` URI (an object store's, whose objects are written whole) is
+written as one object. A URI may carry the file system's options as a query (``s3://b/db?region=...``): the
+names joined under it keep them. Reading maps a local file and views its
 arrays in place, so what is never touched is never read and the OS may page it out. Writing returns the file's
 size and CRC-32, which whoever names the file (a checkpoint's manifest) keeps; reading checks both, so a torn,
 cut or corrupted file raises an ``OperationalError`` naming it and never yields values.
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import urllib.parse
 import weakref
 import zlib
 from collections.abc import Iterable, Iterator
@@ -29,6 +32,13 @@ __all__ = [
     "StoredFile",
     "Written",
     "resolve",
+    "join",
+    "is_local",
+    "listdir",
+    "makedirs",
+    "remove",
+    "read_whole",
+    "write_bytes",
     "read_ahead",
     "write_table",
     "read_table",
@@ -79,11 +89,64 @@ class Written:
         self._by_id = {k: e for k, e in self._by_id.items() if e[0]() is not None and e[1].path in paths}
 
 
+_LOCAL = pafs.LocalFileSystem()
+_FILE_SYSTEMS: dict[tuple[str, str, str], tuple[pafs.FileSystem, str]] = {}  # (scheme, host, query) -> fs, root
+
+
 def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
-    """The file system and path of a local path or a URI (``file://``, ``s3://``, ...)."""
+    """The file system and path of a local path or a URI (``file://``, ``s3://``, ...). The file system of a
+    URI is made once per scheme, host and options, not per file (an object store's client is costly)."""
     if "://" not in uri:
-        return pafs.LocalFileSystem(), os.path.abspath(uri)
-    return pafs.FileSystem.from_uri(uri)
+        return _LOCAL, os.path.abspath(uri)
+    parts = urllib.parse.urlsplit(uri)
+    key = (parts.scheme, parts.netloc, parts.query)
+    inner = parts.path.lstrip("/")
+    known = _FILE_SYSTEMS.get(key)
+    if known is not None:
+        return known[0], known[1] + inner
+    fs, path = pafs.FileSystem.from_uri(uri)
+    if path.endswith(inner):
+        _FILE_SYSTEMS[key] = (fs, path[: len(path) - len(inner)])
+    return fs, path
+
+
+def is_local(uri: str) -> bool:
+    """Whether ``uri`` names a local file (which can be mapped, appended to, synced and locked)."""
+    return isinstance(resolve(uri)[0], pafs.LocalFileSystem)
+
+
+def join(uri: str, *names: str) -> str:
+    """``names`` under the directory ``uri``, keeping a URI's query (its file system's options) at the end."""
+    if "://" not in uri:
+        return os.path.join(uri, *names)
+    base, mark, query = uri.partition("?")
+    return "/".join([base.rstrip("/"), *names]) + mark + query
+
+
+def listdir(uri: str) -> list[str]:
+    """The names in the directory ``uri`` (none if it does not exist)."""
+    fs, path = resolve(uri)
+    infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    return sorted(i.base_name for i in infos)
+
+
+def makedirs(uri: str) -> None:
+    fs, path = resolve(uri)
+    fs.create_dir(path, recursive=True)
+
+
+def remove(uri: str) -> None:
+    """Delete the file ``uri``, if it is there."""
+    fs, path = resolve(uri)
+    with contextlib.suppress(FileNotFoundError):
+        fs.delete_file(path)
+
+
+def read_whole(uri: str) -> bytes:
+    """The bytes of the file ``uri``, read whole (small files: manifests, a log's parts)."""
+    fs, path = resolve(uri)
+    with fs.open_input_stream(path) as f:
+        return f.read()
 
 
 def write_bytes(buf: pa.Buffer | bytes, uri: str, sync: bool = True) -> StoredFile:

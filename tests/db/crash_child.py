@@ -93,12 +93,18 @@ def main(path: str, journal: str, seed: int, kind: str, n: int) -> None:
     point = KillPoint(kind, n)
     die = point.die
 
-    append, write_bytes, write_manifest, work = (
+    append, append_object, write_bytes, write_manifest, work = (
         wal.Log.append,
+        wal.ObjectLog.append,
         files.write_bytes,
         storage._write_manifest,
         spine._Merge.work,
     )
+
+    def lost_append(self, frames):  # an object is written whole or not at all
+        if point("log") or (frames[0][4] == wal.GROUP and point("group")):
+            die()
+        return append_object(self, frames)
 
     def torn_append(self, frames):
         if point("log") or (frames[0][4] == wal.GROUP and point("group")):
@@ -109,6 +115,8 @@ def main(path: str, journal: str, seed: int, kind: str, n: int) -> None:
 
     def torn_file(buf, uri, sync=True):
         if point("file"):
+            if not files.is_local(uri):
+                die()
             with open(f"{uri}.tmp", "wb") as f:
                 f.write(bytes(buf)[: len(buf) // 2])
             die()
@@ -116,6 +124,8 @@ def main(path: str, journal: str, seed: int, kind: str, n: int) -> None:
 
     def unrenamed(directory, number, manifest):
         if point("manifest"):
+            if not files.is_local(directory):
+                die()
             with open(os.path.join(directory, f"manifest-{number:012d}.json.tmp"), "w") as f:
                 json.dump({"half": True}, f)
             die()
@@ -127,6 +137,7 @@ def main(path: str, journal: str, seed: int, kind: str, n: int) -> None:
         return work(self, fuel)
 
     wal.Log.append = torn_append
+    wal.ObjectLog.append = lost_append
     files.write_bytes = torn_file
     storage._write_manifest = unrenamed
     spine._Merge.work = merging

@@ -20,6 +20,7 @@ from ivm.engine.files import (
     Written,
     columns_from_arrow,
     columns_to_arrow,
+    join,
     read_table,
     view,
     write_table,
@@ -56,7 +57,7 @@ def write_trace(batches: list[TraceBatch], directory: str, written: Written) -> 
     for b in batches:
         file = written.get(b)
         if file is None:
-            file = written.put(b, write_batch(b, f"{directory.rstrip('/')}/{uuid.uuid4().hex}.arrow"))
+            file = written.put(b, write_batch(b, join(directory, f"{uuid.uuid4().hex}.arrow")))
         out.append(file)
     return out
 
