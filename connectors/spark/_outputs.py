@@ -43,10 +43,10 @@ class ViewBatch:
 class Output:
     """A destination for the changes of some views."""
 
-    views: Sequence[str] | None = None  # None: every view
+    views: Sequence[str] | None = None  # None: every view; names are case-insensitive, as Spark's are
 
     def wants(self, view: str) -> bool:
-        return self.views is None or view in self.views
+        return self.views is None or view.lower() in {v.lower() for v in self.views}
 
     def write(self, batch: ViewBatch) -> None:
         raise NotImplementedError

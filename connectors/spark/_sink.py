@@ -22,6 +22,7 @@ import ivm
 from connectors.spark._changes import ChangeShape, delta_cdf, plain, split_commits
 from connectors.spark._outputs import Output, ViewBatch
 from connectors.spark._state import RECORD, StateDir
+from connectors.spark._views import creation_order, engine_names
 from sql.errors import DataError, SqlError
 
 __all__ = ["ViewSink", "view_sink"]
@@ -45,17 +46,22 @@ class ViewSink:
     ) -> None:
         self.schema = schema
         self.views = dict(views)
+        self.names = engine_names(self.views)  # the user's spelling -> the name inside the engine
+        self.order = creation_order(self.views)  # each view after those it reads
         self.shape = shape
         self.outputs = list(outputs)
         self.checkpoint_bytes = checkpoint_bytes
         # check the definition before anything is stored: a wrong view fails here, not in the stream
         db = self._fresh_engine()
+        folded = {v.lower() for v in self.views}
         for out in self.outputs:
             for v in out.views or ():
-                if v not in self.views:
+                if v.lower() not in folded:
                     raise SqlError(f"an output names view {v!r}, which is not among the sink's views")
         # the Arrow schema of each view's rows, for micro-batches that leave it unchanged
-        self.view_schemas = {v: db.execute(f"SELECT * FROM {v}").fetch_arrow().schema for v in self.views}
+        self.view_schemas = {
+            v: db.execute(f"SELECT * FROM {n}").fetch_arrow().schema for v, n in self.names.items()
+        }
         for v, s in self.view_schemas.items():
             clash = [c for c in s.names if c in _RESERVED]
             if clash:
@@ -120,9 +126,12 @@ class ViewSink:
             self.db = None
 
     def contents(self, view: str) -> pa.Table:
-        """The current rows of ``view`` (each as many times as the view holds it)."""
+        """The current rows of ``view`` (any case; each row as many times as the view holds it)."""
         self._engine()
-        return self._contents_of(view)()
+        spelling = {v.lower(): v for v in self.views}
+        if view.lower() not in spelling:
+            raise SqlError(f"view {view!r} is not among the sink's views")
+        return self._contents_of(spelling[view.lower()])()
 
     # -- internals --------------------------------------------------------------------------------------
     def _fresh_engine(self) -> ivm.Connection:
@@ -130,9 +139,21 @@ class ViewSink:
         db.execute(self.schema)
         if not db.tables:
             raise SqlError("the schema creates no tables")
-        for name, sql in self.views.items():
-            db.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+        self._create_views(db)
         return db
+
+    def _create_views(self, db: ivm.Connection) -> None:
+        """Create the views, each after those it reads; an error names the view (its position: in the view's
+        SELECT)."""
+        for view in self.order:
+            head = f"CREATE MATERIALIZED VIEW {self.names[view]} AS "
+            try:
+                db.execute(head + self.views[view])
+            except SqlError as err:
+                line, col = err.line, err.col
+                if line == 1 and col is not None:
+                    col -= len(head)
+                raise type(err)(f"view {view!r}: {err.message}", line, col) from err
 
     def _replayed(self, batch_id: int, query: str | None = None) -> bool:
         """Whether ``batch_id`` is the last micro-batch applied again (Spark replays the last one whose
@@ -176,12 +197,11 @@ class ViewSink:
             if not db.tables:
                 with db.commit_group():  # the tables and views are there whole, or not at all
                     db.execute(self.schema)
-                    for name, sql in self.views.items():
-                        db.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+                    self._create_views(db)
             self.columns = {t: [c.name for c in st.table.columns] for t, st in db.tables.items()}
             record = db.positions.get(RECORD) or {}
             self.last_batch, self.query = int(record.get("batch", -1)), record.get("query")
-            self.subscriptions = {v: db.subscribe(v, snapshot=False) for v in self.views}
+            self.subscriptions = {v: db.subscribe(name, snapshot=False) for v, name in self.names.items()}
         except BaseException:
             db.close()
             raise
@@ -210,7 +230,8 @@ class ViewSink:
             except SqlError as err:
                 raise SqlError(f"micro-batch {batch_id}, commit {c.value}: {err}") from err
             db.execute("COMMIT")
-        wrong = {v: e for v, e in db.view_errors().items() if v in self.views}
+        folded = {name: v for v, name in self.names.items()}
+        wrong = {folded[v]: e for v, e in db.view_errors().items() if v in folded}
         if wrong:
             v, e = next(iter(wrong.items()))
             raise DataError(f"micro-batch {batch_id}: view {v!r} cannot be computed: {e}")
@@ -237,8 +258,10 @@ class ViewSink:
         )
 
     def _contents_of(self, view: str):
+        name = self.names[view]
+
         def read() -> pa.Table:
-            return self.db.execute(f"SELECT * FROM {view}").fetch_arrow()
+            return self.db.execute(f"SELECT * FROM {name}").fetch_arrow()
 
         return read
 
@@ -255,6 +278,9 @@ def view_sink(
     """A ``foreachBatch`` sink maintaining ``views`` (name -> SELECT) over the tables that ``schema``
     (CREATE TABLE statements) declares.
 
+    View names are case-insensitive, as Spark's are (two equal but for case are refused), and outputs, diffs
+    and ``contents()`` use the spelling given here; a view may read views given after it (a cycle is refused).
+
     ``shape`` says where the change rows keep operation, commit and table (``delta_cdf(...)`` or
     ``plain(...)``; by default the Delta change data feed shape if the rows have ``_change_type``, else the
     plain one). ``state_dir``, a local folder beside the query's checkpoint (one per query), holds the engine's
@@ -262,4 +288,11 @@ def view_sink(
     checkpoint of the arrangements is taken whenever the log passes ``checkpoint_bytes``, so that a restart
     maps the state back in and replays only the log after it.
     """
-    return ViewSink(schema, views, state_dir, shape=shape, outputs=outputs, checkpoint_bytes=checkpoint_bytes)
+    return ViewSink(
+        schema,
+        views,
+        state_dir,
+        shape=shape,
+        outputs=outputs,
+        checkpoint_bytes=checkpoint_bytes,
+    )
