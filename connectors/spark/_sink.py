@@ -43,6 +43,7 @@ class ViewSink:
         shape: ChangeShape | None = None,
         outputs: Sequence[Output] = (),
         checkpoint_bytes: int = 64 << 20,
+        ignore_columns: Sequence[str] = (),
     ) -> None:
         self.schema = schema
         self.views = dict(views)
@@ -51,6 +52,7 @@ class ViewSink:
         self.shape = shape
         self.outputs = list(outputs)
         self.checkpoint_bytes = checkpoint_bytes
+        self.ignore_columns = frozenset(ignore_columns)
         # check the definition before anything is stored: a wrong view fails here, not in the stream
         db = self._fresh_engine()
         folded = {v.lower() for v in self.views}
@@ -218,6 +220,7 @@ class ViewSink:
         commit values in order (engine time ``t0 + i`` is commit ``i``)."""
         db = self._engine()
         shape = self.shape or (delta_cdf() if "_change_type" in changes.column_names else plain())
+        self._refuse_extra_columns(changes, shape)
         values, commits = split_commits(changes, shape, self.columns, batch_id)
         t0 = db.time
         for c in commits:
@@ -236,6 +239,22 @@ class ViewSink:
             v, e = next(iter(wrong.items()))
             raise DataError(f"micro-batch {batch_id}: view {v!r} cannot be computed: {e}")
         return t0, values
+
+    def _refuse_extra_columns(self, changes: pa.Table, shape: ChangeShape) -> None:
+        """Refuse change rows carrying a column that is neither a table's column, nor one of the shape's
+        control or ignored columns, nor in ``ignore_columns``: it would be dropped without a word."""
+        if shape.table is not None and shape.table not in self.columns:
+            return  # split_commits names the unknown table
+        tables = [shape.table] if shape.table is not None else list(self.columns)
+        known = {c for t in tables for c in self.columns[t]}
+        known |= shape.control_columns() | set(shape.ignored) | self.ignore_columns
+        extra = [c for c in changes.column_names if c not in known]
+        if extra:
+            raise SqlError(
+                f"change rows carry column(s) {', '.join(map(repr, extra))}, which no table of the schema has "
+                "and the change shape does not use: declare them in a table, drop them from the stream "
+                "(DataFrame.drop), or name them in view_sink(..., ignore_columns=[...]) to have them ignored"
+            )
 
     def _diffs(self, view: str, sub, t0: int, commits: pa.Array) -> pa.Table:
         """The view's changes since the last call, consolidated, with ``time`` = the source commit."""
@@ -274,6 +293,7 @@ def view_sink(
     shape: ChangeShape | None = None,
     outputs: Sequence[Output] = (),
     checkpoint_bytes: int = 64 << 20,
+    ignore_columns: Sequence[str] = (),
 ) -> ViewSink:
     """A ``foreachBatch`` sink maintaining ``views`` (name -> SELECT) over the tables that ``schema``
     (CREATE TABLE statements) declares.
@@ -287,6 +307,10 @@ def view_sink(
     tables and views as an ivm database: each micro-batch is logged there after its outputs were written, and a
     checkpoint of the arrangements is taken whenever the log passes ``checkpoint_bytes``, so that a restart
     maps the state back in and replays only the log after it.
+
+    Change rows may carry only the tables' columns and the shape's own (``delta_cdf`` also knows Delta's
+    ``_commit_timestamp``); any other column is refused with an error naming it, unless listed in
+    ``ignore_columns``.
     """
     return ViewSink(
         schema,
@@ -295,4 +319,5 @@ def view_sink(
         shape=shape,
         outputs=outputs,
         checkpoint_bytes=checkpoint_bytes,
+        ignore_columns=ignore_columns,
     )

@@ -1,6 +1,6 @@
 """What a sink accepts as views and change rows (Arrow micro-batches, no Spark): view names in any case, kept
-as the user spelled them; views in any order, created after those they read. Each refusal names what is
-wrong."""
+as the user spelled them; views in any order, created after those they read; change rows with columns no
+table has, refused unless ignored. Each refusal names what is wrong."""
 
 import decimal
 
@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from connectors.spark import DiffsTo, ParquetContents, view_sink
+from connectors.spark import DiffsTo, ParquetContents, delta_cdf, plain, view_sink
 from connectors.spark._views import creation_order, reads
 from sql.errors import SqlError
 from tests.connectors.spark.test_sink import SCHEMA, SHAPE, change_rows, rows
@@ -93,3 +93,44 @@ def test_reads_finds_tables_in_subqueries_and_not_ctes():
              SELECT * FROM r JOIN "Orders" o ON true WHERE EXISTS (SELECT 1 FROM c WHERE c.k = o.k)"""
     assert reads(sql) == {"orders", "c"}
     assert reads("SELECT FROM WHERE") == set()  # not parsed: the engine says what is wrong
+
+
+def test_undeclared_columns_are_refused_unless_ignored(tmp_path):
+    batch = change_rows("orders", "insert", 1, ORDER)
+    batch = batch.append_column("ingested_at", pa.array([1, 2, 3])).append_column("src", pa.array(["x"] * 3))
+    sink = view_sink(SCHEMA, {"n": "SELECT COUNT(*) AS n FROM orders"}, tmp_path / "s1", shape=SHAPE)
+    with pytest.raises(SqlError, match=r"carry column\(s\) 'ingested_at', 'src'.*ignore_columns"):
+        sink.apply(batch, 0)
+    sink.close()
+    ignoring = view_sink(
+        SCHEMA,
+        {"n": "SELECT COUNT(*) AS n FROM orders"},
+        tmp_path / "s2",
+        shape=SHAPE,
+        ignore_columns=["ingested_at", "src"],
+    )
+    ignoring.apply(batch, 0)
+    assert rows(ignoring.contents("n")) == [(3,)]
+    ignoring.close()
+    # one table's stream: another table's column is not the table's
+    one = view_sink(SCHEMA, {"r": "SELECT * FROM customers"}, tmp_path / "s3", shape=plain(table="customers"))
+    customers = pa.table({"operation": ["insert"], "c_key": [1], "region": ["x"], "cust": [7]})
+    with pytest.raises(SqlError, match=r"carry column\(s\) 'cust'"):
+        one.apply(customers, 0)
+    one.close()
+
+
+def test_delta_change_feed_timestamps_are_ignored_without_being_told(tmp_path):
+    n = ORDER.num_rows
+    batch = ORDER.append_column("_change_type", pa.array(["insert"] * n))
+    batch = batch.append_column("_commit_version", pa.array([4] * n, pa.int64()))
+    batch = batch.append_column("_commit_timestamp", pa.array([1_700_000_000_000_000] * n, pa.timestamp("us")))
+    views = {"n": "SELECT COUNT(*) AS n FROM orders"}
+    sink = view_sink(SCHEMA, views, tmp_path / "state", shape=delta_cdf(table="orders"))
+    sink.apply(batch, 0)
+    assert rows(sink.contents("n")) == [(3,)]
+    sink.close()
+    guessed = view_sink(SCHEMA, views, tmp_path / "s2")  # the shape found from the columns
+    guessed.apply(batch.append_column("table", pa.array(["orders"] * n)), 0)
+    assert rows(guessed.contents("n")) == [(3,)]
+    guessed.close()
