@@ -2,7 +2,8 @@
 
 Per micro-batch: the change rows come over from Spark as one Arrow table, are split into source commits, and
 each commit is applied to the engine as one transaction (one logical time: its deletions, then its
-insertions). The views' diffs, with each engine time mapped back to its source commit, go to the outputs;
+insertions). The views' diffs, with each engine time mapped back to its source commit, go to the outputs (a
+view the micro-batch left unchanged costs a look at its subscription and nothing more);
 then the micro-batch is recorded: the engine's database in the state directory logs its commits, as one
 commit group carrying the batch id. The last batch id recorded again is a replay and changes nothing; any
 other but the next is refused. After a restart, or a micro-batch that failed, the engine is opened from the
@@ -60,14 +61,15 @@ class ViewSink:
             for v in out.views or ():
                 if v.lower() not in folded:
                     raise SqlError(f"an output names view {v!r}, which is not among the sink's views")
-        # the Arrow schema of each view's rows, for micro-batches that leave it unchanged
-        self.view_schemas = {
-            v: db.execute(f"SELECT * FROM {n}").fetch_arrow().schema for v, n in self.names.items()
-        }
-        for v, s in self.view_schemas.items():
-            clash = [c for c in s.names if c in _RESERVED]
+        # each view's diffs when a micro-batch leaves it unchanged: no rows, its columns, ``time`` and ``diff``
+        self.no_diffs = {}
+        for v, name in self.names.items():
+            schema_ = db.execute(f"SELECT * FROM {name}").fetch_arrow().schema
+            clash = [c for c in schema_.names if c in _RESERVED]
             if clash:
                 raise SqlError(f"view {v!r} has a column named {clash[0]!r}, which the diffs use; rename it")
+            extra = [pa.field("time", pa.int64()), pa.field("diff", pa.int64())]
+            self.no_diffs[v] = pa.schema([*schema_, *extra]).empty_table()
         self.state = StateDir(state_dir, {"schema": schema, "views": self.views})
         self.db: ivm.Connection | None = None
         self.last_batch = -1
@@ -102,11 +104,7 @@ class ViewSink:
                     db.execute("BEGIN")
                     db.execute("COMMIT")  # an empty commit records the batch id
                 diffs = {v: self._diffs(v, sub, t0, commits) for v, sub in self.subscriptions.items()}
-                for v, d in diffs.items():
-                    batch = ViewBatch(v, batch_id, d, self._contents_of(v), spark)
-                    for out in self.outputs:
-                        if out.wants(v):
-                            out.write(batch)
+                self._write_outputs(diffs, batch_id, spark)
         except BaseException:
             # the engine may hold part of the micro-batch: open the state directory again, as it was before it
             db.positions[RECORD] = before
@@ -156,6 +154,14 @@ class ViewSink:
                 if line == 1 and col is not None:
                     col -= len(head)
                 raise type(err)(f"view {view!r}: {err.message}", line, col) from err
+
+    def _write_outputs(self, diffs: dict[str, pa.Table], batch_id: int, spark) -> None:
+        """Hand each view's diffs to the outputs that want it (they skip a view whose diffs are empty)."""
+        for v, d in diffs.items():
+            batch = ViewBatch(v, batch_id, d, self._contents_of(v), spark)
+            for out in self.outputs:
+                if out.wants(v):
+                    out.write(batch)
 
     def _replayed(self, batch_id: int, query: str | None = None) -> bool:
         """Whether ``batch_id`` is the last micro-batch applied again (Spark replays the last one whose
@@ -258,12 +264,10 @@ class ViewSink:
 
     def _diffs(self, view: str, sub, t0: int, commits: pa.Array) -> pa.Table:
         """The view's changes since the last call, consolidated, with ``time`` = the source commit."""
-        batches = list(sub)
-        if batches:
-            raw = pa.Table.from_batches(batches)
-        else:
-            schema = self.view_schemas[view].append(pa.field("time", pa.int64()))
-            raw = schema.append(pa.field("diff", pa.int64())).empty_table()
+        batches = [b for b in sub if b.num_rows]
+        if not batches:
+            return self.no_diffs[view]  # unchanged: nothing to consolidate
+        raw = pa.Table.from_batches(batches)
         columns = [c for c in raw.column_names if c not in _RESERVED]
         net = raw.group_by([*columns, "time"], use_threads=False).aggregate([("diff", "sum")])
         net = net.filter(pc.not_equal(net.column("diff_sum"), 0))
