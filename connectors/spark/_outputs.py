@@ -45,8 +45,9 @@ class ViewBatch:
 
 
 class Output:
-    """A destination for the changes of some views: ``write`` is called for each view it wants after each
-    micro-batch, also when the view's diffs are empty."""
+    """A destination for the changes of some views. After each micro-batch (and again for a micro-batch
+    that failed and is applied anew): ``start``, then ``write`` for each view it wants (also when the view's
+    diffs are empty), then ``finish``; all before the micro-batch is recorded as applied."""
 
     views: Sequence[str] | None = None  # None: every view; names are case-insensitive, as Spark's are
 
@@ -55,6 +56,13 @@ class Output:
 
     def write(self, batch: ViewBatch) -> None:
         raise NotImplementedError
+
+    def start(self, batch_id: int) -> None:
+        """Called before the writes of micro-batch ``batch_id``."""
+
+    def finish(self, batch_id: int) -> None:
+        """Called after every ``write`` of micro-batch ``batch_id``: for what is done once per micro-batch
+        (``ParquetContentsSet`` writes its manifest here)."""
 
 
 class DiffsTo(Output):
@@ -97,7 +105,8 @@ class ParquetContents(Output):
 
     Each file is always a whole micro-batch's contents of its view, but files of several views are replaced
     one after the other: while a micro-batch is being written, and after a crash in that moment until Spark
-    replays it, some files show it and others the one before."""
+    replays it, some files show it and others the one before. For contents of several views that always
+    belong to one micro-batch, use ``ParquetContentsSet``."""
 
     def __init__(self, view: str, path: str | os.PathLike) -> None:
         self.views = [view]

@@ -157,11 +157,15 @@ class ViewSink:
 
     def _write_outputs(self, diffs: dict[str, pa.Table], batch_id: int, spark) -> None:
         """Hand each view's diffs to the outputs that want it (they skip a view whose diffs are empty)."""
+        for out in self.outputs:
+            out.start(batch_id)
         for v, d in diffs.items():
             batch = ViewBatch(v, batch_id, d, self._contents_of(v), spark)
             for out in self.outputs:
                 if out.wants(v):
                     out.write(batch)
+        for out in self.outputs:
+            out.finish(batch_id)
 
     def _replayed(self, batch_id: int, query: str | None = None) -> bool:
         """Whether ``batch_id`` is the last micro-batch applied again (Spark replays the last one whose

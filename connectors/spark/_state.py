@@ -39,7 +39,6 @@ __all__ = [
     "write_bytes_atomically",
     "read_bytes",
     "read_parquet",
-    "exists",
     "remove",
 ]
 
@@ -122,14 +121,6 @@ def read_parquet(path: Path | str) -> pa.Table:
     if fs.get_file_info(inner).type == pafs.FileType.NotFound:
         raise FileNotFoundError(path)
     return pq.read_table(inner, filesystem=fs)
-
-
-def exists(path: Path | str) -> bool:
-    """Whether there is a file at ``path`` (local or a URI)."""
-    if isinstance(path, Path):
-        return path.exists()
-    fs, inner = pafs.FileSystem.from_uri(path)
-    return fs.get_file_info(inner).type != pafs.FileType.NotFound
 
 
 def remove(path: Path | str) -> None:
