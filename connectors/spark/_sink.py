@@ -152,7 +152,7 @@ class ViewSink:
             except SqlError as err:
                 line, col = err.line, err.col
                 if line == 1 and col is not None:
-                    col -= len(head)
+                    line, col = (1, col - len(head)) if col > len(head) else (None, None)
                 raise type(err)(f"view {view!r}: {err.message}", line, col) from err
 
     def _write_outputs(self, diffs: dict[str, pa.Table], batch_id: int, spark) -> None:
