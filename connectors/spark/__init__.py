@@ -10,6 +10,7 @@ database, opened again after a restart. Data moves between Spark and the engine 
 """
 
 from connectors.spark._changes import ChangeShape, delta_cdf, plain
+from connectors.spark._contents import ParquetContentsSet, read_contents
 from connectors.spark._outputs import DeltaContents, DiffsTo, Output, ParquetContents, ParquetDiffs, ViewBatch
 from connectors.spark._schema import table_sql
 from connectors.spark._sink import ViewSink, view_sink
@@ -26,5 +27,7 @@ __all__ = [
     "DiffsTo",
     "ParquetDiffs",
     "ParquetContents",
+    "ParquetContentsSet",
+    "read_contents",
     "DeltaContents",
 ]

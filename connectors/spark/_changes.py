@@ -32,12 +32,14 @@ class ChangeShape:
     """Which columns of the change rows hold the operation, the source commit and the table name.
 
     ``commit`` None: each micro-batch is one commit, numbered by its batch id. ``table`` set: every row
-    belongs to that table and ``table_column`` is not read."""
+    belongs to that table and ``table_column`` is not read. ``ignored``: columns the shape carries but the
+    sink does not read (Delta's ``_commit_timestamp``)."""
 
     operation: str
     commit: str | None
     table_column: str | None = "table"
     table: str | None = None
+    ignored: tuple[str, ...] = ()
 
     def control_columns(self) -> set[str]:
         """The columns that describe a change rather than hold the row."""
@@ -46,9 +48,12 @@ class ChangeShape:
 
 
 def delta_cdf(table: str | None = None, table_column: str = "table") -> ChangeShape:
-    """The Delta change data feed shape (``_change_type``, ``_commit_version``); rows of several tables name
-    their table in ``table_column``, or all rows belong to ``table``."""
-    return ChangeShape("_change_type", "_commit_version", None if table else table_column, table)
+    """The Delta change data feed shape (``_change_type``, ``_commit_version``, and ``_commit_timestamp``,
+    which is ignored); rows of several tables name their table in ``table_column``, or all rows belong to
+    ``table``."""
+    return ChangeShape(
+        "_change_type", "_commit_version", None if table else table_column, table, ("_commit_timestamp",)
+    )
 
 
 def plain(

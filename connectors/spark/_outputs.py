@@ -5,6 +5,10 @@ batch id leaves the same result, so a micro-batch that Spark replays after a fai
 nothing: diff files are named by batch id and replaced, contents are rewritten whole, Delta MERGEs are keyed.
 A user function is called again in that case, with the same batch id and the same diffs (Spark's own
 ``foreachBatch`` contract), so it can recognise the repetition.
+
+A view whose diffs are empty in a micro-batch costs nothing: no function is called, no DataFrame is built, no
+file is written or rewritten for it (but the first micro-batch a process applies writes every contents file,
+so that files left by an earlier query never pass for this one's).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import pyarrow.compute as pc
 
 from connectors.spark._state import joined, location, write_atomically
 
-__all__ = ["Output", "ViewBatch", "DiffsTo", "ParquetDiffs", "ParquetContents", "DeltaContents"]
+__all__ = ["Output", "ViewBatch", "DiffsTo", "ParquetDiffs", "ParquetContents", "DeltaContents", "stamped"]
 
 
 @dataclass
@@ -41,20 +45,31 @@ class ViewBatch:
 
 
 class Output:
-    """A destination for the changes of some views."""
+    """A destination for the changes of some views. After each micro-batch (and again for a micro-batch
+    that failed and is applied anew): ``start``, then ``write`` for each view it wants (also when the view's
+    diffs are empty), then ``finish``; all before the micro-batch is recorded as applied."""
 
-    views: Sequence[str] | None = None  # None: every view
+    views: Sequence[str] | None = None  # None: every view; names are case-insensitive, as Spark's are
 
     def wants(self, view: str) -> bool:
-        return self.views is None or view in self.views
+        return self.views is None or view.lower() in {v.lower() for v in self.views}
 
     def write(self, batch: ViewBatch) -> None:
         raise NotImplementedError
 
+    def start(self, batch_id: int) -> None:
+        """Called before the writes of micro-batch ``batch_id``."""
+
+    def finish(self, batch_id: int) -> None:
+        """Called after every ``write`` of micro-batch ``batch_id``: for what is done once per micro-batch
+        (``ParquetContentsSet`` writes its manifest here)."""
+
 
 class DiffsTo(Output):
-    """Call ``fn(view, diffs, batch_id)`` for each view after each micro-batch, ``diffs`` a Spark DataFrame
-    of the view's columns plus ``time`` and ``diff`` (a ``pyarrow.Table`` with ``arrow=True``)."""
+    """Call ``fn(view, diffs, batch_id)`` for each view the micro-batch changed, ``diffs`` a Spark DataFrame
+    of the view's columns plus ``time`` and ``diff`` (a ``pyarrow.Table`` with ``arrow=True``). A view whose
+    diffs are empty (nothing changed, or changes that cancel out within the micro-batch) gets no call, so
+    neither a DataFrame nor a Spark job is made for it."""
 
     def __init__(self, fn: Callable, views: Sequence[str] | None = None, arrow: bool = False) -> None:
         self.fn = fn
@@ -62,6 +77,8 @@ class DiffsTo(Output):
         self.arrow = arrow
 
     def write(self, batch: ViewBatch) -> None:
+        if not batch.diffs.num_rows:
+            return
         self.fn(batch.view, batch.diffs if self.arrow else batch.diffs_frame(), batch.batch_id)
 
 
@@ -76,22 +93,34 @@ class ParquetDiffs(Output):
     def write(self, batch: ViewBatch) -> None:
         if batch.diffs.num_rows:
             name = f"batch-{batch.batch_id:012d}.parquet"
-            write_atomically(_stamped(batch.diffs, batch), joined(self.path, name))
+            write_atomically(stamped(batch.diffs, batch), joined(self.path, name))
 
 
 class ParquetContents(Output):
-    """Keep the view's current contents in a Parquet file, replaced whole (in one rename) per micro-batch;
-    a row appears as many times as the view holds it. The file's metadata names the batch id it reflects."""
+    """Keep the view's current contents in a Parquet file, replaced whole (in one rename locally, as one
+    object elsewhere) after each micro-batch that changed the view; a row appears as many times as the view
+    holds it. The file's metadata names the view and the micro-batch it was written at (``ivm.batch_id``); it
+    holds the view's rows from that micro-batch on until it is replaced. A process writes the file at the
+    first micro-batch it applies, changed or not.
+
+    Each file is always a whole micro-batch's contents of its view, but files of several views are replaced
+    one after the other: while a micro-batch is being written, and after a crash in that moment until Spark
+    replays it, some files show it and others the one before. For contents of several views that always
+    belong to one micro-batch, use ``ParquetContentsSet``."""
 
     def __init__(self, view: str, path: str | os.PathLike) -> None:
         self.views = [view]
         self.path = location(path)
+        self.written = False  # by this process: the first micro-batch writes the file even if unchanged
 
     def write(self, batch: ViewBatch) -> None:
-        write_atomically(_stamped(batch.contents(), batch), self.path)
+        if self.written and not batch.diffs.num_rows:
+            return
+        write_atomically(stamped(batch.contents(), batch), self.path)
+        self.written = True
 
 
-def _stamped(table: pa.Table, batch: ViewBatch) -> pa.Table:
+def stamped(table: pa.Table, batch: ViewBatch) -> pa.Table:
     """``table`` with the view and the micro-batch it reflects in its schema metadata (``ivm.view``,
     ``ivm.batch_id``), so a reader of the file knows which position of the stream it shows."""
     meta = dict(table.schema.metadata or {})

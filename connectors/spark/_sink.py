@@ -2,7 +2,8 @@
 
 Per micro-batch: the change rows come over from Spark as one Arrow table, are split into source commits, and
 each commit is applied to the engine as one transaction (one logical time: its deletions, then its
-insertions). The views' diffs, with each engine time mapped back to its source commit, go to the outputs;
+insertions). The views' diffs, with each engine time mapped back to its source commit, go to the outputs (a
+view the micro-batch left unchanged costs a look at its subscription and nothing more);
 then the micro-batch is recorded: the engine's database in the state directory logs its commits, as one
 commit group carrying the batch id. The last batch id recorded again is a replay and changes nothing; any
 other but the next is refused. After a restart, or a micro-batch that failed, the engine is opened from the
@@ -22,6 +23,7 @@ import ivm
 from connectors.spark._changes import ChangeShape, delta_cdf, plain, split_commits
 from connectors.spark._outputs import Output, ViewBatch
 from connectors.spark._state import RECORD, StateDir
+from connectors.spark._views import creation_order, engine_names
 from sql.errors import DataError, SqlError
 
 __all__ = ["ViewSink", "view_sink"]
@@ -42,24 +44,32 @@ class ViewSink:
         shape: ChangeShape | None = None,
         outputs: Sequence[Output] = (),
         checkpoint_bytes: int = 64 << 20,
+        ignore_columns: Sequence[str] = (),
     ) -> None:
         self.schema = schema
         self.views = dict(views)
+        self.names = engine_names(self.views)  # the user's spelling -> the name inside the engine
+        self.order = creation_order(self.views)  # each view after those it reads
         self.shape = shape
         self.outputs = list(outputs)
         self.checkpoint_bytes = checkpoint_bytes
+        self.ignore_columns = frozenset(ignore_columns)
         # check the definition before anything is stored: a wrong view fails here, not in the stream
         db = self._fresh_engine()
+        folded = {v.lower() for v in self.views}
         for out in self.outputs:
             for v in out.views or ():
-                if v not in self.views:
+                if v.lower() not in folded:
                     raise SqlError(f"an output names view {v!r}, which is not among the sink's views")
-        # the Arrow schema of each view's rows, for micro-batches that leave it unchanged
-        self.view_schemas = {v: db.execute(f"SELECT * FROM {v}").fetch_arrow().schema for v in self.views}
-        for v, s in self.view_schemas.items():
-            clash = [c for c in s.names if c in _RESERVED]
+        # each view's diffs when a micro-batch leaves it unchanged: no rows, its columns, ``time`` and ``diff``
+        self.no_diffs = {}
+        for v, name in self.names.items():
+            schema_ = db.execute(f"SELECT * FROM {name}").fetch_arrow().schema
+            clash = [c for c in schema_.names if c in _RESERVED]
             if clash:
                 raise SqlError(f"view {v!r} has a column named {clash[0]!r}, which the diffs use; rename it")
+            extra = [pa.field("time", pa.int64()), pa.field("diff", pa.int64())]
+            self.no_diffs[v] = pa.schema([*schema_, *extra]).empty_table()
         self.state = StateDir(state_dir, {"schema": schema, "views": self.views})
         self.db: ivm.Connection | None = None
         self.last_batch = -1
@@ -94,11 +104,7 @@ class ViewSink:
                     db.execute("BEGIN")
                     db.execute("COMMIT")  # an empty commit records the batch id
                 diffs = {v: self._diffs(v, sub, t0, commits) for v, sub in self.subscriptions.items()}
-                for v, d in diffs.items():
-                    batch = ViewBatch(v, batch_id, d, self._contents_of(v), spark)
-                    for out in self.outputs:
-                        if out.wants(v):
-                            out.write(batch)
+                self._write_outputs(diffs, batch_id, spark)
         except BaseException:
             # the engine may hold part of the micro-batch: open the state directory again, as it was before it
             db.positions[RECORD] = before
@@ -120,9 +126,12 @@ class ViewSink:
             self.db = None
 
     def contents(self, view: str) -> pa.Table:
-        """The current rows of ``view`` (each as many times as the view holds it)."""
+        """The current rows of ``view`` (any case; each row as many times as the view holds it)."""
         self._engine()
-        return self._contents_of(view)()
+        spelling = {v.lower(): v for v in self.views}
+        if view.lower() not in spelling:
+            raise SqlError(f"view {view!r} is not among the sink's views")
+        return self._contents_of(spelling[view.lower()])()
 
     # -- internals --------------------------------------------------------------------------------------
     def _fresh_engine(self) -> ivm.Connection:
@@ -130,9 +139,33 @@ class ViewSink:
         db.execute(self.schema)
         if not db.tables:
             raise SqlError("the schema creates no tables")
-        for name, sql in self.views.items():
-            db.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+        self._create_views(db)
         return db
+
+    def _create_views(self, db: ivm.Connection) -> None:
+        """Create the views, each after those it reads; an error names the view (its position: in the view's
+        SELECT)."""
+        for view in self.order:
+            head = f"CREATE MATERIALIZED VIEW {self.names[view]} AS "
+            try:
+                db.execute(head + self.views[view])
+            except SqlError as err:
+                line, col = err.line, err.col
+                if line == 1 and col is not None:
+                    line, col = (1, col - len(head)) if col > len(head) else (None, None)
+                raise type(err)(f"view {view!r}: {err.message}", line, col) from err
+
+    def _write_outputs(self, diffs: dict[str, pa.Table], batch_id: int, spark) -> None:
+        """Hand each view's diffs to the outputs that want it (they skip a view whose diffs are empty)."""
+        for out in self.outputs:
+            out.start(batch_id)
+        for v, d in diffs.items():
+            batch = ViewBatch(v, batch_id, d, self._contents_of(v), spark)
+            for out in self.outputs:
+                if out.wants(v):
+                    out.write(batch)
+        for out in self.outputs:
+            out.finish(batch_id)
 
     def _replayed(self, batch_id: int, query: str | None = None) -> bool:
         """Whether ``batch_id`` is the last micro-batch applied again (Spark replays the last one whose
@@ -176,12 +209,11 @@ class ViewSink:
             if not db.tables:
                 with db.commit_group():  # the tables and views are there whole, or not at all
                     db.execute(self.schema)
-                    for name, sql in self.views.items():
-                        db.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+                    self._create_views(db)
             self.columns = {t: [c.name for c in st.table.columns] for t, st in db.tables.items()}
             record = db.positions.get(RECORD) or {}
             self.last_batch, self.query = int(record.get("batch", -1)), record.get("query")
-            self.subscriptions = {v: db.subscribe(v, snapshot=False) for v in self.views}
+            self.subscriptions = {v: db.subscribe(name, snapshot=False) for v, name in self.names.items()}
         except BaseException:
             db.close()
             raise
@@ -198,6 +230,7 @@ class ViewSink:
         commit values in order (engine time ``t0 + i`` is commit ``i``)."""
         db = self._engine()
         shape = self.shape or (delta_cdf() if "_change_type" in changes.column_names else plain())
+        self._refuse_extra_columns(changes, shape)
         values, commits = split_commits(changes, shape, self.columns, batch_id)
         t0 = db.time
         for c in commits:
@@ -210,20 +243,35 @@ class ViewSink:
             except SqlError as err:
                 raise SqlError(f"micro-batch {batch_id}, commit {c.value}: {err}") from err
             db.execute("COMMIT")
-        wrong = {v: e for v, e in db.view_errors().items() if v in self.views}
+        folded = {name: v for v, name in self.names.items()}
+        wrong = {folded[v]: e for v, e in db.view_errors().items() if v in folded}
         if wrong:
             v, e = next(iter(wrong.items()))
             raise DataError(f"micro-batch {batch_id}: view {v!r} cannot be computed: {e}")
         return t0, values
 
+    def _refuse_extra_columns(self, changes: pa.Table, shape: ChangeShape) -> None:
+        """Refuse change rows carrying a column that is neither a table's column, nor one of the shape's
+        control or ignored columns, nor in ``ignore_columns``: it would be dropped without a word."""
+        if shape.table is not None and shape.table not in self.columns:
+            return  # split_commits names the unknown table
+        tables = [shape.table] if shape.table is not None else list(self.columns)
+        known = {c for t in tables for c in self.columns[t]}
+        known |= shape.control_columns() | set(shape.ignored) | self.ignore_columns
+        extra = [c for c in changes.column_names if c not in known]
+        if extra:
+            raise SqlError(
+                f"change rows carry column(s) {', '.join(map(repr, extra))}, which no table of the schema has "
+                "and the change shape does not use: declare them in a table, drop them from the stream "
+                "(DataFrame.drop), or name them in view_sink(..., ignore_columns=[...]) to have them ignored"
+            )
+
     def _diffs(self, view: str, sub, t0: int, commits: pa.Array) -> pa.Table:
         """The view's changes since the last call, consolidated, with ``time`` = the source commit."""
-        batches = list(sub)
-        if batches:
-            raw = pa.Table.from_batches(batches)
-        else:
-            schema = self.view_schemas[view].append(pa.field("time", pa.int64()))
-            raw = schema.append(pa.field("diff", pa.int64())).empty_table()
+        batches = [b for b in sub if b.num_rows]
+        if not batches:
+            return self.no_diffs[view]  # unchanged: nothing to consolidate
+        raw = pa.Table.from_batches(batches)
         columns = [c for c in raw.column_names if c not in _RESERVED]
         net = raw.group_by([*columns, "time"], use_threads=False).aggregate([("diff", "sum")])
         net = net.filter(pc.not_equal(net.column("diff_sum"), 0))
@@ -237,8 +285,10 @@ class ViewSink:
         )
 
     def _contents_of(self, view: str):
+        name = self.names[view]
+
         def read() -> pa.Table:
-            return self.db.execute(f"SELECT * FROM {view}").fetch_arrow()
+            return self.db.execute(f"SELECT * FROM {name}").fetch_arrow()
 
         return read
 
@@ -251,9 +301,13 @@ def view_sink(
     shape: ChangeShape | None = None,
     outputs: Sequence[Output] = (),
     checkpoint_bytes: int = 64 << 20,
+    ignore_columns: Sequence[str] = (),
 ) -> ViewSink:
     """A ``foreachBatch`` sink maintaining ``views`` (name -> SELECT) over the tables that ``schema``
     (CREATE TABLE statements) declares.
+
+    View names are case-insensitive, as Spark's are (two equal but for case are refused), and outputs, diffs
+    and ``contents()`` use the spelling given here; a view may read views given after it (a cycle is refused).
 
     ``shape`` says where the change rows keep operation, commit and table (``delta_cdf(...)`` or
     ``plain(...)``; by default the Delta change data feed shape if the rows have ``_change_type``, else the
@@ -261,5 +315,17 @@ def view_sink(
     tables and views as an ivm database: each micro-batch is logged there after its outputs were written, and a
     checkpoint of the arrangements is taken whenever the log passes ``checkpoint_bytes``, so that a restart
     maps the state back in and replays only the log after it.
+
+    Change rows may carry only the tables' columns and the shape's own (``delta_cdf`` also knows Delta's
+    ``_commit_timestamp``); any other column is refused with an error naming it, unless listed in
+    ``ignore_columns``.
     """
-    return ViewSink(schema, views, state_dir, shape=shape, outputs=outputs, checkpoint_bytes=checkpoint_bytes)
+    return ViewSink(
+        schema,
+        views,
+        state_dir,
+        shape=shape,
+        outputs=outputs,
+        checkpoint_bytes=checkpoint_bytes,
+        ignore_columns=ignore_columns,
+    )

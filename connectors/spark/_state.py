@@ -14,10 +14,13 @@ until the next is recorded (the database keeps its last two checkpoints, the log
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -26,7 +29,18 @@ import pyarrow.parquet as pq
 from ivm.engine.files import sync_dir
 from sql.errors import SqlError
 
-__all__ = ["RECORD", "StateDir", "location", "local_directory", "joined", "write_atomically"]
+__all__ = [
+    "RECORD",
+    "StateDir",
+    "location",
+    "local_directory",
+    "joined",
+    "write_atomically",
+    "write_bytes_atomically",
+    "read_bytes",
+    "read_parquet",
+    "remove",
+]
 
 RECORD = "spark"  # the key of the sink's record in ``db.positions``: {"batch": the last micro-batch applied}
 
@@ -61,20 +75,62 @@ def joined(base: Path | str, name: str) -> Path | str:
 def write_atomically(table: pa.Table, path: Path | str) -> None:
     """Write ``table`` as the Parquet file ``path``, replacing any previous file at once: locally in one
     rename, elsewhere as one object written whole."""
+    _replace(path, lambda f: pq.write_table(table, f))
+
+
+def write_bytes_atomically(data: bytes, path: Path | str) -> None:
+    """Write ``data`` as the file ``path``, replacing any previous file at once (as ``write_atomically``)."""
+    _replace(path, lambda f: f.write(data))
+
+
+def _replace(path: Path | str, fill: Callable[[BinaryIO], object]) -> None:
+    """Write the file ``path`` through ``fill(stream)``: locally to a temporary file, synced and renamed into
+    place (the folder synced too); elsewhere as one object, which an object store shows only once whole."""
     if not isinstance(path, Path):
         fs, inner = pafs.FileSystem.from_uri(path)
         fs.create_dir(inner.rsplit("/", 1)[0], recursive=True)
         with fs.open_output_stream(inner) as out:
-            pq.write_table(table, out)
+            fill(out)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
-        pq.write_table(table, f)
+        fill(f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
     sync_dir(str(path.parent))
+
+
+def read_bytes(path: Path | str) -> bytes:
+    """The whole file ``path`` (local or a URI); ``FileNotFoundError`` if there is none."""
+    if isinstance(path, Path):
+        return path.read_bytes()
+    fs, inner = pafs.FileSystem.from_uri(path)
+    if fs.get_file_info(inner).type == pafs.FileType.NotFound:
+        raise FileNotFoundError(path)
+    with fs.open_input_stream(inner) as f:
+        return f.read()
+
+
+def read_parquet(path: Path | str) -> pa.Table:
+    """The Parquet file ``path`` (local or a URI); ``FileNotFoundError`` if there is none."""
+    if isinstance(path, Path):
+        return pq.read_table(path)
+    fs, inner = pafs.FileSystem.from_uri(path)
+    if fs.get_file_info(inner).type == pafs.FileType.NotFound:
+        raise FileNotFoundError(path)
+    return pq.read_table(inner, filesystem=fs)
+
+
+def remove(path: Path | str) -> None:
+    """Delete the file ``path`` if it is there."""
+    if isinstance(path, Path):
+        path.unlink(missing_ok=True)
+        return
+    fs, inner = pafs.FileSystem.from_uri(path)
+    with contextlib.suppress(FileNotFoundError):
+        fs.delete_file(inner)
 
 
 class StateDir:

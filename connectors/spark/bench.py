@@ -10,6 +10,12 @@ Reported per refresh micro-batch: the latency from the file's arrival to the end
 Spark SQL's recompute of the same queries over the accumulated tables (cached in Spark's memory beforehand,
 not timed), collected to Arrow. ``rows_per_s`` is change rows over micro-batch latency;
 ``speedup_vs_recompute`` is recompute time over micro-batch latency, both summed over the refresh batches.
+
+Then the sink's own cost per micro-batch, without Spark (``ViewSink.apply`` on Arrow micro-batches of 10
+inserted rows, each table loaded with 1,000 rows first): 20 tables with a GROUP BY view each, of which one
+changes per micro-batch (in turn), with a ``DiffsTo(arrow=True)`` and a ``ParquetContents`` on every view
+(``views20_one_changes_ms_per_batch``); the same with 1 table and view (``views1_ms_per_batch``); and the 20
+views into one ``ParquetContentsSet`` instead (``views20_one_changes_set_ms_per_batch``). Medians in ms.
 """
 
 from __future__ import annotations
@@ -21,8 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from connectors.spark._outputs import ParquetContents
-from connectors.spark._sink import view_sink
+import numpy as np
+import pyarrow as pa
+
+from connectors.spark._changes import plain
+from connectors.spark._contents import ParquetContentsSet
+from connectors.spark._outputs import DiffsTo, ParquetContents
+from connectors.spark._sink import ViewSink, view_sink
 from connectors.spark.local import local_session
 from connectors.spark.tpch_stream import ChangeFiles, spark_query
 from ivm.engine.allocator import tune_allocator
@@ -90,6 +101,47 @@ def run(sf: float, batches: int, fraction: float, queries: list[str], directory:
     }
 
 
+def per_batch_ms(directory: Path, n_views: int, contents_set: bool = False, batches: int = 60) -> float:
+    """The median time of ``ViewSink.apply`` per micro-batch (after 10 to warm up) for ``n_views`` GROUP BY
+    views over as many tables, one of which changes per micro-batch, every view with a ``DiffsTo(arrow=True)``
+    and its contents in Parquet (a ``ParquetContents`` each, or one ``ParquetContentsSet``)."""
+    schema = " ".join(f"CREATE TABLE t{i} (k BIGINT PRIMARY KEY, g BIGINT, v BIGINT);" for i in range(n_views))
+    views = {f"v{i}": f"SELECT g, COUNT(*) AS n, SUM(v) AS total FROM t{i} GROUP BY g" for i in range(n_views)}
+    outputs = [DiffsTo(lambda view, diffs, batch_id: None, arrow=True)]
+    if contents_set:
+        outputs.append(ParquetContentsSet(directory / "contents"))
+    else:
+        outputs += [ParquetContents(v, directory / "out" / f"{v}.parquet") for v in views]
+    sink = ViewSink(schema, views, directory / "state", shape=plain(), outputs=outputs)
+    load = pa.concat_tables([_inserts(f"t{i}", 0, 1_000) for i in range(n_views)])
+    sink.apply(load, 0)
+    seconds = []
+    for b in range(1, batches + 1):
+        changes = _inserts(f"t{b % n_views}", 1_000 + 10 * b, 10)
+        start = time.perf_counter()
+        sink.apply(changes, b)
+        seconds.append(time.perf_counter() - start)
+    sink.close()
+    return round(statistics.median(seconds[10:]) * 1000, 2)
+
+
+def _inserts(table: str, first: int, n: int) -> pa.Table:
+    """``n`` inserted rows of ``table`` in the plain shape, keys from ``first``."""
+    k = np.arange(first, first + n, dtype=np.int64)
+    return pa.table(
+        {"k": k, "g": k % 100, "v": k * 3, "operation": pa.repeat("insert", n), "table": pa.repeat(table, n)}
+    )
+
+
+def overhead(directory: Path) -> dict:
+    """The sink's own cost per micro-batch, without Spark (see the module's docstring)."""
+    return {
+        "views20_one_changes_ms_per_batch": per_batch_ms(directory / "v20", 20),
+        "views1_ms_per_batch": per_batch_ms(directory / "v1", 1),
+        "views20_one_changes_set_ms_per_batch": per_batch_ms(directory / "v20set", 20, contents_set=True),
+    }
+
+
 def _recompute(spark, files: ChangeFiles, queries: list[str]) -> float:
     """Seconds for Spark SQL to compute every query over the accumulated tables (loaded and cached first)."""
     cached = []
@@ -128,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     queries = [q.strip() for q in args.queries.split(",") if q.strip()]
     with tempfile.TemporaryDirectory(prefix="ivm-spark-bench-") as tmp:
         result = run(args.sf, args.batches, args.fraction, queries, Path(tmp))
+        result.update(overhead(Path(tmp) / "overhead"))
     if args.json:
         print(json.dumps(result))
     else:
@@ -145,6 +198,12 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"Spark SQL recompute of the same queries per micro-batch: p50 {ms['recompute_s_p50']:.0f} ms "
             f"-> speedup {result['speedup_vs_recompute']:.2f}x"
+        )
+        print(
+            "the sink alone per micro-batch (Arrow, no Spark): 20 views, one changing "
+            f"{result['views20_one_changes_ms_per_batch']:.1f} ms; "
+            f"1 view {result['views1_ms_per_batch']:.1f} ms; "
+            f"20 views into a contents set {result['views20_one_changes_set_ms_per_batch']:.1f} ms"
         )
     return 0
 

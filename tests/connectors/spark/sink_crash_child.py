@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from connectors.spark import _outputs
+from connectors.spark import _contents, _outputs
 from ivm.db import wal
 from ivm.engine import files as engine_files
 from tests.connectors.spark.test_sink import Recorder, make_sink
@@ -53,7 +53,7 @@ def main(state: str, out: str, batches: str, first: int, kind: str, n: int) -> N
             die()
         return write_bytes(buf, uri, sync)
 
-    _outputs.write_atomically = torn_output
+    _outputs.write_atomically = _contents.write_atomically = torn_output
     wal.Log.append = torn_append
     engine_files.write_bytes = torn_file
 

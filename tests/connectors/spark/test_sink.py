@@ -12,7 +12,15 @@ import pyarrow.parquet as pq
 import pytest
 
 import ivm
-from connectors.spark import DiffsTo, ParquetContents, ParquetDiffs, plain, view_sink
+from connectors.spark import (
+    DiffsTo,
+    ParquetContents,
+    ParquetContentsSet,
+    ParquetDiffs,
+    plain,
+    read_contents,
+    view_sink,
+)
 from connectors.spark._outputs import merge_rows
 from connectors.spark._state import location
 from sql.errors import SqlError
@@ -125,12 +133,15 @@ class Recorder:
 def make_sink(tmp_path, recorder):
     outputs = [ParquetContents(v, tmp_path / "out" / f"{v}.parquet") for v in VIEWS]
     outputs += [ParquetDiffs(v, tmp_path / "out" / f"{v}_diffs") for v in VIEWS]
+    outputs.append(ParquetContentsSet(tmp_path / "out" / "contents"))
     outputs.append(DiffsTo(recorder, arrow=True))  # last: a failure here follows the other outputs' writes
     return view_sink(SCHEMA, VIEWS, tmp_path / "state", shape=SHAPE, outputs=outputs, checkpoint_bytes=5_000)
 
 
 def check(tmp_path, world, recorder, label):
+    _, tables = read_contents(tmp_path / "out" / "contents")
     for v in VIEWS:
+        assert same_rows(rows(tables[v]), world.expected(v)), f"{v} contents set {label}"
         expected = world.expected(v)
         contents = rows(pq.read_table(tmp_path / "out" / f"{v}.parquet"))
         assert same_rows(contents, expected), f"{v} contents {label}"
@@ -263,6 +274,7 @@ def test_paths_may_be_file_uris_and_a_state_must_be_local(tmp_path):
     state, out = (tmp_path / "state").as_uri(), (tmp_path / "out").as_uri()
     outputs = [ParquetContents("by_region", f"{out}/by_region.parquet")]
     outputs.append(ParquetDiffs("by_cust", f"{out}/diffs"))
+    outputs.append(ParquetContentsSet(f"{out}/contents", views=["by_region"]))
     sink = view_sink(SCHEMA, VIEWS, state, shape=SHAPE, outputs=outputs)
     sink.apply(change_rows("customers", "insert", 1, pa.table({"c_key": [1], "region": ["x"]})), 0)
     order = pa.table({"o_key": [1], "cust": [1], "total": pa.array([decimal.Decimal("9.00")]), "note": ["n"]})
@@ -271,6 +283,8 @@ def test_paths_may_be_file_uris_and_a_state_must_be_local(tmp_path):
     assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["db", "definition.json"]
     assert rows(pq.read_table(tmp_path / "out" / "by_region.parquet")) == [("x", 1)]
     assert [p.name for p in (tmp_path / "out" / "diffs").iterdir()] == ["batch-000000000001.parquet"]
+    batch_id, tables = read_contents(f"{out}/contents")
+    assert batch_id == 1 and list(tables) == ["by_region"] and rows(tables["by_region"]) == [("x", 1)]
     assert not any(p.name.startswith("file:") for p in tmp_path.iterdir())
     with pytest.raises(SqlError, match="'s3a://bucket/state' is not on a local file system"):
         view_sink(SCHEMA, VIEWS, "s3a://bucket/state")

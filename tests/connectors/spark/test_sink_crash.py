@@ -2,8 +2,9 @@
 file half written, after the sink returned but before Spark recorded the batch), again and again on one
 state directory, with Spark's recovery played by the test: the next process re-runs the first micro-batch
 not recorded as done. After every kill the state opens at a whole micro-batch (the last returned, or the one
-under way if its commit group was written) with every view equal to DuckDB's recompute there; at the end
-every output (contents files and summed diff files) equals DuckDB's recompute."""
+under way if its commit group was written) with every view equal to DuckDB's recompute there, and the
+contents set shows every view at one micro-batch (the state's or the one under way); at the end every output
+(contents files and summed diff files) equals DuckDB's recompute."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from connectors.spark import read_contents
 from tests.connectors.spark.test_sink import VIEWS, Recorder, World, make_sink, net_rows, rows
 from tests.oracle import same_rows
 
@@ -71,6 +73,11 @@ def test_killed_at_random_moments_the_sink_resumes_exactly(tmp_path):
             for v in VIEWS:
                 got = rows(sink.contents(v))
                 assert same_rows(got, expected[last][v]), f"run {run} ({kind} {n}): {v} after batch {last}"
+        if (out / "contents" / "manifest.json").exists():
+            shown, tables = read_contents(out / "contents")
+            assert shown in {last, last + 1}, f"run {run}: the contents set at {shown}, the state at {last}"
+            for v in VIEWS:
+                assert same_rows(rows(tables[v]), expected[shown][v]), f"run {run}: {v} in the set at {shown}"
         sink.close()
     assert kills >= 20, kills
     # the last process runs to the end without a kill; Spark replays what it had not recorded
@@ -85,8 +92,11 @@ def test_killed_at_random_moments_the_sink_resumes_exactly(tmp_path):
     )
     assert child.returncode == 0, child.stderr[-3000:]
     assert _returned(out)[-1] == BATCHES - 1
+    shown, tables = read_contents(out / "contents")
+    assert shown == BATCHES - 1
     for v in VIEWS:
         contents = rows(pq.read_table(out / f"{v}.parquet"))
         assert same_rows(contents, expected[-1][v]), f"{v} contents"
+        assert same_rows(rows(tables[v]), expected[-1][v]), f"{v} contents set"
         files = sorted((out / f"{v}_diffs").glob("*.parquet"))
         assert same_rows(net_rows([pq.read_table(f) for f in files]), expected[-1][v]), f"{v} diff files"
