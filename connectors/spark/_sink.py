@@ -311,10 +311,10 @@ def view_sink(
 
     ``shape`` says where the change rows keep operation, commit and table (``delta_cdf(...)`` or
     ``plain(...)``; by default the Delta change data feed shape if the rows have ``_change_type``, else the
-    plain one). ``state_dir``, a local folder beside the query's checkpoint (one per query), holds the engine's
-    tables and views as an ivm database: each micro-batch is logged there after its outputs were written, and a
-    checkpoint of the arrangements is taken whenever the log passes ``checkpoint_bytes``, so that a restart
-    maps the state back in and replays only the log after it.
+    plain one). ``state_dir``, a folder beside the query's checkpoint (one per query; local, or any
+    ``pyarrow.fs`` URI), holds the engine's tables and views as an ivm database: each micro-batch is logged
+    there after its outputs were written, and a checkpoint of the arrangements is taken whenever the log passes
+    ``checkpoint_bytes``, so that a restart maps the state back in and replays only the log after it.
 
     Change rows may carry only the tables' columns and the shape's own (``delta_cdf`` also knows Delta's
     ``_commit_timestamp``); any other column is refused with an error naming it, unless listed in

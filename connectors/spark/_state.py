@@ -26,14 +26,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ivm.engine.files import sync_dir
+from ivm.engine.files import join, listdir, resolve, sync_dir
 from sql.errors import SqlError
 
 __all__ = [
     "RECORD",
     "StateDir",
     "location",
-    "local_directory",
     "joined",
     "write_atomically",
     "write_bytes_atomically",
@@ -57,19 +56,8 @@ def location(path: str | os.PathLike) -> Path | str:
     return f"s3://{rest}" if scheme == "s3a" else text
 
 
-def local_directory(path: str | os.PathLike, what: str) -> Path:
-    """A local directory named by a path or ``file://`` URI; an error naming ``what`` for any other URI."""
-    where = location(path)
-    if not isinstance(where, Path):
-        raise SqlError(
-            f"{what} {os.fspath(path)!r} is not on a local file system: the engine's log and lock need one "
-            "(outputs may go to any file system pyarrow knows)"
-        )
-    return where
-
-
 def joined(base: Path | str, name: str) -> Path | str:
-    return base / name if isinstance(base, Path) else f"{base.rstrip('/')}/{name}"
+    return base / name if isinstance(base, Path) else join(base, name)
 
 
 def write_atomically(table: pa.Table, path: Path | str) -> None:
@@ -87,7 +75,7 @@ def _replace(path: Path | str, fill: Callable[[BinaryIO], object]) -> None:
     """Write the file ``path`` through ``fill(stream)``: locally to a temporary file, synced and renamed into
     place (the folder synced too); elsewhere as one object, which an object store shows only once whole."""
     if not isinstance(path, Path):
-        fs, inner = pafs.FileSystem.from_uri(path)
+        fs, inner = resolve(path)
         fs.create_dir(inner.rsplit("/", 1)[0], recursive=True)
         with fs.open_output_stream(inner) as out:
             fill(out)
@@ -106,7 +94,7 @@ def read_bytes(path: Path | str) -> bytes:
     """The whole file ``path`` (local or a URI); ``FileNotFoundError`` if there is none."""
     if isinstance(path, Path):
         return path.read_bytes()
-    fs, inner = pafs.FileSystem.from_uri(path)
+    fs, inner = resolve(path)
     if fs.get_file_info(inner).type == pafs.FileType.NotFound:
         raise FileNotFoundError(path)
     with fs.open_input_stream(inner) as f:
@@ -117,7 +105,7 @@ def read_parquet(path: Path | str) -> pa.Table:
     """The Parquet file ``path`` (local or a URI); ``FileNotFoundError`` if there is none."""
     if isinstance(path, Path):
         return pq.read_table(path)
-    fs, inner = pafs.FileSystem.from_uri(path)
+    fs, inner = resolve(path)
     if fs.get_file_info(inner).type == pafs.FileType.NotFound:
         raise FileNotFoundError(path)
     return pq.read_table(inner, filesystem=fs)
@@ -128,34 +116,34 @@ def remove(path: Path | str) -> None:
     if isinstance(path, Path):
         path.unlink(missing_ok=True)
         return
-    fs, inner = pafs.FileSystem.from_uri(path)
+    fs, inner = resolve(path)
     with contextlib.suppress(FileNotFoundError):
         fs.delete_file(inner)
 
 
 class StateDir:
-    """A state directory, checked to belong to one definition (schema and views)."""
+    """A state directory, checked to belong to one definition (schema and views): a local folder, or a place
+    on any file system ``pyarrow.fs`` knows (``s3://``, ``s3a://``), since an ivm database may be on either."""
 
     def __init__(self, path: str | os.PathLike, definition: dict) -> None:
-        self.path = local_directory(path, "the state directory")
-        self.database = str(self.path / "db")
-        if (self.path / "log").is_dir() or any(self.path.glob("snapshot-*")):
+        self.path = location(path)
+        self.database = str(joined(self.path, "db"))
+        names = listdir(str(self.path))
+        if "log" in names or any(n.startswith("snapshot-") for n in names):
             raise SqlError(
                 f"the state directory {str(self.path)!r} holds a sink state of an earlier ivm (a log of "
                 "micro-batches and snapshots); this ivm keeps an engine database there: start the query with "
                 "a new checkpoint and a new state directory"
             )
-        self.path.mkdir(parents=True, exist_ok=True)
-        meta = self.path / "definition.json"
+        meta = joined(self.path, "definition.json")
         text = json.dumps(definition, sort_keys=True, indent=1)
-        if meta.exists():
-            if json.loads(meta.read_text()) != json.loads(text):
-                raise SqlError(
-                    f"the state directory {str(self.path)!r} belongs to other tables or views; "
-                    "use a new state directory (and a new checkpoint) for a changed definition"
-                )
-        else:
-            tmp = meta.with_name(".definition.json.tmp")
-            tmp.write_text(text)
-            os.replace(tmp, meta)
-            sync_dir(str(self.path))
+        try:
+            saved = json.loads(read_bytes(meta))
+        except FileNotFoundError:
+            write_bytes_atomically(text.encode(), meta)
+            return
+        if saved != json.loads(text):
+            raise SqlError(
+                f"the state directory {str(self.path)!r} belongs to other tables or views; "
+                "use a new state directory (and a new checkpoint) for a changed definition"
+            )
