@@ -7,8 +7,10 @@ Two shapes of change rows are understood:
 - a plain shape: the row's columns plus an operation column (same four words) and, optionally, a commit
   column; without one, the whole micro-batch is one commit, numbered by its batch id.
 
-Rows name their table in a table column, or the stream is of one table given up front. Everything here works
-on whole Arrow columns: rows are sorted once by (commit, table, operation sign) and cut into runs.
+Rows name their table in a table column, or the stream is of one table given up front. A commit is applied
+as its net effect on each table (its changes of one row summed), so the order of the change rows within a
+commit never matters. Everything here works on whole Arrow columns: per table, one group-by over (commit, row)
+and one sort by (commit, sign), cut into runs.
 """
 
 from __future__ import annotations
@@ -109,38 +111,41 @@ def split_commits(
         commit_col = data.column(shape.commit)
         if commit_col.null_count:
             raise SqlError(f"change rows have a NULL in the commit column {shape.commit!r}")
-    keys = pa.table({"c": commit_col, "t": codes, "s": sign})
-    order = pc.sort_indices(keys, sort_keys=[("c", "ascending"), ("t", "ascending"), ("s", "ascending")])
-    keys = keys.take(order)
-    rows = data.take(order)
-
-    commits_sorted = keys.column("c").combine_chunks()
-    t_sorted = keys.column("t").to_numpy()
-    s_sorted = keys.column("s").to_numpy()
-    commit_change = np.zeros(n, dtype=bool)
-    commit_change[0] = True
-    if n > 1:
-        diff = pc.not_equal(commits_sorted.slice(1), commits_sorted.slice(0, n - 1))
-        commit_change[1:] = diff.to_numpy(zero_copy_only=False)
-        run_change = commit_change.copy()
-        run_change[1:] |= (t_sorted[1:] != t_sorted[:-1]) | (s_sorted[1:] != s_sorted[:-1])
-    else:
-        run_change = commit_change
-    commit_starts = np.flatnonzero(commit_change)
-    run_starts = np.flatnonzero(run_change)
-    run_ends = np.append(run_starts[1:], n)
-    # the commit each run belongs to
-    run_commit = np.searchsorted(commit_starts, run_starts, side="right") - 1
-
-    values = commits_sorted.take(pa.array(commit_starts))
-    commits = [Commit(values[i], {}, {}) for i in range(len(commit_starts))]
-    projections = {t: tables[t] for t in table_names}
-    for start, end, ci in zip(run_starts, run_ends, run_commit, strict=True):
-        t = table_names[t_sorted[start]]
-        part = rows.slice(int(start), int(end - start)).select(projections[t])
-        target = commits[ci].inserts if s_sorted[start] > 0 else commits[ci].deletes
-        target[t] = part
+    values = pc.unique(commit_col.combine_chunks()).sort()
+    commits = [Commit(values[i], {}, {}) for i in range(len(values))]
+    for code, t in enumerate(table_names):
+        mine = np.flatnonzero(codes == code) if len(table_names) > 1 else None
+        rows = (data if mine is None else data.take(mine)).select(tables[t])
+        signs = sign if mine is None else sign[mine]
+        cs = commit_col if mine is None else commit_col.take(mine)
+        for ci, part, s in _net_changes(rows, cs, signs, values):
+            (commits[ci].inserts if s > 0 else commits[ci].deletes)[t] = part
     return values, commits
+
+
+def _net_changes(rows: pa.Table, commit: pa.ChunkedArray, sign: np.ndarray, values: pa.Array):
+    """A table's changes as each commit's net effect: per commit, the rows it deletes and those it inserts,
+    each as many times as its insertions and deletions of the very same row differ. The order of a commit's
+    changes then does not matter: an insert and a later update of one key, or a post-image before its
+    pre-image, come out as the net deletion and insertion that any valid order of them has."""
+    names = [f"c{i}" for i in range(rows.num_columns)]
+    keyed = pa.table([*rows.columns, commit, pa.array(sign.astype(np.int64))], names=[*names, "_c", "_s"])
+    net = keyed.group_by(["_c", *names], use_threads=False).aggregate([("_s", "sum")])
+    counts = net.column("_s_sum").to_numpy()
+    keep = np.flatnonzero(counts != 0)
+    order = np.argsort(
+        pc.index_in(net.column("_c"), value_set=values).to_numpy()[keep] * 2 + (counts[keep] > 0), kind="stable"
+    )
+    keep = keep[order]
+    which = pc.index_in(net.column("_c").take(pa.array(keep)), value_set=values).to_numpy()
+    positive = counts[keep] > 0
+    runs = np.flatnonzero(np.diff(np.append(which, -1) * 2 + np.append(positive, 0)) != 0) + 1
+    starts = np.append(0, runs[:-1])
+    renamed = net.select(names).rename_columns(rows.column_names)
+    for a, b in zip(starts, runs, strict=True):
+        idx = keep[a:b]
+        part = renamed.take(pa.array(np.repeat(idx, np.abs(counts[idx]))))
+        yield int(which[a]), part, 1 if positive[a] else -1
 
 
 def _signs(op: pa.ChunkedArray, column: str) -> np.ndarray:

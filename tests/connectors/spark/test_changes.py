@@ -41,6 +41,27 @@ def test_plain_rows_without_commit_column_are_one_commit_numbered_by_batch_id():
     assert commits[0].deletes["b"].to_pydict() == {"x": [2]}
 
 
+def test_a_commit_is_its_net_effect_whatever_the_order_of_its_rows():
+    # key 1 inserted as 'a', updated to 'b', then to 'c'; key 2 inserted and deleted; rows in shuffled order
+    ops = ["update_postimage", "insert", "update_preimage", "delete", "update_postimage", "insert"]
+    data = pa.table(
+        {
+            "op": [*ops, "update_preimage"],
+            "k": [1, 1, 1, 2, 1, 2, 1],
+            "v": ["b", "a", "a", "z", "c", "z", "b"],
+        }
+    )
+    _, commits = split_commits(data, plain(operation="op", table="a"), TABLES, batch_id=3)
+    assert not commits[0].deletes  # the commit's net effect: row (1, 'c') is new, nothing else changed
+    assert commits[0].inserts["a"].to_pydict() == {"k": [1], "v": ["c"]}
+
+
+def test_a_row_inserted_twice_in_a_commit_is_inserted_twice():
+    data = pa.table({"op": ["insert", "insert", "delete", "insert"], "x": [5, 5, 6, 6]})
+    _, commits = split_commits(data, plain(operation="op", table="b"), TABLES, batch_id=0)
+    assert commits[0].inserts["b"].to_pydict() == {"x": [5, 5]} and not commits[0].deletes
+
+
 def test_empty_micro_batch_has_no_commits():
     data = pa.table({"operation": pa.array([], pa.string()), "table": pa.array([], pa.string())})
     values, commits = split_commits(data, plain(), TABLES, batch_id=0)
