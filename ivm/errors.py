@@ -41,6 +41,7 @@ class Error(Exception):
         self.message = message
         self.line = line
         self.col = col
+        self.row: int | None = None  # the offending row's position among the statement's rows, when known
         where = f" (line {line}, column {col})" if line is not None else ""
         super().__init__(message + where)
 

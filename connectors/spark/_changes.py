@@ -33,7 +33,9 @@ OPERATIONS = {"insert": 1, "update_postimage": 1, "delete": -1, "update_preimage
 class ChangeShape:
     """Which columns of the change rows hold the operation, the source commit and the table name.
 
-    ``commit`` None: each micro-batch is one commit, numbered by its batch id. ``table`` set: every row
+    ``commit`` None: each micro-batch is one commit, numbered by its batch id. ``whole`` False: a commit may
+    be cut across micro-batches, so the last commit of each micro-batch waits for one with a later commit.
+    ``table`` set: every row
     belongs to that table and ``table_column`` is not read. ``ignored``: columns the shape carries but the
     sink does not read (Delta's ``_commit_timestamp``)."""
 
@@ -42,6 +44,7 @@ class ChangeShape:
     table_column: str | None = "table"
     table: str | None = None
     ignored: tuple[str, ...] = ()
+    whole: bool = True
 
     def control_columns(self) -> set[str]:
         """The columns that describe a change rather than hold the row."""
@@ -63,9 +66,14 @@ def plain(
     table_column: str = "table",
     commit: str | None = None,
     table: str | None = None,
+    whole_commits: bool = True,
 ) -> ChangeShape:
-    """The plain shape: an operation column, a table column (or one ``table``) and an optional commit column."""
-    return ChangeShape(operation, commit, None if table else table_column, table)
+    """The plain shape: an operation column, a table column (or one ``table``) and an optional commit column.
+    ``whole_commits=False`` says the stream may cut a commit across micro-batches (a Kafka topic read by
+    offsets, say): then the last commit of each micro-batch is held until a micro-batch brings a later one."""
+    if not whole_commits and commit is None:
+        raise SqlError("whole_commits=False needs a commit column: without one a micro-batch is one commit")
+    return ChangeShape(operation, commit, None if table else table_column, table, whole=whole_commits)
 
 
 @dataclass

@@ -89,6 +89,8 @@ class ParquetContentsSet(Output):
         self.seen.add(view)
         if not batch.diffs.num_rows and view in self.written and view in self.base["views"]:
             return
+        if batch.error is not None:
+            return  # in error: the last contents computed whole (if any) stay named
         name = _file(view, batch.batch_id)
         write_atomically(stamped(batch.contents(), batch), joined(self.folder, name))
         self.staged[view] = name

@@ -36,6 +36,7 @@ class ViewBatch:
     diffs: pa.Table
     contents: Callable[[], pa.Table]
     spark: object | None = None
+    error: str | None = None  # why the view is in error now: its contents cannot be read whole
 
     def diffs_frame(self):
         """The diffs as a Spark DataFrame, converted through Arrow."""
@@ -114,8 +115,8 @@ class ParquetContents(Output):
         self.written = False  # by this process: the first micro-batch writes the file even if unchanged
 
     def write(self, batch: ViewBatch) -> None:
-        if self.written and not batch.diffs.num_rows:
-            return
+        if (self.written and not batch.diffs.num_rows) or batch.error is not None:
+            return  # unchanged, or in error: the file keeps the last contents computed whole
         write_atomically(stamped(batch.contents(), batch), self.path)
         self.written = True
 

@@ -12,6 +12,7 @@ state directory: its checkpoint mapped back in and the log after it replayed, no
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 
@@ -22,11 +23,22 @@ import pyarrow.compute as pc
 import ivm
 from connectors.spark._changes import ChangeShape, delta_cdf, plain, split_commits
 from connectors.spark._outputs import Output, ViewBatch
-from connectors.spark._state import RECORD, StateDir
+from connectors.spark._state import (
+    RECORD,
+    StateDir,
+    joined,
+    location,
+    read_bytes,
+    remove,
+    write_atomically,
+    write_bytes_atomically,
+)
 from connectors.spark._views import creation_order, engine_names
-from sql.errors import DataError, SqlError
+from sql.errors import SqlError
 
 __all__ = ["ViewSink", "view_sink"]
+
+log = logging.getLogger("ivm.spark")
 
 _RESERVED = ("time", "diff")
 
@@ -45,8 +57,12 @@ class ViewSink:
         outputs: Sequence[Output] = (),
         checkpoint_bytes: int = 64 << 20,
         ignore_columns: Sequence[str] = (),
+        dead_letters: str | os.PathLike | None = None,
     ) -> None:
         self.schema = schema
+        self.dead_letters = None if dead_letters is None else location(dead_letters)
+        self.held: pa.Table | None = None  # the change rows of a commit held for the next micro-batch
+        self.held_file: str | None = None  # the file in the state directory that keeps them
         self.views = dict(views)
         self.names = engine_names(self.views)  # the user's spelling -> the name inside the engine
         self.order = creation_order(self.views)  # each view after those it reads
@@ -99,10 +115,13 @@ class ViewSink:
             # one commit group: the micro-batch's commits reach the state directory together, after its outputs
             with db.commit_group():
                 db.positions[RECORD] = {"batch": batch_id, "query": query or self.query}
-                t0, commits = self._apply_changes(changes, batch_id)
-                if not len(commits):
+                t0, commits, held = self._apply_changes(changes, batch_id)
+                if held is not None:  # written before the commit that records it
+                    write_bytes_atomically(_ipc(held), joined(self.state.path, _held_file(batch_id)))
+                    db.positions[RECORD] = {**db.positions[RECORD], "held": _held_file(batch_id)}
+                if not len(commits) or held is not None:
                     db.execute("BEGIN")
-                    db.execute("COMMIT")  # an empty commit records the batch id
+                    db.execute("COMMIT")  # an empty commit records the batch id (and the held commit)
                 diffs = {v: self._diffs(v, sub, t0, commits) for v, sub in self.subscriptions.items()}
                 self._write_outputs(diffs, batch_id, spark)
         except BaseException:
@@ -110,8 +129,19 @@ class ViewSink:
             db.positions[RECORD] = before
             self._discard()
             raise
-        self.last_batch, self.query = batch_id, query or self.query
+        self.last_batch, self.query, previous, self.held = batch_id, query or self.query, self.held_file, held
+        self.held_file = db.positions[RECORD].get("held")
+        if previous is not None and previous != self.held_file:
+            remove(joined(self.state.path, previous))  # the state of the micro-batch before no longer needs it
         return diffs
+
+    def view_errors(self) -> dict[str, str]:
+        """The views in error now (a row they read has a value they cannot compute), with why: their diffs
+        leave out that row's part, their contents outputs keep the last contents computed whole, and they
+        recover when the row changes or leaves."""
+        db = self._engine()
+        folded = {name: v for v, name in self.names.items()}
+        return {folded[v]: e for v, e in db.view_errors().items() if v in folded}
 
     def checkpoint(self) -> None:
         """Write a checkpoint of the engine's state now, so that a restart replays no log."""
@@ -159,8 +189,9 @@ class ViewSink:
         """Hand each view's diffs to the outputs that want it (they skip a view whose diffs are empty)."""
         for out in self.outputs:
             out.start(batch_id)
+        errors = self.view_errors()
         for v, d in diffs.items():
-            batch = ViewBatch(v, batch_id, d, self._contents_of(v), spark)
+            batch = ViewBatch(v, batch_id, d, self._contents_of(v), spark, errors.get(v))
             for out in self.outputs:
                 if out.wants(v):
                     out.write(batch)
@@ -213,6 +244,10 @@ class ViewSink:
             self.columns = {t: [c.name for c in st.table.columns] for t, st in db.tables.items()}
             record = db.positions.get(RECORD) or {}
             self.last_batch, self.query = int(record.get("batch", -1)), record.get("query")
+            self.held_file = record.get("held")
+            self.held = None
+            if self.held_file is not None:
+                self.held = pa.ipc.open_stream(read_bytes(joined(self.state.path, self.held_file))).read_all()
             self.subscriptions = {v: db.subscribe(name, snapshot=False) for v, name in self.names.items()}
         except BaseException:
             db.close()
@@ -225,30 +260,78 @@ class ViewSink:
         if db is not None:
             db.close()
 
-    def _apply_changes(self, changes: pa.Table, batch_id: int) -> tuple[int, pa.Array]:
-        """Apply the commits of a micro-batch, one transaction each; the engine time of the first and the
-        commit values in order (engine time ``t0 + i`` is commit ``i``)."""
+    def _apply_changes(self, changes: pa.Table, batch_id: int) -> tuple[int, pa.Array, pa.Table | None]:
+        """Apply the commits of a micro-batch, one transaction each, after the commit held from the one before;
+        the engine time of the first, the values of the commits applied in order (engine time ``t0 + i`` is
+        commit ``i``), and the change rows of a commit held for the next micro-batch.
+
+        The last commit is held when the shape says commits may be cut across micro-batches, and when it
+        cannot be applied (its other part may come next, such as a pre-image after its post-image). Another
+        commit that cannot be applied fails the micro-batch naming batch, commit, table and row, or with
+        ``dead_letters`` goes there and the rest proceeds."""
         db = self._engine()
         shape = self.shape or (delta_cdf() if "_change_type" in changes.column_names else plain())
         self._refuse_extra_columns(changes, shape)
+        if self.held is not None:
+            changes = pa.concat_tables([self.held, changes], promote_options="permissive")
         values, commits = split_commits(changes, shape, self.columns, batch_id)
-        t0 = db.time
-        for c in commits:
-            db.execute("BEGIN")
-            try:
-                for t, rows in c.deletes.items():
-                    db.delete_arrow(t, rows)
-                for t, rows in c.inserts.items():
-                    db.insert_arrow(t, rows)
-            except SqlError as err:
-                raise SqlError(f"micro-batch {batch_id}, commit {c.value}: {err}") from err
-            db.execute("COMMIT")
-        folded = {name: v for v, name in self.names.items()}
-        wrong = {folded[v]: e for v, e in db.view_errors().items() if v in folded}
-        if wrong:
-            v, e = next(iter(wrong.items()))
-            raise DataError(f"micro-batch {batch_id}: view {v!r} cannot be computed: {e}")
-        return t0, values
+        keep = None
+        if shape.commit is not None and not shape.whole and commits:
+            keep = commits.pop()
+        t0, applied, dead = db.time, [], []
+        for i, c in enumerate(commits):
+            error = self._apply_commit(c)
+            if error is None:
+                applied.append(i)
+            elif i == len(commits) - 1 and shape.commit is not None and keep is None:
+                log.warning(
+                    "micro-batch %d: commit %s is held for the next micro-batch: %s", batch_id, c.value, error
+                )
+                keep = c
+            elif self.dead_letters is not None:
+                dead.append((c, error))
+            else:
+                raise type(error)(f"micro-batch {batch_id}, commit {c.value}, {error.message}") from error
+        if dead:
+            self._write_dead_letters(changes, shape, dead, batch_id)
+        held = None
+        if keep is not None:
+            held = changes.filter(pc.equal(changes.column(shape.commit), keep.value))
+        for v, e in self.view_errors().items():
+            log.warning(
+                "micro-batch %d: view %r is in error until the row at fault changes: %s", batch_id, v, e
+            )
+        return t0, values.take(pa.array(applied, pa.int64())), held
+
+    def _apply_commit(self, c) -> SqlError | None:
+        """Apply one commit as one transaction; the error (naming its table and row) if it cannot be."""
+        db = self.db
+        db.execute("BEGIN")
+        for kind, changes in (("deleted", c.deletes), ("inserted", c.inserts)):
+            for t, rows in changes.items():
+                try:
+                    (db.delete_arrow if kind == "deleted" else db.insert_arrow)(t, rows)
+                except SqlError as err:
+                    db.rollback()
+                    row = getattr(err, "row", None)
+                    where = f"table {t!r}"
+                    if row is not None:
+                        where += f", row {_key_text(db, t, rows, row)} {kind}"
+                    return type(err)(f"{where}: {err.message}")
+        db.execute("COMMIT")
+        return None
+
+    def _write_dead_letters(self, changes: pa.Table, shape: ChangeShape, dead: list, batch_id: int) -> None:
+        """The change rows of the commits that could not be applied, with why, as one Parquet file per
+        micro-batch (named by its id, so a replay replaces it)."""
+        parts = []
+        for c, error in dead:
+            rows = changes.filter(pc.equal(changes.column(shape.commit), c.value)) if shape.commit else changes
+            n = rows.num_rows
+            rows = rows.append_column("_ivm_batch_id", pa.array(np.full(n, batch_id, np.int64)))
+            parts.append(rows.append_column("_ivm_error", pa.array([str(error)] * n, pa.string())))
+        table = pa.concat_tables(parts, promote_options="permissive")
+        write_atomically(table, joined(self.dead_letters, f"batch-{batch_id:012d}.parquet"))
 
     def _refuse_extra_columns(self, changes: pa.Table, shape: ChangeShape) -> None:
         """Refuse change rows carrying a column that is neither a table's column, nor one of the shape's
@@ -293,6 +376,25 @@ class ViewSink:
         return read
 
 
+def _held_file(batch_id: int) -> str:
+    return f"held-{batch_id:012d}.arrow"
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _key_text(db: ivm.Connection, table: str, rows: pa.Table, row: int) -> str:
+    """Row ``row`` of ``rows`` by its table's key (the whole row for a table without one): ``(k=1, ...)``."""
+    st = db.tables[table]
+    key = [st.table.columns[p].name for p in st.table.primary_key] or rows.column_names
+    values = rows.slice(row, 1).select(key).to_pylist()[0]
+    return "(" + ", ".join(f"{k}={v!r}" for k, v in values.items()) + ")"
+
+
 def view_sink(
     schema: str,
     views: Mapping[str, str],
@@ -302,6 +404,7 @@ def view_sink(
     outputs: Sequence[Output] = (),
     checkpoint_bytes: int = 64 << 20,
     ignore_columns: Sequence[str] = (),
+    dead_letters: str | os.PathLike | None = None,
 ) -> ViewSink:
     """A ``foreachBatch`` sink maintaining ``views`` (name -> SELECT) over the tables that ``schema``
     (CREATE TABLE statements) declares.
@@ -319,6 +422,12 @@ def view_sink(
     Change rows may carry only the tables' columns and the shape's own (``delta_cdf`` also knows Delta's
     ``_commit_timestamp``); any other column is refused with an error naming it, unless listed in
     ``ignore_columns``.
+
+    A commit that cannot be applied (a row deleted that is not there, a value out of its column's range)
+    fails the micro-batch with an error naming batch, commit, table and row; with ``dead_letters`` (a folder,
+    local or a URI) its change rows go there instead, with the error, one Parquet file per micro-batch, and
+    the rest proceeds. A view that cannot compute a value is in error (``ViewSink.view_errors``) until the row
+    at fault changes or leaves; the stream goes on.
     """
     return ViewSink(
         schema,
@@ -328,4 +437,5 @@ def view_sink(
         outputs=outputs,
         checkpoint_bytes=checkpoint_bytes,
         ignore_columns=ignore_columns,
+        dead_letters=dead_letters,
     )

@@ -42,9 +42,12 @@ def check_write(db: Connection, st: state.TableState, batch: Batch) -> Batch:
         if not c.nullable and m is not None:
             bad = np.flatnonzero(~m & (batch.diffs > 0))
             if len(bad):
-                raise IntegrityError(
-                    f"null value in column {c.name!r} of table {table.name!r} violates the not-null "
-                    f"constraint (row {int(bad[0]) + 1})"
+                raise at_row(
+                    IntegrityError(
+                        f"null value in column {c.name!r} of table {table.name!r} violates the not-null "
+                        f"constraint (row {int(bad[0]) + 1})"
+                    ),
+                    bad[0],
                 )
     for check, violated in st.checks:
         _check(table, check, violated, batch)
@@ -69,9 +72,12 @@ def _admit(db: Connection, table: Table, batch: Batch) -> Batch:
         if d.low is not None:
             bad = np.flatnonzero(rows & ((data < d.low) | (data > d.high)))
             if len(bad):
-                raise DataError(
-                    f"{d.name} out of range: {int(data[bad[0]])} (column {c.name!r} of table "
-                    f"{table.name!r}, row {int(bad[0]) + 1})"
+                raise at_row(
+                    DataError(
+                        f"{d.name} out of range: {int(data[bad[0]])} (column {c.name!r} of table "
+                        f"{table.name!r}, row {int(bad[0]) + 1})"
+                    ),
+                    bad[0],
                 )
             continue
         at = np.flatnonzero(rows)
@@ -82,9 +88,12 @@ def _admit(db: Connection, table: Table, batch: Batch) -> Batch:
         core = np.asarray(pc.utf8_length(pc.utf8_rtrim(text, characters=" ")).to_numpy(zero_copy_only=False))
         bad = np.flatnonzero(core > d.length)
         if len(bad):
-            raise DataError(
-                f"value too long for type {d.name} (column {c.name!r} of table {table.name!r}, row "
-                f"{int(at[bad[0]]) + 1})"
+            raise at_row(
+                DataError(
+                    f"value too long for type {d.name} (column {c.name!r} of table {table.name!r}, row "
+                    f"{int(at[bad[0]]) + 1})"
+                ),
+                at[bad[0]],
             )
         # spaces beyond the length are cut; CHAR(n) drops its trailing spaces altogether
         changed = np.flatnonzero((length > core) if d.padded else (length > d.length))
@@ -111,9 +120,12 @@ def _check(table: Table, check, violated, batch: Batch) -> None:
     except EvaluationError as err:
         raise DataError(f"check constraint {check.name!r} of table {table.name!r}: {err}") from None
     if len(bad):
-        raise IntegrityError(
-            f"new row for relation {table.name!r} violates check constraint {check.name!r} (row "
-            f"{int(rows[bad[0]]) + 1})"
+        raise at_row(
+            IntegrityError(
+                f"new row for relation {table.name!r} violates check constraint {check.name!r} (row "
+                f"{int(rows[bad[0]]) + 1})"
+            ),
+            rows[bad[0]],
         )
 
 
@@ -282,10 +294,8 @@ def check_present(db: Connection, st: state.TableState, batch: Batch, texts: dic
         # the first change of the table in its transaction, one copy of each row: when the rows' keys are
         # distinct, each must match a committed row with the same key exactly
         held = _committed(db, st, batch)
-        if held is not None:
-            if not held:
-                raise DataError(f"a deleted row is not in table {st.table.name!r}")
-            return batch
+        if held:
+            return batch  # else the way below finds which row is missing
     key = state.column_layout(st.table, len(st.table.columns), st.arranged.nkey)
     changes = [batch, *(pending or ())]
     parts = [Batch(*b.select(key), np.zeros((len(b), 1), np.int64), b.diffs) for b in changes]
@@ -295,9 +305,27 @@ def check_present(db: Connection, st: state.TableState, batch: Batch, texts: dic
     if found is not None:
         parts.append(found.with_times(np.zeros((len(found), 1), np.int64)))
     total, _ = consolidate(Batch.concat(parts))
-    if (total.diffs < 0).any():
-        raise DataError(f"a deleted row is not in table {st.table.name!r}")
+    missing = np.flatnonzero(total.diffs < 0)
+    if len(missing):
+        layout = state.column_layout(st.table, len(st.table.columns), st.arranged.nkey)
+        shown = ", ".join(
+            f"{st.table.columns[p].name}={_value(st.table, p, total.columns[j], total.valid[j], missing[0])!r}"
+            for j, p in enumerate(layout[: st.arranged.nkey])
+        )
+        raise DataError(f"a deleted row is not in table {st.table.name!r} ({shown})")
     return batch
+
+
+def at_row(err: Exception, i) -> Exception:
+    """``err`` knowing the position of its row among the statement's rows (``err.row``, from 0), so that a
+    caller holding those rows can name the row by its key."""
+    err.row = int(i)
+    return err
+
+
+def _value(table: Table, p: int, col: np.ndarray, valid: np.ndarray | None, i: int) -> object:
+    """The Python value of row ``i`` of column ``p`` of ``table`` (``col`` and ``valid`` its data)."""
+    return to_python(col[i : i + 1], None if valid is None else valid[i : i + 1], table.columns[p].type)[0]
 
 
 def _committed(db: Connection, st: state.TableState, batch: Batch) -> bool | None:

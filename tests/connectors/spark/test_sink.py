@@ -204,9 +204,11 @@ def test_a_commit_that_fails_leaves_no_trace_and_names_the_micro_batch(tmp_path)
         [
             change_rows("customers", "insert", 2, pa.table({"c_key": [2], "region": ["y"]})),
             change_rows("customers", "delete", 3, pa.table({"c_key": [9], "region": ["z"]})),
+            change_rows("customers", "insert", 4, pa.table({"c_key": [4], "region": ["w"]})),
         ]
     )
-    with pytest.raises(SqlError, match=r"micro-batch 1, commit 3: a deleted row is not in table 'customers'"):
+    match = r"micro-batch 1, commit 3, table 'customers': a deleted row is not in table 'customers' \(c_key=9\)"
+    with pytest.raises(SqlError, match=match):
         sink.apply(bad, 1)
     # commit 2 of the failed micro-batch was applied to the engine, which is rebuilt without it
     order = pa.table({"o_key": [1], "cust": [2], "total": pa.array([decimal.Decimal("1.00")]), "note": ["n"]})
