@@ -38,6 +38,7 @@ from ivm.engine.files import (
     read_whole,
     remove,
     sync_dir,
+    to_arrow,
     view,
     write_bytes,
 )
@@ -183,10 +184,13 @@ class ObjectLog:
         pass
 
 
-def _frame(kind: int, table: pa.Table) -> bytes:
+_OPTIONS = pa.ipc.IpcWriteOptions()  # made once: making them reads the environment
+
+
+def _frame(kind: int, table: pa.Table | pa.RecordBatch) -> bytes:
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
+    with pa.ipc.new_stream(sink, table.schema, options=_OPTIONS) as writer:
+        writer.write(table)
     payload = sink.getvalue().to_pybytes()
     return HEADER.pack(MAGIC, kind, len(payload), zlib.crc32(payload)) + payload
 
@@ -200,10 +204,10 @@ def strings_frame(start: int, strings: pa.Array, canonical: np.ndarray) -> bytes
 def rows_frame(table: str, batch: Batch) -> bytes:
     """A frame of a table's changes as they entered the engine (one time coordinate)."""
     arrays, names = columns_to_arrow(batch.columns, batch.valid)
-    arrays += [pa.array(np.ascontiguousarray(batch.times[:, 0])), pa.array(batch.diffs)]
+    arrays += [to_arrow(batch.times[:, 0]), to_arrow(batch.diffs)]
     names += ["time", "diff"]
     meta = {"ivm.table": table, "ivm.dtypes": ",".join(c.dtype.str for c in batch.columns)}
-    return _frame(ROWS, pa.Table.from_arrays(arrays, names=names).replace_schema_metadata(meta))
+    return _frame(ROWS, pa.RecordBatch.from_arrays(arrays, names=names).replace_schema_metadata(meta))
 
 
 def commit_frame(start: int, time: int, positions: dict) -> bytes:

@@ -46,6 +46,7 @@ __all__ = [
     "read_arrays",
     "sync_dir",
     "columns_to_arrow",
+    "to_arrow",
     "columns_from_arrow",
 ]
 
@@ -273,12 +274,26 @@ def columns_to_arrow(columns, valid) -> tuple[list[pa.Array], list[str]]:
     validity ``v{i}``: the layout every file and log frame of the engine uses."""
     arrays, names = [], []
     for i, (col, mask) in enumerate(zip(columns, valid, strict=True)):
-        arrays.append(pa.array(col.view(np.uint8) if col.dtype == np.bool_ else col))
+        arrays.append(to_arrow(col.view(np.uint8) if col.dtype == np.bool_ else col))
         names.append(f"c{i}")
         if mask is not None:
-            arrays.append(pa.array(mask.view(np.uint8)))
+            arrays.append(to_arrow(mask.view(np.uint8)))
             names.append(f"v{i}")
     return arrays, names
+
+
+_ARROW_TYPES: dict[np.dtype, pa.DataType] = {}
+
+
+def to_arrow(a: np.ndarray) -> pa.Array:
+    """A one-dimensional numpy array of numbers (no NULLs) as an Arrow array over the same memory: what
+    ``pa.array`` gives, without its checks for pandas and masks, which cost more than the copy for the few
+    rows of a small transaction's log frame."""
+    a = np.ascontiguousarray(a)
+    t = _ARROW_TYPES.get(a.dtype)
+    if t is None:
+        t = _ARROW_TYPES[a.dtype] = pa.from_numpy_dtype(a.dtype)
+    return pa.Array.from_buffers(t, len(a), [None, pa.py_buffer(a)])
 
 
 def columns_from_arrow(arrays: dict[str, pa.Array], dtypes) -> tuple[list[np.ndarray], list[np.ndarray | None]]:

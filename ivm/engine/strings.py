@@ -183,7 +183,15 @@ class StringPool:
         """The strings of codes ``start`` onwards, and whether each was added canonical: what ``extend``
         needs to give another pool, at the same size, the same codes."""
         codes = np.arange(start, self._size, dtype=np.int64)
-        return self.strings(codes), self._canon[start : self._size] == codes
+        tail_start = self._size - len(self._tail)
+        if start >= tail_start:  # a small transaction's new strings, not yet in a chunk: leave them there
+            strings = pa.array(self._tail[start - tail_start :], type=pa.large_string())
+        else:  # the codes are a run: slices of the chunks that hold it
+            self._flush()
+            k = bisect.bisect_right(self._starts, start) - 1
+            parts = [self._chunks[k].slice(start - self._starts[k]), *self._chunks[k + 1 :]]
+            strings = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+        return strings, self._canon[start : self._size] == codes
 
     def extend(self, strings: pa.Array, canonical: np.ndarray) -> None:
         """Add ``strings`` under the next codes, canonical where ``canonical`` says (see ``added_since``)."""
