@@ -25,7 +25,6 @@ precision and for the output schema a view hands back to Spark.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import decimal
 import zoneinfo
@@ -39,6 +38,7 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 from sqlglot.schema import MappingSchema
 
 from sql.errors import SqlError, error_at
+from sql.translate import _locate as locate
 
 __all__ = ["Spark", "SparkType", "to_postgres", "schema_types", "relations_of"]
 
@@ -176,16 +176,20 @@ def _query(query: exp.Expression, relations, spark: Spark) -> tuple[exp.Expressi
         for r, cols in relations.items()
         if cols  # sqlglot needs a type for each column: unknown ones are read as text, which nothing relies on
     }
-    # what cannot be resolved is left for the translator to report, in its words
-    with contextlib.suppress(OptimizeError, SqlglotError, KeyError, ValueError):
+    original = query.copy()
+    try:
         query = qualify(
             query,
             schema=MappingSchema(schema, dialect="spark", normalize=False),
             dialect="spark",
-            validate_qualify_columns=False,
+            validate_qualify_columns=True,
             quote_identifiers=False,
             identify=False,
         )
+    except OptimizeError as err:  # an unknown or ambiguous column: no rewrite may guess
+        raise locate(original, str(err)) from err
+    except (SqlglotError, KeyError, ValueError, TypeError, AssertionError) as err:
+        raise error_at(original, f"the query cannot be resolved: {err}") from err
     typer = _Typer(query, relations, spark)
     edits = typer.plan()
     selects = query.selects if isinstance(query, exp.Query) else []

@@ -175,12 +175,14 @@ def test_functions_equal_duckdb(seed):
             (False, True, False, True),
         ),
         (  # NUMERIC division, exact, rounded once (half away from zero)
-            "SELECT round(10.05 / 3, 6), round(-0.05 / 3, 6), round(2.5 / 2), round(100.00 / 7, 3), round(7 / 2.0)",
+            "SELECT round(10.05 / 3, 6), round(-0.05 / 3, 6), round(2.5 / 2), round(100.00 / 7, 3), "
+            "round(7 / 2.0)",
             (decimal.Decimal("3.350000"), decimal.Decimal("-0.016667"), 1, decimal.Decimal("14.286"), 4),
         ),
         (
-            "SELECT CAST((TIMESTAMP '2024-03-10 06:30:00' AT TIME ZONE 'UTC') AT TIME ZONE 'America/New_York' AS "
-            "TEXT), CAST((TIMESTAMP '2024-07-01 12:00:00' AT TIME ZONE 'UTC') AT TIME ZONE 'Europe/Berlin' AS TEXT)",
+            "SELECT CAST((TIMESTAMP '2024-03-10 06:30:00' AT TIME ZONE 'UTC') AT TIME ZONE 'America/New_York' "
+            "AS TEXT), "
+            "CAST((TIMESTAMP '2024-07-01 12:00:00' AT TIME ZONE 'UTC') AT TIME ZONE 'Europe/Berlin' AS TEXT)",
             ("2024-03-10 01:30:00", "2024-07-01 14:00:00"),
         ),
         (
