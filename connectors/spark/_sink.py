@@ -98,6 +98,11 @@ class ViewSink:
                 f"{batch_id} comes from a session in {zone!r}: pass view_sink(..., time_zone={zone!r}) (with a "
                 "new state directory and checkpoint), or set spark.sql.session.timeZone back"
             )
+        if self.spark is not None and df.sparkSession.conf.get("spark.sql.ansi.enabled") == "false":
+            raise SqlError(
+                "the views follow Spark SQL with spark.sql.ansi.enabled=true (Spark 4's default: an error "
+                "where a division by zero or an overflow would give NULL); the micro-batch's session has it off"
+            )
         if self._replayed(int(batch_id), query):
             return  # applied and written out before
         self.apply(df.toArrow(), int(batch_id), spark=df.sparkSession, query=query)
