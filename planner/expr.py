@@ -319,7 +319,9 @@ def _fill(e: Expr, rows: np.ndarray, data: np.ndarray, mask: np.ndarray, cols, v
 
 
 # calls that fail on some values
-_FALLIBLE = frozenset({"from_text", "fit_decimal", "fit_int", "div", "mod", "neg", "abs", "float_to_decimal"})
+_FALLIBLE = frozenset(
+    {"from_text", "fit_decimal", "fit_int", "div", "mod", "neg", "abs", "float_to_decimal", "div_round"}
+)
 _EXACT = frozenset({"add", "sub", "mul"})  # fail beyond 64 bits, or beyond a double's range
 
 
@@ -377,6 +379,50 @@ def _round_decimal(e: Call, cols, valid, n):
     a, m = evaluate(e.args[0], cols, valid, n)
     shift = 10 ** (e.param.scale - e.type.scale)
     return (np.sign(a) * ((np.abs(a) + shift // 2) // shift)).astype(np.int64), m
+
+
+def _div_round(e: Call, cols, valid, n):
+    """``a / b`` of scaled integers (scales ``e.param``) as the exact quotient at the scale of ``e.type``,
+    rounded half away from zero: long division, one decimal digit at a time, all in int64; a quotient beyond
+    64 bits, or a zero divisor, fails."""
+    (a, ma), (b, mb) = _args(e, cols, valid, n)
+    mask = _and_masks(ma, mb)
+    live = np.ones(n, dtype=bool) if mask is None else mask
+    zero = b == 0
+    if (zero & live).any():
+        raise EvaluationError("division by zero")
+    sa, sb = e.param
+    k = e.type.scale - sa + sb  # the quotient a / b scaled by 10**k is the result's scaled integer
+    negative = (a < 0) != (b < 0)
+    a, b = np.abs(a.astype(np.int64)), np.abs(np.where(zero, 1, b).astype(np.int64))
+    limit = np.iinfo(np.int64).max
+    bad = (a < 0) | (b < 0)  # the least int64 has no absolute value
+    if k < 0:  # the divisor scaled up instead
+        shift = 10 ** min(-k, 18)
+        bad |= (b > limit // shift) | (-k > 18)
+        b, k = np.where(bad, 1, b) * shift, 0
+    bad |= b > limit // 10  # the remainder times ten must stay in 64 bits
+    b = np.where(bad, 1, b)
+    q, r = a // b, a % b
+    for _ in range(k):
+        bad |= q > (limit - 9) // 10
+        q = np.where(bad, 0, q)
+        r = r * 10
+        q, r = q * 10 + r // b, r % b
+    q = q + (2 * r >= b)
+    if (bad & live).any():
+        raise EvaluationError(f"numeric field overflow: a quotient does not fit in {e.type}")
+    return np.where(negative, -q, q).astype(np.int64), mask
+
+
+def _ts_zone(e: Call, cols, valid, n):
+    """Timestamps read as the wall time of one zone, as the wall time of another (``e.param``: the two zone
+    names); the first is UTC, so each is one instant and its wall time elsewhere is certain."""
+    a, m = evaluate(e.args[0], cols, valid, n)
+    _, zone = e.param
+    instants = pa.array(a.astype(np.int64), pa.int64()).cast(pa.timestamp("us", tz=zone))
+    local = pc.local_timestamp(instants)
+    return local.cast(pa.int64()).to_numpy(zero_copy_only=False), m
 
 
 def _float_to_decimal(e: Call, cols, valid, n):
@@ -591,6 +637,8 @@ _CALLS = {
     "to_type": _to_type,
     "to_int": _to_int,
     "round_decimal": _round_decimal,
+    "div_round": _div_round,
+    "ts_zone": _ts_zone,
     "float_to_decimal": _float_to_decimal,
     "fit_decimal": _fit_decimal,
     "is_true": _is_true,

@@ -104,6 +104,7 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Case: frozenset({"this", "ifs", "default"}),
     exp.If: frozenset({"this", "true", "false"}),
     exp.Cast: frozenset({"this", "to"}),
+    exp.AtTimeZone: frozenset({"this", "zone"}),
     exp.Coalesce: frozenset({"this", "expressions"}),
     exp.Nullif: _BINARY,
     # aggregates
@@ -178,7 +179,6 @@ _NODE_NAMES: dict[type[exp.Expression], str] = {
     exp.Bracket: "subscripts ([...])",
     exp.Array: "ARRAY",
     exp.Collate: "COLLATE",
-    exp.AtTimeZone: "AT TIME ZONE",
     exp.Cube: "CUBE",
     exp.Rollup: "ROLLUP",
     exp.GroupingSets: "GROUPING SETS",

@@ -1,6 +1,7 @@
 """SQL functions of numbers and of text: sqlglot calls to typed logical expressions (PostgreSQL's semantics).
 
-Numbers: ABS, SIGN, ROUND (half away from zero, to a constant number of decimal places), FLOOR, CEIL,
+Numbers: ABS, SIGN, ROUND (half away from zero, to a constant number of decimal places; ``ROUND(a / b, n)``
+of exact numbers, one of them a decimal, divides exactly and rounds once, as NUMERIC does), FLOOR, CEIL,
 GREATEST and LEAST (NULL only when every argument is). Text: LENGTH, UPPER, LOWER, TRIM/LTRIM/RTRIM/BTRIM,
 SUBSTRING, LEFT, RIGHT, REPLACE, POSITION/STRPOS, STARTS_WITH, REVERSE, LPAD/RPAD, SPLIT_PART and CONCAT
 (which skips NULLs and writes other types as text). Arguments other than the text or number a function works on
@@ -53,8 +54,11 @@ def _abs_sign(node: exp.Expression, translate: Translate) -> Expr:
 
 
 def _round(node: exp.Round, translate: Translate) -> Expr:
-    x = _number(node, translate)
     places = _int_arg(node, node.args.get("decimals"), 0)
+    quotient = _exact_quotient(node, translate, places)
+    if quotient is not None:
+        return quotient
+    x = _number(node, translate)
     t = x.type
     if t.kind == "decimal":
         if places >= t.scale:
@@ -63,6 +67,29 @@ def _round(node: exp.Round, translate: Translate) -> Expr:
     elif t.kind == "int" and places >= 0:
         return x
     return Call("round", (x,), t, places)
+
+
+def _exact_quotient(node: exp.Round, translate: Translate, places: int) -> Expr | None:
+    """``ROUND(a / b, places)`` of an integer or decimal ``a`` and ``b``, one of them a decimal, as the exact
+    quotient rounded half away from zero to ``places`` (PostgreSQL divides NUMERIC values, which a double would
+    not be); None for any other ROUND."""
+    inner = node.this
+    while isinstance(inner, exp.Paren):
+        inner = inner.this
+    if not isinstance(inner, exp.Div) or places < 0:
+        return None
+    a, b = translate(inner.this), translate(inner.expression)
+    kinds = {a.type.kind, b.type.kind}
+    if not kinds <= {"int", "decimal"} or "decimal" not in kinds:
+        return None
+    t = decimal_type(18, places)
+    if _is_null(a) or _is_null(b):
+        return Const(None, t)
+    return Call("div_round", (a, b), t, (_scale(a.type), _scale(b.type)))
+
+
+def _scale(t: SqlType) -> int:
+    return t.scale if t.kind == "decimal" else 0
 
 
 def _floor_ceil(node: exp.Expression, translate: Translate) -> Expr:

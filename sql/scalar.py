@@ -12,6 +12,7 @@ import calendar
 import datetime as dt
 import decimal
 import re
+import zoneinfo
 from collections.abc import Callable
 
 from sqlglot import exp
@@ -178,6 +179,8 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
         if field == "second":
             return Call("extract", (x,), decimal_type(8, 6), field)
         return Call("extract", (x,), INT, field)
+    if isinstance(node, exp.AtTimeZone):
+        return _at_time_zone(node, resolve)
     if isinstance(node, exp.TimestampTrunc):
         unit = node.args["unit"].name.lower() if node.args.get("unit") is not None else ""
         x = translate_scalar(node.this, resolve)
@@ -217,6 +220,36 @@ _MICROS = {
     "hour": 3_600_000_000,
 }
 DAY_MICROS = 86_400_000_000
+
+
+def _at_time_zone(node: exp.AtTimeZone, resolve: Resolver) -> Expr:
+    """``(ts AT TIME ZONE 'UTC') AT TIME ZONE 'zone'``: the wall time in ``zone`` of the instant that the
+    TIMESTAMP ``ts`` is in UTC (the inner AT TIME ZONE makes a TIMESTAMP WITH TIME ZONE, the outer one takes
+    it back to a TIMESTAMP, as PostgreSQL does). ivm has no TIMESTAMP WITH TIME ZONE values, so the pair is
+    all it takes."""
+    inner = node.this
+    while isinstance(inner, exp.Paren):
+        inner = inner.this
+    zones = [_zone(n) for n in (inner, node) if isinstance(n, exp.AtTimeZone)]
+    if not isinstance(inner, exp.AtTimeZone) or None in zones or zones[0] != "UTC":
+        raise error_at(
+            node, "AT TIME ZONE is supported only as (timestamp AT TIME ZONE 'UTC') AT TIME ZONE 'zone'", True
+        )
+    x = translate_scalar(inner.this, resolve)
+    if x.type.kind != "timestamp" and not is_null_const(x):
+        raise error_at(node, f"AT TIME ZONE needs a TIMESTAMP, got {x.type}")
+    if is_null_const(x):
+        return Const(None, TIMESTAMP)
+    try:
+        zoneinfo.ZoneInfo(zones[1])
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as err:
+        raise error_at(node.args["zone"], f"time zone {zones[1]!r} not recognized") from err
+    return Call("ts_zone", (x,), TIMESTAMP, (zones[0], zones[1]))
+
+
+def _zone(node: exp.AtTimeZone) -> str | None:
+    zone = node.args.get("zone")
+    return zone.this if isinstance(zone, exp.Literal) and zone.is_string else None
 
 
 def _interval(node: exp.Interval) -> Const:

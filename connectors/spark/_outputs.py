@@ -42,7 +42,15 @@ class ViewBatch:
         """The diffs as a Spark DataFrame, converted through Arrow."""
         if self.spark is None:
             raise RuntimeError("a Spark DataFrame was asked for, but the micro-batch did not come from Spark")
-        return self.spark.createDataFrame(self.diffs)
+        return spark_frame(self.spark, self.diffs)
+
+
+def spark_frame(spark, table: pa.Table):
+    """``table`` as a Spark DataFrame of the same types: a timestamp with a time zone is Spark's ``timestamp``
+    (an instant), one without is ``timestamp_ntz`` (a wall time, not read in the session time zone)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return spark.createDataFrame(table, schema=from_arrow_schema(table.schema, prefer_timestamp_ntz=True))
 
 
 class Output:
@@ -160,7 +168,7 @@ class DeltaContents(Output):
         if spark is None:
             raise RuntimeError("a Delta output needs the micro-batch's Spark session")
         name = f"_ivm_changes_{batch.view}"
-        spark.createDataFrame(changes).createOrReplaceTempView(name)
+        spark_frame(spark, changes).createOrReplaceTempView(name)
         on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.key)
         spark.sql(
             f"MERGE INTO {self.table} t USING {name} s ON {on} "

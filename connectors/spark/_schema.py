@@ -23,8 +23,8 @@ _SPARK = {
     "double": "DOUBLE",
     "string": "TEXT",
     "date": "DATE",
-    "timestamp": "TIMESTAMP",
-    "timestamp_ntz": "TIMESTAMP",
+    "timestamp": "TIMESTAMP WITH TIME ZONE",  # an instant
+    "timestamp_ntz": "TIMESTAMP",  # a wall time
     "boolean": "BOOLEAN",
 }
 
@@ -32,8 +32,9 @@ _SPARK = {
 def table_sql(name: str, schema, primary_key: Sequence[str] = (), skip: Sequence[str] = ()) -> str:
     """``CREATE TABLE name (...)`` for a Spark ``StructType`` or a ``pyarrow.Schema``: columns in order,
     NOT NULL where the schema says so, ``primary_key`` if given; columns named in ``skip`` (such as the
-    change columns ``_change_type``, ``_commit_version``) are left out. Raises ``SqlError`` naming a column
-    whose name or type ivm cannot hold."""
+    change columns ``_change_type``, ``_commit_version``) are left out. Spark's ``timestamp`` (an instant;
+    in Arrow one with a time zone) is ``TIMESTAMP WITH TIME ZONE``, ``timestamp_ntz`` is ``TIMESTAMP``.
+    Raises ``SqlError`` naming a column whose name or type ivm cannot hold."""
     if isinstance(schema, pa.Schema):
         columns = [(f.name, _arrow_type(f.name, f.type), f.nullable) for f in schema]
     else:  # a Spark StructType: its fields' simpleString() names the type
@@ -84,7 +85,7 @@ def _arrow_type(column: str, t: pa.DataType) -> str:
     if pa.types.is_date32(t):
         return "DATE"
     if pa.types.is_timestamp(t):
-        return "TIMESTAMP"
+        return "TIMESTAMP WITH TIME ZONE" if t.tz is not None else "TIMESTAMP"
     if pa.types.is_boolean(t):
         return "BOOLEAN"
     if pa.types.is_decimal(t):

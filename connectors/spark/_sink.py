@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -35,6 +36,7 @@ from connectors.spark._state import (
 )
 from connectors.spark._views import creation_order, engine_names
 from sql.errors import SqlError
+from sql.spark import Spark, schema_types
 
 __all__ = ["ViewSink", "view_sink"]
 
@@ -58,11 +60,18 @@ class ViewSink:
         checkpoint_bytes: int = 64 << 20,
         ignore_columns: Sequence[str] = (),
         dead_letters: str | os.PathLike | None = None,
+        dialect: str = "spark",
+        time_zone: str | None = None,
     ) -> None:
+        if dialect not in ("spark", "postgres"):
+            raise SqlError(f"dialect {dialect!r} is not one of 'spark', 'postgres'")
         self.schema = schema
         self.dead_letters = None if dead_letters is None else location(dead_letters)
         self.held: pa.Table | None = None  # the change rows of a commit held for the next micro-batch
         self.held_file: str | None = None  # the file in the state directory that keeps them
+        # the engine's tables: TIMESTAMP WITH TIME ZONE (Spark's timestamp) held as a TIMESTAMP in UTC
+        self.engine_schema, table_types = schema_types(schema)
+        self.spark = Spark(time_zone or _session_time_zone(), table_types) if dialect == "spark" else None
         self.views = dict(views)
         self.names = engine_names(self.views)  # the user's spelling -> the name inside the engine
         self.order = creation_order(self.views)  # each view after those it reads
@@ -80,13 +89,16 @@ class ViewSink:
         # each view's diffs when a micro-batch leaves it unchanged: no rows, its columns, ``time`` and ``diff``
         self.no_diffs = {}
         for v, name in self.names.items():
-            schema_ = db.execute(f"SELECT * FROM {name}").fetch_arrow().schema
+            schema_ = self._spark_schema(v, db.execute(f"SELECT * FROM {name}").fetch_arrow().schema)
             clash = [c for c in schema_.names if c in _RESERVED]
             if clash:
                 raise SqlError(f"view {v!r} has a column named {clash[0]!r}, which the diffs use; rename it")
             extra = [pa.field("time", pa.int64()), pa.field("diff", pa.int64())]
             self.no_diffs[v] = pa.schema([*schema_, *extra]).empty_table()
-        self.state = StateDir(state_dir, {"schema": schema, "views": self.views})
+        definition = {"schema": schema, "views": self.views}
+        if self.spark is not None:  # the views' meaning depends on the dialect and the session time zone
+            definition.update(dialect="spark", time_zone=self.spark.time_zone)
+        self.state = StateDir(state_dir, definition)
         self.db: ivm.Connection | None = None
         self.last_batch = -1
         self.query: str | None = None  # the streaming query the state serves, once known
@@ -95,6 +107,18 @@ class ViewSink:
     def __call__(self, df, batch_id: int) -> None:
         """The ``foreachBatch`` function: apply the micro-batch ``df`` (a Spark DataFrame) once."""
         query = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+        zone = df.sparkSession.conf.get("spark.sql.session.timeZone")
+        if self.spark is not None and zone != self.spark.time_zone:
+            raise SqlError(
+                f"the views were made for session time zone {self.spark.time_zone!r}, and micro-batch "
+                f"{batch_id} comes from a session in {zone!r}: pass view_sink(..., time_zone={zone!r}) (with a "
+                "new state directory and checkpoint), or set spark.sql.session.timeZone back"
+            )
+        if self.spark is not None and df.sparkSession.conf.get("spark.sql.ansi.enabled") == "false":
+            raise SqlError(
+                "the views follow Spark SQL with spark.sql.ansi.enabled=true (Spark 4's default: an error "
+                "where a division by zero or an overflow would give NULL); the micro-batch's session has it off"
+            )
         if self._replayed(int(batch_id), query):
             return  # applied and written out before
         self.apply(df.toArrow(), int(batch_id), spark=df.sparkSession, query=query)
@@ -166,7 +190,7 @@ class ViewSink:
     # -- internals --------------------------------------------------------------------------------------
     def _fresh_engine(self) -> ivm.Connection:
         db = ivm.connect()
-        db.execute(self.schema)
+        db.execute(self.engine_schema)
         if not db.tables:
             raise SqlError("the schema creates no tables")
         self._create_views(db)
@@ -178,12 +202,29 @@ class ViewSink:
         for view in self.order:
             head = f"CREATE MATERIALIZED VIEW {self.names[view]} AS "
             try:
-                db.execute(head + self.views[view])
+                db.execute(head + self.views[view], dialect=self.spark or "postgres")
             except SqlError as err:
                 line, col = err.line, err.col
                 if line == 1 and col is not None:
                     line, col = (1, col - len(head)) if col > len(head) else (None, None)
                 raise type(err)(f"view {view!r}: {err.message}", line, col) from err
+
+    def _spark_schema(self, view: str, schema: pa.Schema) -> pa.Schema:
+        """The view's columns as Spark SQL types them: a TIMESTAMP that holds instants as ``timestamp[us,
+        tz=UTC]`` (Spark's ``timestamp``; a wall time stays ``timestamp_ntz``), a SUM of decimals as wide as
+        Spark makes it (the values are the same)."""
+        if self.spark is None:
+            return schema
+        types = self.spark.views.get(self.names[view], {})
+        fields = []
+        for f in schema:
+            t = types.get(f.name)
+            if t is not None and t.kind == "timestamp" and pa.types.is_timestamp(f.type):
+                f = f.with_type(pa.timestamp("us", tz="UTC"))
+            elif t is not None and t.kind == "decimal" and pa.types.is_decimal(f.type) and t.s == f.type.scale:
+                f = f.with_type(pa.decimal128(t.p, t.s))
+            fields.append(f)
+        return pa.schema(fields, metadata=schema.metadata)
 
     def _write_outputs(self, diffs: dict[str, pa.Table], batch_id: int, spark) -> None:
         """Hand each view's diffs to the outputs that want it (they skip a view whose diffs are empty)."""
@@ -239,7 +280,7 @@ class ViewSink:
         try:
             if not db.tables:
                 with db.commit_group():  # the tables and views are there whole, or not at all
-                    db.execute(self.schema)
+                    db.execute(self.engine_schema)
                     self._create_views(db)
             self.columns = {t: [c.name for c in st.table.columns] for t, st in db.tables.items()}
             record = db.positions.get(RECORD) or {}
@@ -362,16 +403,18 @@ class ViewSink:
         net = net.take(order)
         engine_times = net.column("time").to_numpy() - t0
         time = commits.take(pa.array(engine_times.astype(np.int64)))
-        return pa.table(
+        out = pa.table(
             [*(net.column(c) for c in columns), time, net.column("diff_sum")],
             names=[*columns, "time", "diff"],
         )
+        return out.cast(self.no_diffs[view].schema)
 
     def _contents_of(self, view: str):
         name = self.names[view]
 
         def read() -> pa.Table:
-            return self.db.execute(f"SELECT * FROM {name}").fetch_arrow()
+            table = self.db.execute(f"SELECT * FROM {name}").fetch_arrow()
+            return table.cast(self._spark_schema(view, table.schema))
 
         return read
 
@@ -405,6 +448,8 @@ def view_sink(
     checkpoint_bytes: int = 64 << 20,
     ignore_columns: Sequence[str] = (),
     dead_letters: str | os.PathLike | None = None,
+    dialect: str = "spark",
+    time_zone: str | None = None,
 ) -> ViewSink:
     """A ``foreachBatch`` sink maintaining ``views`` (name -> SELECT) over the tables that ``schema``
     (CREATE TABLE statements) declares.
@@ -428,6 +473,12 @@ def view_sink(
     local or a URI) its change rows go there instead, with the error, one Parquet file per micro-batch, and
     the rest proceeds. A view that cannot compute a value is in error (``ViewSink.view_errors``) until the row
     at fault changes or leaves; the stream goes on.
+
+    The views are Spark SQL (``dialect="spark"``): Spark's division, NULL ordering, decimal result types and
+    case-insensitive names, and ``timestamp`` columns (declared ``TIMESTAMP WITH TIME ZONE`` in ``schema``)
+    read in the session time zone ``time_zone`` (by default the active Spark session's, else UTC; a
+    micro-batch from a session in another time zone is refused). ``dialect="postgres"`` reads them as the
+    embedded database does, as PostgreSQL in UTC.
     """
     return ViewSink(
         schema,
@@ -438,4 +489,13 @@ def view_sink(
         checkpoint_bytes=checkpoint_bytes,
         ignore_columns=ignore_columns,
         dead_letters=dead_letters,
+        dialect=dialect,
+        time_zone=time_zone,
     )
+
+
+def _session_time_zone() -> str:
+    """The active Spark session's time zone, or UTC without one (pyspark is not imported for it)."""
+    pyspark_sql = sys.modules.get("pyspark.sql")
+    session = pyspark_sql.SparkSession.getActiveSession() if pyspark_sql is not None else None
+    return session.conf.get("spark.sql.session.timeZone") if session is not None else "UTC"

@@ -113,12 +113,13 @@ class Connection:
 
     # -- DB-API surface ---------------------------------------------------------------------------------
     @_pooled
-    def execute(self, sql: str, params: Sequence | None = None) -> Connection:
+    def execute(self, sql: str, params: Sequence | None = None, dialect="postgres") -> Connection:
         """Run one or more statements; a query's rows are then available from ``fetchall``.
 
         Transactions behave as PostgreSQL's: several statements in one string are one transaction (all or
         nothing) unless they hold transaction control of their own; an error inside BEGIN ... COMMIT aborts the
-        transaction, so that every later statement fails until ROLLBACK (or COMMIT, which then rolls back)."""
+        transaction, so that every later statement fails until ROLLBACK (or COMMIT, which then rolls back).
+        ``dialect="spark"`` (or a ``sql.spark.Spark``) reads a query or CREATE VIEW as Spark SQL."""
         transactions.usable(self)
         self._result = None
         word = sql.strip().rstrip(";").strip().upper()
@@ -127,7 +128,7 @@ class Connection:
             self._statement(parsing.CONTROL[word]())
             return self
         try:
-            statements = parsing.parse(sql, params)
+            statements = parsing.parse(sql, params, dialect, self.catalog)
         except Error:
             transactions.failure(self)
             raise

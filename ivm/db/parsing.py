@@ -24,6 +24,7 @@ from ivm.errors import DataError, ProgrammingError
 from sql import allow
 from sql.errors import error_at
 from sql.recursive import attach_mutually_recursive, rewrite_mutually_recursive
+from sql.spark import Spark, relations_of, to_postgres
 
 __all__ = ["CONTROL", "parse"]
 
@@ -39,9 +40,17 @@ CONTROL = {
 }
 
 
-def parse(sql: str, params: Sequence | dict | None = None) -> list[exp.Expression]:
+def parse(
+    sql: str, params: Sequence | dict | None = None, dialect: str | Spark = "postgres", catalog=None
+) -> list[exp.Expression]:
     """The statements of ``sql`` (with ``params`` bound to its placeholders), each checked against the
-    allow-list; or a syntax error with its line and column."""
+    allow-list; or a syntax error with its line and column.
+
+    ``dialect`` ``"spark"`` (or a ``sql.spark.Spark`` naming the session time zone) reads queries and
+    CREATE VIEW as Spark SQL: names case-insensitive, and each statement rewritten into one of PostgreSQL's
+    semantics computing Spark's answer (``sql.spark``), with the types of ``catalog``'s tables and views."""
+    if dialect != "postgres":
+        return _parse_spark(sql, params, Spark() if dialect == "spark" else dialect, catalog)
     names = None
     if params is not None:
         if isinstance(params, (str, bytes)) or not isinstance(params, (Sequence, dict)):
@@ -71,6 +80,31 @@ def parse(sql: str, params: Sequence | dict | None = None) -> list[exp.Expressio
         for node in s.walk():
             node.comments = None  # comments mean nothing, and must not make equal expressions differ
     return [normalize_identifiers(s, dialect="postgres") for s in statements]
+
+
+def _parse_spark(sql: str, params, spark: Spark, catalog) -> list[exp.Expression]:
+    if not isinstance(spark, Spark):
+        raise ProgrammingError(f"unknown SQL dialect {spark!r}: use 'postgres' or 'spark'")
+    if params is not None:
+        raise ProgrammingError("parameters are not supported in Spark's dialect")
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="spark") if s is not None]
+    except ParseError as err:
+        e = err.errors[0] if err.errors else {}
+        raise ProgrammingError(
+            f"syntax error: {e.get('description', err)}", e.get("line"), e.get("col")
+        ) from err
+    except TokenError:
+        raise _token_error(sql) from None
+    out = []
+    for s in statements:
+        for node in s.walk():
+            node.comments = None
+        s = normalize_identifiers(s, dialect="spark")  # Spark's names are case-insensitive, quoted or not
+        s = to_postgres(s, relations_of(catalog, spark) if catalog is not None else {}, spark)
+        allow.check(s)
+        out.append(s)
+    return out
 
 
 def _numbered(sql: str, params: Sequence | dict) -> tuple[str, list[str] | None]:

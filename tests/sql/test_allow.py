@@ -108,6 +108,7 @@ ELSEWHERE = {
     exp.MaterializedProperty: "CREATE MATERIALIZED VIEW: tests/tpch and tests/cli scripts",
     exp.Properties: "CREATE MATERIALIZED VIEW: tests/tpch and tests/cli scripts",
     exp.Drop: "DROP TABLE: tests/sql/test_surface.py::test_insert_select_and_drop_table",
+    exp.AtTimeZone: "tests/sql/test_functions.py::test_function_values (time zones)",
 }
 
 

@@ -174,6 +174,17 @@ def test_functions_equal_duckdb(seed):
             "SELECT NULL IS TRUE, NULL IS NOT FALSE, NULL IS DISTINCT FROM NULL, 1 IS DISTINCT FROM NULL",
             (False, True, False, True),
         ),
+        (  # NUMERIC division, exact, rounded once (half away from zero)
+            "SELECT round(10.05 / 3, 6), round(-0.05 / 3, 6), round(2.5 / 2), round(100.00 / 7, 3), "
+            "round(7 / 2.0)",
+            (decimal.Decimal("3.350000"), decimal.Decimal("-0.016667"), 1, decimal.Decimal("14.286"), 4),
+        ),
+        (
+            "SELECT CAST((TIMESTAMP '2024-03-10 06:30:00' AT TIME ZONE 'UTC') AT TIME ZONE 'America/New_York' "
+            "AS TEXT), "
+            "CAST((TIMESTAMP '2024-07-01 12:00:00' AT TIME ZONE 'UTC') AT TIME ZONE 'Europe/Berlin' AS TEXT)",
+            ("2024-03-10 01:30:00", "2024-07-01 14:00:00"),
+        ),
         (
             "SELECT 'Hello' ILIKE 'h%', 'Hello' NOT ILIKE 'H_LLO', abs(NULL), upper(NULL)",
             (True, False, None, None),
@@ -209,6 +220,7 @@ def test_function_values(sql, value):
         ("SELECT s LIKE 'a!%' ESCAPE '!' FROM r", UnsupportedError, "ESCAPE is not supported"),
         ("SELECT s ILIKE s FROM r", UnsupportedError, "ILIKE needs a constant pattern"),
         ("SELECT i IS TRUE FROM r", SqlError, "must be boolean"),
+        ("SELECT dt AT TIME ZONE 'UTC' FROM r", UnsupportedError, "AT TIME ZONE is supported only as"),
     ],
 )
 def test_function_errors(sql, error, message):

@@ -45,7 +45,7 @@ class FakeSpark:
     def __init__(self):
         self.frames = []
 
-    def createDataFrame(self, table):  # noqa: N802 - Spark's name
+    def createDataFrame(self, table, schema=None):  # noqa: N802 - Spark's name
         self.frames.append(table)
         return table
 

@@ -9,6 +9,7 @@ from pyspark.sql import types as T
 import ivm
 from connectors.spark import table_sql
 from sql.errors import SqlError
+from sql.spark import schema_types
 
 SPARK = T.StructType(
     [
@@ -19,6 +20,7 @@ SPARK = T.StructType(
         T.StructField("name", T.StringType()),
         T.StructField("day", T.DateType()),
         T.StructField("at", T.TimestampType()),
+        T.StructField("wall", T.TimestampNTZType()),
         T.StructField("ok", T.BooleanType()),
         T.StructField("_change_type", T.StringType()),
     ]
@@ -29,10 +31,10 @@ def test_spark_schema_declares_a_table_that_takes_arrow_rows():
     sql = table_sql("items", SPARK, primary_key=["id"], skip=["_change_type"])
     assert sql == (
         "CREATE TABLE items (id BIGINT NOT NULL, qty INTEGER, price DECIMAL(15,2), ratio DOUBLE, name TEXT, "
-        "day DATE, at TIMESTAMP, ok BOOLEAN, PRIMARY KEY (id))"
+        "day DATE, at TIMESTAMP WITH TIME ZONE, wall TIMESTAMP, ok BOOLEAN, PRIMARY KEY (id))"
     )
     db = ivm.connect()
-    db.execute(sql)
+    db.execute(schema_types(sql)[0])  # as the sink declares it: instants held as TIMESTAMP in UTC
     rows = pa.table(
         {
             "id": pa.array([1], pa.int64()),
@@ -42,6 +44,7 @@ def test_spark_schema_declares_a_table_that_takes_arrow_rows():
             "name": ["x"],
             "day": pa.array([19000], pa.int32()).cast(pa.date32()),
             "at": pa.array([1_000_000], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            "wall": pa.array([1_000_000], pa.int64()).cast(pa.timestamp("us")),
             "ok": [True],
         }
     )

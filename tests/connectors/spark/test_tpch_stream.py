@@ -55,7 +55,9 @@ class Harness:
         outputs += [ParquetContents(q, self.tmp / "out" / f"{q}.parquet") for q in QUERIES]
         outputs += [ParquetDiffs("q18", self.tmp / "out" / "q18_diffs")]
         views = {q: query(q) for q in QUERIES}
-        return view_sink(SCHEMA, views, self.tmp / "ckpt.ivm", checkpoint_bytes=200_000, outputs=outputs)
+        # the TPC-H queries are written for ivm's PostgreSQL dialect
+        ckpt = self.tmp / "ckpt.ivm"
+        return view_sink(SCHEMA, views, ckpt, checkpoint_bytes=200_000, outputs=outputs, dialect="postgres")
 
     def start(self, sink, schema):
         changes = (
