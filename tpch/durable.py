@@ -161,6 +161,10 @@ def run(sf: float, txns: int, as_json: bool, directory: str | None = None) -> di
         # (d) small transactions with the log on (synced) and off, alternating by insert-and-delete pair so
         # that neither side gets the warmer half
         store = db.store
+        # the build's log was written without syncs, and a checkpoint of it may be under way: (d) measures the
+        # log of small transactions, not the flush of the build's writes, so those go to disk first
+        store.wait()
+        os.sync()
         store.synchronous = store.log.synchronous = True
         on, off = [], []
         for pair in range(txns):
