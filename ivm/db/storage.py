@@ -162,6 +162,7 @@ class Store:
             if db.version != self.version:
                 return self.checkpoint(db)
             if frames:
+                self._still_owned()  # on an object store: another connection may have opened the database
                 self.log.append(frames)
                 self._appended(db)
             if self._due():
@@ -338,8 +339,8 @@ class Store:
     # -- opening ----------------------------------------------------------------------------------------
     def lock(self) -> None:
         """Hold the directory for this process: a second connection to it is refused. An object store
-        cannot lock: there the connection writes a token of its own in ``owner``, and a checkpoint finding
-        another's token there (a second connection opened the database since) refuses to write."""
+        cannot lock: there the connection writes a token of its own in ``owner``, and a commit or checkpoint
+        finding another's token there (a second connection opened the database since) refuses to write."""
         if not self.local:
             makedirs(self.path)
             self._owner = uuid.uuid4().hex
