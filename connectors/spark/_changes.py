@@ -141,12 +141,9 @@ def _net_changes(rows: pa.Table, commit: pa.ChunkedArray, sign: np.ndarray, valu
     net = keyed.group_by(["_c", *names], use_threads=False).aggregate([("_s", "sum")])
     counts = net.column("_s_sum").to_numpy()
     keep = np.flatnonzero(counts != 0)
-    order = np.argsort(
-        pc.index_in(net.column("_c"), value_set=values).to_numpy()[keep] * 2 + (counts[keep] > 0), kind="stable"
-    )
-    keep = keep[order]
-    which = pc.index_in(net.column("_c").take(pa.array(keep)), value_set=values).to_numpy()
-    positive = counts[keep] > 0
+    commit_of = pc.index_in(net.column("_c"), value_set=values).to_numpy()
+    keep = keep[np.argsort(commit_of[keep] * 2 + (counts[keep] > 0), kind="stable")]
+    which, positive = commit_of[keep], counts[keep] > 0
     runs = np.flatnonzero(np.diff(np.append(which, -1) * 2 + np.append(positive, 0)) != 0) + 1
     starts = np.append(0, runs[:-1])
     renamed = net.select(names).rename_columns(rows.column_names)

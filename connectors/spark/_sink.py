@@ -231,6 +231,10 @@ class ViewSink:
         for out in self.outputs:
             out.start(batch_id)
         errors = self.view_errors()
+        for v, e in errors.items():
+            log.warning(
+                "micro-batch %d: view %r is in error until the row at fault changes: %s", batch_id, v, e
+            )
         for v, d in diffs.items():
             batch = ViewBatch(v, batch_id, d, self._contents_of(v), spark, errors.get(v))
             for out in self.outputs:
@@ -338,10 +342,6 @@ class ViewSink:
         held = None
         if keep is not None:
             held = changes.filter(pc.equal(changes.column(shape.commit), keep.value))
-        for v, e in self.view_errors().items():
-            log.warning(
-                "micro-batch %d: view %r is in error until the row at fault changes: %s", batch_id, v, e
-            )
         return t0, values.take(pa.array(applied, pa.int64())), held
 
     def _apply_commit(self, c) -> SqlError | None:

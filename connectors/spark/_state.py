@@ -14,7 +14,6 @@ until the next is recorded (the database keeps its last two checkpoints, the log
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import urllib.parse
@@ -26,6 +25,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from ivm.engine import files
 from ivm.engine.files import join, listdir, resolve, sync_dir
 from sql.errors import SqlError
 
@@ -113,12 +113,7 @@ def read_parquet(path: Path | str) -> pa.Table:
 
 def remove(path: Path | str) -> None:
     """Delete the file ``path`` if it is there."""
-    if isinstance(path, Path):
-        path.unlink(missing_ok=True)
-        return
-    fs, inner = resolve(path)
-    with contextlib.suppress(FileNotFoundError):
-        fs.delete_file(inner)
+    files.remove(str(path))
 
 
 class StateDir:
