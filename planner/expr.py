@@ -122,10 +122,12 @@ def _arith(e: Call, cols, valid, n):
         return out, mask
     least = (a == _INT64_MIN) & (b == -1)
     if least.any() and (least if mask is None else least & mask).any():
-        raise EvaluationError("integer out of range" if e.type.kind == "int" else "numeric field overflow")
+        raise EvaluationError(_overflow(e.type))
     b = np.where(least, 1, b)
     q = a // b  # floor; truncation toward zero, as PostgreSQL, where the signs differ and b does not divide a
     q = q + ((q < 0) & (q * b != a))
+    if op == "div" and e.type.kind == "int" and e.type.bits < 64:
+        _check_width(e.type, q, mask)  # the least value divided by -1
     return (q if op == "div" else a - q * b), mask
 
 
@@ -158,8 +160,26 @@ def _check_range(e: Call, op: str, a, b, out: np.ndarray, mask) -> None:
     if mask is not None:
         wrapped = wrapped & mask
     if np.any(wrapped):
-        what = "integer out of range" if e.type.kind == "int" else f"numeric field overflow ({e.type})"
-        raise EvaluationError(f"{what} in {op}")
+        what = _overflow(e.type) if e.type.kind == "int" else f"numeric field overflow ({e.type})"
+        raise EvaluationError(what)
+    if e.type.kind == "int" and e.type.bits < 64:
+        _check_width(e.type, out, mask)
+
+
+def _overflow(t) -> str:
+    """PostgreSQL's message for a value beyond its type: ``integer out of range`` for an INTEGER."""
+    return f"{str(t).lower()} out of range" if t.kind == "int" else "numeric field overflow"
+
+
+def _check_width(t, out: np.ndarray, mask) -> None:
+    """An integer result computed in 64 bits checked against its type's narrower width (operands within the
+    width make every sum, difference, product and quotient exact in 64 bits)."""
+    half = 1 << (t.bits - 1)
+    bad = (out < -half) | (out >= half)
+    if mask is not None:
+        bad &= mask
+    if bad.any():
+        raise EvaluationError(_overflow(t))
 
 
 def _neg(e: Call, cols, valid, n):
@@ -170,10 +190,11 @@ def _neg(e: Call, cols, valid, n):
 
 
 def _no_least(e: Call, a: np.ndarray, m) -> None:
-    """The least 64-bit integer has no negation: an error where it is not NULL."""
-    least = a == _INT64_MIN
+    """The least value of an integer's width has no negation (nor absolute value): an error where it is not
+    NULL."""
+    least = a == (_INT64_MIN if e.type.kind != "int" else -(1 << (e.type.bits - 1)))
     if least.any() and (least if m is None else least & m).any():
-        raise EvaluationError("integer out of range" if e.type.kind == "int" else "numeric field overflow")
+        raise EvaluationError(_overflow(e.type))
 
 
 def _compare(e: Call, cols, valid, n):
@@ -342,7 +363,7 @@ def _nullif(e: Call, cols, valid, n):
 def _to_type(e: Call, cols, valid, n):
     a, m = evaluate(e.args[0], cols, valid, n)
     src, dst = e.param, e.type
-    if src.kind == "date" and dst.kind == "int":
+    if src.kind in ("date", "int") and dst.kind == "int":  # days, or an integer in a wider width
         return a.astype(np.int64), m
     if dst.kind == "float":
         out = a.astype(np.float64)
@@ -371,7 +392,7 @@ def _to_int(e: Call, cols, valid, n):
     if m is not None:
         bad &= m
     if bad.any():
-        raise EvaluationError(f"integer out of range: {a[np.flatnonzero(bad)[0]]!r}")
+        raise EvaluationError(f"{_overflow(e.type)}: {a[np.flatnonzero(bad)[0]]!r}")
     return out.astype(np.int64), m
 
 

@@ -16,7 +16,7 @@ from sqlglot import exp
 
 from sql.errors import error_at
 from sql.logical import Call, Const, Expr
-from sql.types import BOOL, INT, TEXT, SqlType, decimal_type
+from sql.types import BOOL, INTEGER, TEXT, SqlType, decimal_type
 
 __all__ = ["translate_function", "as_text"]
 
@@ -179,7 +179,7 @@ def _position(node: exp.StrPosition, translate: Translate) -> Expr:
         raise error_at(node, "POSITION with a starting position is not supported", unsupported=True)
     x = _text(node, translate(node.this))
     sub = _str_arg(node, node.args.get("substr"), None)
-    return Const(None, INT) if sub is None else Call("position", (x,), INT, sub)
+    return Const(None, INTEGER) if sub is None else Call("position", (x,), INTEGER, sub)
 
 
 def _starts_with(node: exp.StartsWith, translate: Translate) -> Expr:
@@ -223,7 +223,7 @@ def as_text(x: Expr) -> Expr:
 
 
 _TEXT = {
-    exp.Length: _unary_text("length", INT),
+    exp.Length: _unary_text("length", INTEGER),
     exp.Upper: _unary_text("upper"),
     exp.Lower: _unary_text("lower"),
     exp.Reverse: _unary_text("reverse"),

@@ -26,6 +26,7 @@ from sql.types import (
     DATE,
     FLOAT,
     INT,
+    INTEGER,
     TEXT,
     TIMESTAMP,
     Domain,
@@ -274,8 +275,8 @@ def _literal(node: exp.Literal) -> Const:
     if node.is_string:
         return Const(node.this, TEXT)
     text = node.this
-    if re.fullmatch(r"\d+", text) and int(text) < 2**63:
-        return Const(int(text), INT)
+    if re.fullmatch(r"\d+", text) and int(text) < 2**63:  # INTEGER when it fits, as in PostgreSQL
+        return Const(int(text), INTEGER if int(text) < 2**31 else INT)
     try:
         d = decimal.Decimal(text)
     except decimal.InvalidOperation:
@@ -311,6 +312,8 @@ def coerce(node: exp.Expression, e: Expr, t: SqlType) -> Expr:
             return Const(e.value, t)
         if s.kind in ("int", "decimal") and t.kind == "float":
             return Const(float(e.value), t)
+    if s.kind == "int" and t.kind == "int" and s.bits <= t.bits:
+        return Const(e.value, t) if isinstance(e, Const) else Call("to_type", (e,), t, s)
     if (s.kind, t.kind) in (("int", "decimal"), ("decimal", "decimal"), ("int", "float"), ("decimal", "float")):
         return Call("to_type", (e,), t, s)
     raise error_at(node, f"cannot use {s} as {t}")
@@ -321,6 +324,8 @@ def common_type(node: exp.Expression, types: list[SqlType]) -> SqlType:
     if not real:
         return INT
     kinds = {t.kind for t in real}
+    if kinds == {"int"}:
+        return max(real, key=lambda t: t.bits)
     if len(kinds) == 1 and kinds != {"decimal"}:
         return real[0]
     if kinds <= {"int", "decimal", "float"}:
@@ -343,8 +348,9 @@ def arithmetic(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
         return Const(None, FLOAT if op == "div" and t.kind == "decimal" else t)
     if "float" in kinds or (op == "div" and "decimal" in kinds):
         return Call(op, (coerce(node, a, FLOAT), coerce(node, b, FLOAT)), FLOAT)
-    if kinds == {"int"}:
-        return Call(op, (a, b), INT)
+    if kinds == {"int"}:  # in the wider operand's width, as PostgreSQL's int2/int4/int8 operators
+        t = common_type(node, [a.type, b.type])
+        return Call(op, (coerce(node, a, t), coerce(node, b, t)), t)
     if op == "mul":
         sa = a.type.scale if a.type.kind == "decimal" else 0
         sb = b.type.scale if b.type.kind == "decimal" else 0
@@ -356,7 +362,8 @@ def arithmetic(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
 def _date_arith(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
     """date +/- interval (or integer days); date - date is the number of days between them."""
     if a.type.kind == "date" and b.type.kind == "date" and op == "sub":
-        return Call("sub", (Call("to_type", (a,), INT, DATE), Call("to_type", (b,), INT, DATE)), INT)
+        days = (Call("to_type", (a,), INTEGER, DATE), Call("to_type", (b,), INTEGER, DATE))
+        return Call("sub", days, INTEGER)
     if b.type.kind == "date" and op == "add":
         a, b = b, a
     if a.type.kind != "date":
@@ -525,6 +532,8 @@ def cast_to(node: exp.Expression, e: Expr, t: SqlType) -> Expr:
     if e.type.numeric and t.numeric:
         if t.kind == "int" and e.type.kind != "int":
             return Call("to_int", (e,), t, e.type)
+        if t.kind == "int":  # a narrower width: ``in_domain`` or the column's domain checks the range
+            return Const(e.value, t) if isinstance(e, Const) else Call("to_type", (e,), t, e.type)
         if t.kind == "decimal" and e.type.kind == "float":
             out = Call("float_to_decimal", (e,), t)
         elif t.kind == "decimal" and e.type.kind == "decimal" and t.scale < e.type.scale:

@@ -214,8 +214,9 @@ def relations_of(catalog, spark: Spark) -> dict[str, dict[str, SparkType]]:
 def _from_engine(t) -> SparkType:
     if t.kind == "decimal":
         return SparkType("decimal", t.precision, t.scale)
+    if t.kind == "int":
+        return SparkType({16: "short", 32: "int"}.get(t.precision, "long"))
     kinds = {
-        "int": "long",
         "float": "double",
         "text": "string",
         "bool": "boolean",

@@ -831,6 +831,8 @@ def _agg_type(node: exp.Expression, func: str, e: Expr):
         return FLOAT
     if func == "sum" and t.kind == "decimal":
         return decimal_type(18, t.scale)
+    if func == "sum" and t.kind == "int":
+        return INT  # BIGINT for every width, as PostgreSQL's SUM of SMALLINT and INTEGER
     return t
 
 

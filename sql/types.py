@@ -2,7 +2,7 @@
 
 | SQL | engine |
 | --- | --- |
-| SMALLINT, INTEGER, BIGINT | int64 |
+| SMALLINT, INTEGER, BIGINT | int64, computed in the type's width (16, 32 or 64 bits) |
 | NUMERIC/DECIMAL(p, s), p <= 18 | int64 scaled by 10**s (exact sums) |
 | REAL, DOUBLE PRECISION | float64 |
 | TEXT, VARCHAR, CHAR | int64 code into the engine's string pool |
@@ -28,6 +28,8 @@ from sql.errors import UnsupportedError
 __all__ = [
     "SqlType",
     "INT",
+    "INTEGER",
+    "SMALLINT",
     "FLOAT",
     "TEXT",
     "DATE",
@@ -57,7 +59,9 @@ _DTYPES = {
 
 @dataclass(frozen=True)
 class SqlType:
-    """A column type: ``kind`` is one of int, decimal, float, text, date, timestamp, bool."""
+    """A column type: ``kind`` is one of int, decimal, float, text, date, timestamp, bool. An int's
+    ``precision`` is its width in bits, 16 (SMALLINT) or 32 (INTEGER), or 0 for BIGINT's 64; every width is
+    held in int64 and arithmetic fails where a result leaves the width, as PostgreSQL's does."""
 
     kind: str
     precision: int = 0
@@ -71,11 +75,17 @@ class SqlType:
     def numeric(self) -> bool:
         return self.kind in ("int", "decimal", "float")
 
+    @property
+    def bits(self) -> int:
+        """An integer type's width in bits."""
+        return self.precision or 64
+
     def __str__(self) -> str:
         if self.kind == "decimal":
             return f"DECIMAL({self.precision},{self.scale})"
+        if self.kind == "int":
+            return {16: "SMALLINT", 32: "INTEGER"}.get(self.precision, "BIGINT")
         return {
-            "int": "BIGINT",
             "float": "DOUBLE",
             "text": "TEXT",
             "date": "DATE",
@@ -84,7 +94,9 @@ class SqlType:
         }[self.kind]
 
 
-INT = SqlType("int")
+INT = SqlType("int")  # BIGINT
+INTEGER = SqlType("int", 32)
+SMALLINT = SqlType("int", 16)
 FLOAT = SqlType("float")
 TEXT = SqlType("text")
 DATE = SqlType("date")
@@ -98,7 +110,7 @@ def decimal_type(precision: int, scale: int) -> SqlType:
     return SqlType("decimal", precision, scale)
 
 
-_INTS = {exp.DataType.Type.SMALLINT, exp.DataType.Type.INT, exp.DataType.Type.BIGINT}
+_INTS = {exp.DataType.Type.SMALLINT: SMALLINT, exp.DataType.Type.INT: INTEGER, exp.DataType.Type.BIGINT: INT}
 _FLOATS = {exp.DataType.Type.DOUBLE}
 _TEXTS = {
     exp.DataType.Type.TEXT,
@@ -116,7 +128,7 @@ def from_sqlglot(dtype: exp.DataType) -> SqlType | None:
     t = dtype.this
     params = dtype.expressions
     if t in _INTS:
-        return INT
+        return _INTS[t]
     if t in _FLOATS:
         return FLOAT
     if t in _TEXTS:
@@ -207,7 +219,7 @@ def sql_value(value: object, t: SqlType) -> object:
         v = int(value)
         if not -(2**63) <= v < 2**63:
             raise ValueError(f"{v} is out of range for BIGINT")
-        return v
+        return v  # a narrower width is a domain, checked where the value is stored
     if k == "decimal":
         d = decimal.Decimal(str(value)) if not isinstance(value, decimal.Decimal) else value
         scaled = d.scaleb(t.scale).quantize(decimal.Decimal(1), rounding=decimal.ROUND_HALF_UP)

@@ -82,13 +82,19 @@ __all__ = ["Sidecar", "main"]
 log = logging.getLogger("ivm.sidecar")
 
 _IVM_TO_PG = {
-    "int": "bigint",
     "float": "double precision",
     "text": "text",
     "date": "date",
     "timestamp": "timestamp without time zone",
     "bool": "boolean",
 }
+
+
+def _pg_type(t) -> str:
+    """The PostgreSQL type of a target column holding ivm's type ``t``."""
+    if t.kind == "decimal":
+        return f"numeric({t.precision},{t.scale})"
+    return str(t).lower() if t.kind == "int" else _IVM_TO_PG[t.kind]
 
 
 class Unreachable(Exception):
@@ -610,9 +616,7 @@ class Sidecar:
                 continue
             v = db.views[name].view
             names = [c.name for c in v.columns]
-            ivm_types = [
-                _IVM_TO_PG.get(c.type.kind) or f"numeric({c.type.precision},{c.type.scale})" for c in v.columns
-            ]
+            ivm_types = [_pg_type(c.type) for c in v.columns]
             if pg_types is None:
                 types = ivm_types
             elif len(pg_types[name]) != len(names):

@@ -356,9 +356,9 @@ def test_answers_as_postgresql(setup, sql, expected):
 @pytest.mark.parametrize(
     ("setup", "sql", "cls", "words"),
     [
-        ([f"INSERT INTO n VALUES ({LEAST})"], "SELECT -c FROM n", DataError, "integer out of range"),
-        ([f"INSERT INTO n VALUES ({LEAST})"], "SELECT abs(c) FROM n", DataError, "integer out of range"),
-        ([f"INSERT INTO n VALUES ({LEAST})"], "SELECT c / -1 FROM n", DataError, "integer out of range"),
+        ([f"INSERT INTO n VALUES ({LEAST})"], "SELECT -c FROM n", DataError, "bigint out of range"),
+        ([f"INSERT INTO n VALUES ({LEAST})"], "SELECT abs(c) FROM n", DataError, "bigint out of range"),
+        ([f"INSERT INTO n VALUES ({LEAST})"], "SELECT c / -1 FROM n", DataError, "bigint out of range"),
         (["INSERT INTO f VALUES (1e308)"], "SELECT v * 2 FROM f", DataError, "overflow"),
         (
             ["INSERT INTO n VALUES (1), (2)"],
