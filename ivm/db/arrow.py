@@ -156,13 +156,15 @@ def to_arrow_column(data: np.ndarray, valid: np.ndarray | None, t: SqlType) -> p
         return pa.array(data.astype(np.int32), mask=mask).cast(pa.date32())
     if k == "timestamp":
         return pa.array(data.astype(np.int64), mask=mask).cast(pa.timestamp("us"))
+    if k == "int" and t.bits < 64:  # values are within the width: computed and stored so
+        return pa.array(data.astype(np.int32 if t.bits == 32 else np.int16), mask=mask)
     return pa.array(data, mask=mask)
 
 
 def arrow_type(t: SqlType) -> pa.DataType:
     """The Arrow type files are converted to when loaded into a column of type ``t``."""
     return {
-        "int": pa.int64(),
+        "int": pa.int64(),  # every width: the range is the table's domain, checked with PostgreSQL's message
         "decimal": pa.decimal128(max(t.precision, 1), t.scale),
         "float": pa.float64(),
         "text": pa.string(),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 
+import pyarrow as pa
 import pytest
 
 import ivm
@@ -182,3 +183,9 @@ def test_a_recursive_view_counts_in_integer_width():
         db.execute("SELECT * FROM r")
     db.execute("UPDATE lim SET n = 2147483646")
     assert db.execute("SELECT * FROM r").fetchall() == [(2147483647,)]
+
+
+def test_results_in_arrow_keep_each_width(db):
+    got = db.execute("SELECT s, i, b, i + 1, sum(i) FROM w WHERE k = 3 GROUP BY s, i, b").fetch_arrow()
+    assert got.schema.types == [pa.int16(), pa.int32(), pa.int64(), pa.int32(), pa.int64()]
+    assert got.to_pylist() == [{"s": 1, "i": 1, "b": 1, "_col_3": 2, "_col_4": 1}]
