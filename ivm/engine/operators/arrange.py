@@ -27,8 +27,8 @@ class ArrangeOp(Operator):
         self.nkey = nkey
         self.dtypes = tuple(dtypes)
         self.trace = Spine(nkey, self.dtypes, scope.dim)
-        self.handle: TraceHandle | None = self.trace.handle(scope.dataflow.frontier_in(scope.dim))
-        scope.dataflow.handles.append(self.handle)
+        handle = self.trace.handle(scope.dataflow.frontier_in(scope.dim))
+        self.handle: TraceHandle | None = scope.dataflow.hold(handle)
         self.input = self.new_queue()
         if source is not None:
             source.subscribe(self.input)
@@ -63,14 +63,15 @@ class ImportOp(Operator):
         self.trace = source.trace
         self.nkey = source.nkey
         self.dtypes = source.dtypes
-        self.handle = self.trace.handle(self.trace.since)
-        scope.dataflow.handles.append(self.handle)
+        self.handle = scope.dataflow.hold(self.trace.handle(self.trace.since))
         # the history is seen as of the last retired time: updates that cancelled out by then (in batches not
         # merged yet) arrive together and cancel, rather than replaying states the new dataflow never had
         as_of = max(source.scope.dataflow.frontier - 1, 0)
         self.history = [_as_of(b, as_of) for b in self.trace.batches()]
         self.input = self.new_queue()
         source.subscribe(self.input)
+        if self.history:
+            self.activate(())
 
     def run(self, point: Point) -> None:
         for b in self.history:

@@ -29,6 +29,10 @@ class EnterOp(Operator):
         self.outer = self.new_queue()
         source.subscribe(self.outer)
 
+    def activate(self, point: Point) -> None:
+        """Outer updates at ``point`` enter at its iteration 0."""
+        self.scope.activate(self, (*point, 0))
+
     def pending_points(self):
         for p in self.outer.points():
             yield (*p, 0)
@@ -51,7 +55,7 @@ class LeaveOp(Operator):
 
     def __init__(self, scope: Scope, source: Operator, outer: Scope) -> None:
         super().__init__(outer, "leave")
-        self.inner = self.new_queue()
+        self.inner = self.new_queue(activates=False)  # drained by the loop after each of its points
         self.loop_scope = scope
         source.subscribe(self.inner)
 
@@ -108,6 +112,7 @@ class LoopOp(Operator):
     def __init__(self, outer: Scope, inner: Scope) -> None:
         super().__init__(outer, "loop")
         self.inner = inner
+        inner.loop = self
         self.leaves: list[LeaveOp] = []
 
     def pending_points(self):

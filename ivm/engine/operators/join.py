@@ -124,7 +124,8 @@ class JoinOp(Operator):
         frontier = scope.dataflow.frontier_in(left_trace.dim)
         self.left_handle = left_trace.handle(frontier)
         self.right_handle = right_trace.handle(scope.dataflow.frontier_in(right_trace.dim))
-        scope.dataflow.handles.extend([self.left_handle, self.right_handle])
+        scope.dataflow.hold(self.left_handle)
+        scope.dataflow.hold(self.right_handle)
         self.positions = None if positions is None else tuple(positions)
         self.nulls_match = nulls_match
 

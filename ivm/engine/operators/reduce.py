@@ -55,8 +55,7 @@ class ReduceOp(Operator):
         source.subscribe(self.input)
         self.handle = None
         if trace is not None:
-            self.handle = trace.handle(scope.dataflow.frontier_in(trace.dim))
-            scope.dataflow.handles.append(self.handle)
+            self.handle = scope.dataflow.hold(trace.handle(scope.dataflow.frontier_in(trace.dim)))
         self.reducer = reducer
         key_dtypes = in_dtypes[: self.nkey]
         out_dtypes = key_dtypes + tuple(reducer.out_dtypes(in_dtypes[self.nkey :]))
@@ -90,6 +89,16 @@ class ReduceOp(Operator):
         pending = self.pending.pop(point, [])
         if not deltas and not pending:
             return
+        try:
+            self._run(point, deltas, pending)
+        finally:
+            for p in self.pending:  # times found due later: run again there
+                if p == point:
+                    self.scope.activate_next_run(self, p)
+                else:
+                    self.activate(p)
+
+    def _run(self, point: Point, deltas: list, pending: list) -> None:
         if self.state is not None:
             out = self._evaluate_linear(
                 Batch.concat([d.updates if isinstance(d, TraceBatch) else d for d in deltas])

@@ -11,23 +11,38 @@ from typing import TYPE_CHECKING
 from ivm.engine.lattice import Antichain
 
 if TYPE_CHECKING:
+    from ivm.engine.dataflow import Dataflow
     from ivm.engine.trace.spine import Spine
 
 __all__ = ["TraceHandle"]
 
 
 class TraceHandle:
-    """A reader of a ``Spine``; ``frontier`` bounds the times it will ask about (from below)."""
+    """A reader of a ``Spine``; ``frontier`` bounds the times it will ask about (from below). A handle held by
+    a dataflow follows the dataflow's frontier (``follows``), so that a step moves every handle of the
+    dataflow at once, without visiting them."""
 
     def __init__(self, trace: Spine, frontier: Antichain) -> None:
         self.trace = trace
-        self.frontier = frontier
+        self._frontier = frontier
+        self.follows: Dataflow | None = None
         self.released = False
         trace._attach(self)
 
+    @property
+    def frontier(self) -> Antichain:
+        df = self.follows
+        return self._frontier if df is None else df.frontier_in(self.trace.dim)
+
     def advance(self, frontier: Antichain) -> None:
         """Promise to read only at times in advance of ``frontier`` from now on."""
-        self.frontier = frontier
+        self._frontier = frontier
+        self.follows = None
+        self.trace._frontier_changed()
+
+    def follow(self, df: Dataflow) -> None:
+        """Read from now on at times in advance of ``df``'s frontier, as it moves."""
+        self.follows = df
         self.trace._frontier_changed()
 
     def release(self) -> None:

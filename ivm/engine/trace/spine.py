@@ -161,6 +161,7 @@ class Spine:
         self._emptied = False  # whether entries may be empty batches (left by merges) to drop
         self._since = Antichain(np.zeros((1, dim), dtype=np.int64))
         self._since_stale = False
+        self._fronts: list[Antichain] = []  # the handles' frontiers the meet ``_since`` was computed from
 
     # -- handles ---------------------------------------------------------------------------------
     def handle(self, frontier: Antichain | None = None) -> TraceHandle:
@@ -182,16 +183,22 @@ class Spine:
             self._since_stale = True
 
     def _frontier_changed(self) -> None:
-        """A handle moved its frontier: the meet is recomputed when next needed (handles advance on every
-        step, merges and new handles read it far less often)."""
+        """A handle moved its frontier: the meet is recomputed when next needed (merges and new handles read
+        it far less often than frontiers move)."""
         self._since_stale = True
 
     @property
     def since(self) -> Antichain:
-        """The compaction frontier: the meet of the handles' frontiers."""
-        if self._since_stale and self.handles:
+        """The compaction frontier: the meet of the handles' frontiers (those following a dataflow move with
+        it: the meet is computed again when one of them is not the frontier it was)."""
+        if not self.handles:
+            return self._since
+        fronts = [h.frontier for h in self.handles]
+        last = self._fronts
+        moved = len(last) != len(fronts) or any(a is not b for a, b in zip(fronts, last, strict=True))
+        if self._since_stale or moved:
             self._since_stale = False
-            fronts = [h.frontier for h in self.handles]
+            self._fronts = fronts
             if all(len(f) == 1 for f in fronts):
                 rows = np.concatenate([f.elements for f in fronts])
                 least = rows.min(axis=0)
