@@ -7,7 +7,9 @@ the workload's seven views into the same database. Reported:
 - ``changes_per_s``: source row changes applied end to end (into the target, committed) per second, from the
   start of the load until the sidecar has caught up with its last transaction;
 - ``latency_p50_ms`` / ``latency_p99_ms``: per source transaction, from its commit in the source (the commit
-  timestamp in the replication stream) to the commit of the target transaction that contains it.
+  timestamp in the replication stream) to the commit of the target transaction that contains it;
+- then the same load paced at ``--paced`` changes per second (default 1,000): ``latency_p50_ms_paced`` and
+  ``latency_p99_ms_paced``, the latency a source below saturation sees.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ __all__ = ["main", "run"]
 NAME = "ivm_bench"  # the slot, publication and target schema the benchmark (re)creates
 
 
-def run(dsn: str, seconds: float, threads: int, pause: float) -> dict:
+def run(dsn: str, seconds: float, threads: int, pause: float, rate: float | None = None) -> dict:
     """One measurement against the database ``dsn``: its workload tables and the ``ivm_bench`` slot,
     publication and schema are recreated."""
     setup(dsn)
@@ -51,7 +53,7 @@ def run(dsn: str, seconds: float, threads: int, pause: float) -> dict:
         wait_for_marker(dsn, 0, NAME, timeout=120)
         latencies.clear()
         applied[0] = 0
-        load = Load(dsn, threads=threads, pause=pause, seed=7).start()
+        load = Load(dsn, threads=threads, pause=pause, seed=7, rate=rate).start()
         start = time.monotonic()
         time.sleep(seconds)
         load.stop()
@@ -81,13 +83,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=10.0, help="how long the write load runs (default 10)")
     p.add_argument("--threads", type=int, default=3, help="client threads writing (default 3)")
     p.add_argument("--pause", type=float, default=0.0, help="seconds each client waits between transactions")
+    p.add_argument(
+        "--paced", type=float, default=1000.0, help="then a run paced at this many changes/s (0: none)"
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+
+    def both(dsn: str) -> dict:
+        result = run(dsn, args.seconds, args.threads, args.pause)
+        if args.paced:
+            paced = run(dsn, args.seconds, args.threads, 0.0, rate=args.paced)
+            result["paced_changes_per_s"] = args.paced
+            result["paced_measured_changes_per_s"] = paced["changes_per_s"]
+            result["latency_p50_ms_paced"] = paced["latency_p50_ms"]
+            result["latency_p99_ms_paced"] = paced["latency_p99_ms"]
+        return result
+
     if args.dsn:
-        result = run(args.dsn, args.seconds, args.threads, args.pause)
+        result = both(args.dsn)
     else:
         with LocalCluster() as cluster:
-            result = run(cluster.dsn, args.seconds, args.threads, args.pause)
+            result = both(cluster.dsn)
     if args.json:
         print(json.dumps(result))
     else:
@@ -97,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  latency p99 (ms)       {result['latency_p99_ms']:>10.2f}")
         print(f"  source transactions    {result['source_transactions']:>10d}")
         print(f"  source row changes     {result['source_changes']:>10d}")
+        if args.paced:
+            print(f"paced at {args.paced:g} changes/s ({result['paced_measured_changes_per_s']:.1f} measured)")
+            print(f"  latency p50 (ms)       {result['latency_p50_ms_paced']:>10.2f}")
+            print(f"  latency p99 (ms)       {result['latency_p99_ms_paced']:>10.2f}")
     return 0
 
 

@@ -81,6 +81,8 @@ __all__ = ["Sidecar", "main"]
 
 log = logging.getLogger("ivm.sidecar")
 
+_POLL_MIN, _POLL_MAX = 0.001, 0.05  # seconds between polls finding nothing: doubling from one to the other
+
 _IVM_TO_PG = {
     "float": "double precision",
     "text": "text",
@@ -704,6 +706,7 @@ class Sidecar:
                 tgt.set_errors(in_error)
         committed = start_lsn
         idle_since = checked = time.monotonic()
+        wait = _POLL_MIN  # after a poll that read nothing: short while changes flow, longer as the source rests
         while not self.stopping:
             pending = self.pending
             why = None
@@ -826,7 +829,10 @@ class Sidecar:
                 if pending is not None:  # their statuses are written whole with them
                     in_error = {v: e for v, e in in_error.items() if v not in pending.views}
             elif not msgs:
-                self._sleep(0.05)
+                self._sleep(wait)
+                wait = min(wait * 2, _POLL_MAX)
+            if msgs:
+                wait = _POLL_MIN
         self._clean = True
         log.info(
             "stopped at %s (%d rows read from snapshots since start)", format_lsn(committed), self.snapshot_rows

@@ -64,11 +64,15 @@ def setup(dsn: str) -> None:
 
 class Load:
     """``threads`` clients running random multi-statement transactions until ``stop()``; ``pause`` seconds
-    between a client's transactions paces the load (0: as fast as the server allows)."""
+    between a client's transactions, or ``rate`` changed rows per second over all clients, paces the load
+    (neither: as fast as the server allows)."""
 
-    def __init__(self, dsn: str, threads: int = 3, pause: float = 0.0, seed: int = 0) -> None:
+    def __init__(
+        self, dsn: str, threads: int = 3, pause: float = 0.0, seed: int = 0, rate: float | None = None
+    ) -> None:
         self.dsn = dsn
         self.pause = pause
+        self.rate = rate
         self.done = threading.Event()
         self.commits = 0
         self.changes = 0
@@ -92,6 +96,7 @@ class Load:
 
     def _client(self, seed: int) -> None:
         rng = random.Random(seed)
+        start, mine = time.monotonic(), 0
         try:
             with psycopg.connect(self.dsn) as c:
                 while not self.done.is_set():
@@ -106,6 +111,11 @@ class Load:
                         self.changes += n
                     if self.pause:
                         time.sleep(self.pause)
+                    if self.rate:  # this client's share of the rate: wait until its changes are due
+                        mine += n
+                        ahead = start + mine * len(self.threads) / self.rate - time.monotonic()
+                        if ahead > 0:
+                            self.done.wait(ahead)
         except BaseException as err:  # surfaced by stop()
             self.errors.append(err)
 
