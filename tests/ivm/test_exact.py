@@ -1,5 +1,6 @@
 """Exact sums of doubles (``ivm.engine.operators.exact``): the correctly rounded sum of the values present,
-as ``math.fsum`` computes it, whatever their magnitudes and however they came and went."""
+as ``math.fsum`` computes it, whatever their magnitudes and however they came and went; the limbs of such
+sums as wide running states."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ivm.engine.operators import exact
+from ivm.engine.operators.running import RunningStates
 
 I64 = np.int64
 BIG = 2**63 - 1
@@ -85,3 +87,21 @@ def test_rounding_is_to_nearest_with_ties_to_even():
         want = expected_sum(values)
         assert over[0] == (want == "overflow"), values
         assert over[0] or out[0] == want, (values, out[0], want)
+
+
+def test_a_wide_state_survives_growth_and_reloading():
+    states = RunningStates([I64], [I64], capacity=2, wide=1)
+    slots = states.add(np.arange(3, dtype=I64), [np.arange(3, dtype=I64)], [None])
+    states.widen(0, 30, 33)
+    states.wide[0][slots] = np.arange(9).reshape(3, 3)
+    states.widen(0, 28, 31)  # down: columns 28 and 29 are new
+    states.widen(0, 32, 36)  # up: 33 to 35
+    assert states.wide_lo[0] == 28 and states.wide[0].shape[1] == 8
+    states.add(np.arange(3, 9, dtype=I64), [np.arange(3, 9, dtype=I64)], [None])  # grows the capacity
+    saved = {k: v.copy() for k, v in states.columns().items()}
+    assert sorted(k for k in saved if k.startswith("w0.")) == [f"w0.{i}" for i in range(28, 36)]
+    other = RunningStates([I64], [I64], wide=1)
+    other.load(saved)
+    assert other.wide_lo[0] == 28
+    np.testing.assert_array_equal(other.wide[0][: other.size], states.wide[0][: states.size])
+    np.testing.assert_array_equal(other.wide[0][:3, 2:5], np.arange(9).reshape(3, 3))
