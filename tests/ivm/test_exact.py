@@ -1,6 +1,7 @@
 """Exact sums of doubles (``ivm.engine.operators.exact``): the correctly rounded sum of the values present,
-as ``math.fsum`` computes it, whatever their magnitudes and however they came and went; the limbs of such
-sums as wide running states."""
+as ``math.fsum`` computes it, whatever their magnitudes and however they came and went; and the errors of
+sums that cannot be computed, as data of the dataflow, in running states, in the general reduce and in loops.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ivm
+from ivm.engine import checkpoint
+from ivm.engine.files import Written
 from ivm.engine.operators import exact
+from ivm.engine.operators.reducers import Aggregate
 from ivm.engine.operators.running import RunningStates
 
 I64 = np.int64
@@ -105,3 +110,122 @@ def test_a_wide_state_survives_growth_and_reloading():
     assert other.wide_lo[0] == 28
     np.testing.assert_array_equal(other.wide[0][: other.size], states.wide[0][: states.size])
     np.testing.assert_array_equal(other.wide[0][:3, 2:5], np.arange(9).reshape(3, 3))
+
+
+def _sums(engine: ivm.Engine, nonlinear: bool):
+    df = engine.dataflow()
+    x = df.input([I64, np.float64])
+    specs = [("sum", 0), ("avg", 0), ("count", None)] + ([("max", 0)] if nonlinear else [])
+    out = x.aggregate([0], specs).as_collection().capture()
+    return df, x, out
+
+
+def _rows(capture, t: int) -> dict:
+    return {r[:3]: m for r, m in capture.rows_at(t).items()}
+
+
+def test_a_running_sum_depends_on_the_values_present_not_on_history():
+    for nonlinear in (False, True):
+        engine = ivm.Engine()
+        df, x, out = _sums(engine, nonlinear)
+        x.insert([(1, 1e20), (1, 1.0), (2, 0.1)], time=0)
+        x.insert([(2, 0.2)], time=1)  # two times in one step
+        x.advance_to(2)
+        engine.step()
+        x.delete([(1, 1e20)], time=2)
+        x.insert([(2, -0.1)], time=2)
+        x.delete([(2, 0.2)], time=3)
+        x.advance_to(4)
+        engine.step()
+        assert _rows(out, 1) == {(1, 1e20, 5e19): 1, (2, 0.1 + 0.2, (0.1 + 0.2) / 2): 1}
+        assert _rows(out, 2) == {(1, 1.0, 1.0): 1, (2, 0.2, 0.2 / 3): 1}
+        assert _rows(out, 3) == {(1, 1.0, 1.0): 1, (2, 0.0, 0.0): 1}
+        assert not df.errors
+
+
+def test_sums_beyond_their_type_are_errors_that_leave_with_their_rows():
+    """Per group, in running states and in the general reduce alike: the group in error has no row but an
+    error, the others go on, and the group comes back when the rows at fault go."""
+    for nonlinear in (False, True):
+        engine = ivm.Engine()
+        df = engine.dataflow()
+        x = df.input([I64, I64, np.float64])
+        extra = [("max", 0)] if nonlinear else []
+        ints = x.aggregate([0], [("sum", 0), *extra]).as_collection().capture()
+        floats = x.aggregate([0], [("sum", 1), ("avg", 1), *extra]).as_collection().capture()
+        x.insert([(1, BIG, 1e308), (1, 1, 1e308), (2, 5, 1.0)], time=0)
+        x.advance_to(1)
+        engine.step()
+        assert df.errors == {"bigint out of range": 1, exact.OVERFLOW: 1}  # a group is in error once
+        assert {r[:2] for r in ints.rows_at(0)} == {(2, 5)}
+        assert {r[:2] for r in floats.rows_at(0)} == {(2, 1.0)}
+        x.insert([(1, 0, math.inf)], time=1)  # an infinity decides the sum of doubles: no error
+        x.insert([(2, BIG, 0.0)], time=1)  # group 2 goes into error
+        x.advance_to(2)
+        engine.step()
+        assert df.errors == {"bigint out of range": 2}
+        assert {r[:2] for r in floats.rows_at(1)} == {(1, math.inf), (2, 1.0)}
+        x.delete([(1, 1, 1e308), (2, BIG, 0.0)], time=2)
+        x.advance_to(3)
+        engine.step()
+        assert df.errors == {}
+        assert {r[:2] for r in ints.rows_at(2)} == {(1, BIG), (2, 5)}
+        assert engine.failed == [] and not df.dropped
+
+
+def test_an_error_in_a_loop_is_data_too():
+    engine = ivm.Engine()
+    df = engine.dataflow()
+    x = df.input([I64, I64])
+    with df.loop() as loop:
+        inner = loop.enter(x)
+        var = loop.variable([I64, I64])
+        total = inner.concat(var.negate()).concat(var).aggregate([0], [("sum", 0)]).as_collection()
+        var.set(total)
+        out = loop.leave(total).capture()
+    x.insert([(1, BIG), (1, 1), (2, 3)], time=0)
+    x.advance_to(1)
+    engine.step()
+    assert df.errors == {"bigint out of range": 1} and _rows(out, 0) == {(2, 3): 1}
+    x.delete([(1, 1)], time=1)
+    x.advance_to(2)
+    engine.step()
+    assert df.errors == {} and _rows(out, 1) == {(1, BIG): 1, (2, 3): 1}
+
+
+def test_errors_and_limbs_are_saved_and_loaded(tmp_path):
+    def build(engine):
+        df = engine.dataflow("d")
+        x = df.input([I64, I64, np.float64])
+        running = x.aggregate([0], [("sum", 0), ("sum", 1), ("count", None)])
+        general = x.arrange([0]).reduce(Aggregate([("sum", 0), ("max", 1)]))
+        return df, x, (running, general)
+
+    a = ivm.Engine()
+    df_a, x_a, _ = build(a)
+    x_a.insert([(1, BIG, 1e20), (1, 1, 1.0), (2, 2, 1e-300)], time=0)
+    x_a.advance_to(1)
+    a.step()
+    assert df_a.errors == {"bigint out of range": 2}
+    saved = checkpoint.save(df_a, str(tmp_path), Written())
+    b = ivm.Engine()
+    df_b, x_b, (running, general) = build(b)
+    checkpoint.load(df_b, saved, Written())
+    checkpoint.resume(df_b, df_a.frontier)
+    assert df_b.errors == df_a.errors
+    x_b.delete([(1, BIG, 1e20)], time=1)
+    x_b.insert([(2, 0, -1e-300)], time=1)
+    x_b.advance_to(2)
+    b.step()
+    assert df_b.errors == {}
+    assert _contents(running) == {(1, 1, 1.0, 1): 1, (2, 2, 0.0, 2): 1}
+    assert _contents(general) == {(1, 1, 1.0): 1, (2, 2, 1e-300): 1}
+
+
+def _contents(arranged) -> dict:
+    """The rows of an arrangement now, with their multiplicities."""
+    out: dict = {}
+    for b in arranged.trace.batches():
+        for *row, _, diff in b.updates.to_rows():
+            out[tuple(row)] = out.get(tuple(row), 0) + diff
+    return {r: m for r, m in out.items() if m}
