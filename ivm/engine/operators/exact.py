@@ -14,8 +14,9 @@ each in [0, 2**32) but the top one, which holds the sign (the sum is the limbs' 
 negative for a negative sum). Between normalizations a limb has room for sums of 2**30 contributions.
 
 A column keeps only the limbs its values reach: a window of limb indices ``[lo, lo + width)`` that widens as
-values of new magnitudes arrive, plus one limb above for the sign and the carries. Money between 0.01 and
-1e9 needs 5 limbs, values from 1e-20 to 1e20 need 7, and the whole range of doubles needs ``LIMBS`` (67).
+values of new magnitudes arrive, plus one limb above for the sign and the carries. Doubles in [0, 1) need 4
+limbs, amounts in cents up to 1e6 need 5, values from 1e-20 to 1e20 need 8, and the whole range of doubles
+needs ``LIMBS`` (67).
 """
 
 from __future__ import annotations
