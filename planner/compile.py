@@ -332,7 +332,7 @@ class _Compiler:
             if a.func in ("min", "max") and a.type.kind == "text":
                 kind = a.func + "_text"
             specs.append((kind, None if a.arg is None else rest.index(a.arg + shift)))
-        reducer = ivm.Aggregate(specs, _avg_divisors(plan))
+        reducer = ivm.Aggregate(specs, _avg_divisors(plan), _sum_overflows(plan))
         return self._reduce(plan.input if ng else one_group(plan.input), group, reducer)
 
     def _reduce(self, plan: Plan, key: tuple[int, ...], reducer: ivm.Aggregate) -> Arranged:
@@ -380,6 +380,17 @@ def _avg_divisors(plan: Aggregate) -> dict[int, float]:
         j: 10.0 ** in_types[a.arg].scale
         for j, a in enumerate(plan.aggs)
         if a.func == "avg" and in_types[a.arg].kind == "decimal"
+    }
+
+
+def _sum_overflows(plan: Aggregate) -> dict[int, str]:
+    """A sum of decimals that does not fit in 64 bits puts its group in error as a numeric that does not fit
+    (sums of integers say ``bigint out of range``): aggregate position -> error."""
+    in_types = [c.type for c in plan.input.columns]
+    return {
+        j: f"numeric field overflow: a sum of {in_types[a.arg]} values beyond 64 bits"
+        for j, a in enumerate(plan.aggs)
+        if a.func == "sum" and in_types[a.arg].kind == "decimal"
     }
 
 

@@ -1,7 +1,8 @@
 """A dataflow's state at rest: written as files between steps, and loaded into the same dataflow built again.
 
 Between steps every queue is empty, so a dataflow's state is what its operators keep: each arrangement's
-trace (its readable batches), each linear aggregate's running states, the rows in error, and the frontier.
+trace (its readable batches), each linear aggregate's running states, each reduce's trace of the groups it
+could not compute, the rows in error, and the frontier.
 ``save`` writes that under a directory and returns a JSON-able description naming the files; it is
 ``capture`` (at rest, quick: the batches, which are immutable, by reference; copies of the running states
 changed since they were last written) then ``write`` (the files, which may run in another thread while the
@@ -24,6 +25,7 @@ from ivm.engine.operators.arrange import ArrangeOp, ImportOp
 from ivm.engine.operators.iterate import LoopOp
 from ivm.engine.operators.reduce import ReduceOp
 from ivm.engine.scope import Operator, Scope
+from ivm.engine.trace import Spine
 from ivm.engine.trace.files import read_trace, write_trace
 
 __all__ = [
@@ -95,8 +97,12 @@ def write_batches(batches: list, directory: str, written: Written) -> list[dict]
 def load_trace(op: ArrangeOp, saved: list[dict], written: Written) -> None:
     """Replace an arrangement's trace contents with the saved batches (noted in ``written``, so that no
     later checkpoint writes them again)."""
+    _load_spine(op.trace, saved, written)
+
+
+def _load_spine(spine: Spine, saved: list[dict], written: Written) -> None:
     files = [StoredFile.from_json(f) for f in saved]
-    for b, f in zip(read_trace(op.trace, files), files, strict=True):
+    for b, f in zip(read_trace(spine, files), files, strict=True):
         written.put(b, f)
 
 
@@ -121,7 +127,9 @@ def capture(df: Dataflow, written: Written) -> Captured:
     for path, op in operators(df):
         if isinstance(op, ArrangeOp) and op.handle is not None:
             traces[path] = list(op.trace.batches())
-        elif isinstance(op, ReduceOp) and op.state is not None:
+        if isinstance(op, ReduceOp) and op.error_trace is not None:
+            traces[f"{path}:errors"] = list(op.error_trace.batches())
+        if isinstance(op, ReduceOp) and op.state is not None:
             version = op.state.writes
             fresh = written.get(op.state, version) is None
             columns = {k: a.copy() for k, a in op.state.columns().items()} if fresh else None
@@ -157,7 +165,9 @@ def load(df: Dataflow, saved: dict, written: Written) -> None:
         entry = ops.get(path)
         if isinstance(op, ArrangeOp) and op.handle is not None:
             load_trace(op, entry["trace"] if entry else [], written)
-        elif isinstance(op, ReduceOp) and op.state is not None:
+        if isinstance(op, ReduceOp) and f"{path}:errors" in ops:
+            _load_spine(op.make_error_trace(), ops[f"{path}:errors"]["trace"], written)
+        if isinstance(op, ReduceOp) and op.state is not None:
             if entry is None:
                 raise Mismatch(f"dataflow {df.name!r} has no running state saved at {path}")
             file = StoredFile.from_json(entry["running"])

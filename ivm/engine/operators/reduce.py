@@ -8,6 +8,11 @@ minus the correction already emitted at the key's previous interesting time, whi
 into exact updates. Inside loops, history at later iterations (left by earlier epochs) makes later points
 interesting too; those are recorded and revisited when the loop reaches them.
 
+Errors are data: a group the reducer cannot compute (a sum beyond 64 bits) has no output row but an error, an
+update of the dataflow's error collection with the time and multiplicity its row would have had, so that the
+group leaves the error when its input changes again. The operator keeps the errors it emitted per key in a
+trace of their own, made when the first appears, and corrects them exactly as it corrects its output.
+
 All keys and all their interesting times are evaluated together with sorting, cumulative sums and binary
 searches; nothing iterates over keys or times in Python.
 """
@@ -19,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ivm.engine.batch import Batch, group_starts, key_hash, lexsort, sort_keys
+from ivm.engine.operators import exact
 from ivm.engine.operators.arrange import ArrangeOp
 from ivm.engine.operators.reducers import Aggregate, Groups, Reducer
 from ivm.engine.operators.running import RunningStates
@@ -61,11 +67,23 @@ class ReduceOp(Operator):
         out_dtypes = key_dtypes + tuple(reducer.out_dtypes(in_dtypes[self.nkey :]))
         self.output = ArrangeOp(scope, None, self.nkey, out_dtypes)
         self.pending: dict[Point, list[Batch]] = {}
+        # the groups the reducer may fail to compute: error code -> message (see ``Aggregate.failures``)
+        self.failures: dict[int, str] = {}
+        if isinstance(reducer, Aggregate):
+            self.failures = reducer.failures(in_dtypes[self.nkey :])
+        # the errors emitted, as (key..., code) updates: made when the first appears (see ``make_error_trace``)
+        self.error_trace: Spine | None = None
+        self.error_handle = None
         # linear aggregates outside loops keep a running state per key instead of re-reading their groups
         self.state: RunningStates | None = None
         if streams(reducer, scope):
             self.state_layout = reducer.state_columns(in_dtypes[self.nkey :])
-            self.state = RunningStates(key_dtypes, [d for _, _, d in self.state_layout])
+            # per column summed exactly, wide states 2i (its limbs) and 2i + 1 (its NaN, +inf, -inf counts,
+            # held from the first such value on)
+            self.wide_layout = reducer.wide_columns(in_dtypes[self.nkey :])
+            self.state = RunningStates(
+                key_dtypes, [d for _, _, d in self.state_layout], wide=2 * len(self.wide_layout)
+            )
         elif trace is None:
             raise ValueError("only a linear aggregate outside loops reduces a collection that is not arranged")
 
@@ -76,8 +94,31 @@ class ReduceOp(Operator):
     def release(self) -> None:
         if self.handle is not None:
             self.handle.release()
+        if self.error_handle is not None:
+            self.error_handle.release()
+            self.error_handle = None
         self.output.release()
         self.state = None
+
+    def make_error_trace(self) -> Spine:
+        """The trace of the errors emitted, keyed as the output, with the error's code as its one value (made
+        on first use, so that an operator that never fails holds none)."""
+        if self.error_trace is None:
+            dtypes = tuple(self.output.dtypes[: self.nkey]) + (np.dtype(np.int64),)
+            self.error_trace = Spine(self.nkey, dtypes, self.scope.dim)
+            self.error_handle = self.error_trace.handle(self.scope.dataflow.frontier_in(self.scope.dim))
+            self.scope.dataflow.handles.append(self.error_handle)
+        return self.error_trace
+
+    def _count_errors(self, codes: np.ndarray, diffs: np.ndarray) -> None:
+        """Add updates of groups in error (their codes and diffs) to the dataflow's errors, summed by code."""
+        if not len(codes):
+            return
+        distinct, inverse = np.unique(codes, return_inverse=True)
+        totals = np.zeros(len(distinct), dtype=np.int64)
+        np.add.at(totals, inverse.reshape(-1), diffs)
+        moved = np.flatnonzero(totals)  # a group in and out of error within the updates moves nothing
+        self.scope.dataflow.add_errors([self.failures[int(distinct[i])] for i in moved], totals[moved])
 
     @property
     def state_bytes(self) -> int:
@@ -120,15 +161,19 @@ class ReduceOp(Operator):
         nk = len(hashes)
         hist_in, q_in = self.handle.trace.gather(hashes, kcols, kvalid)
         hist_out, q_out = self.output.trace.gather(hashes, kcols, kvalid)
+        hist_err, q_err = None, q_out[:0]
+        if self.error_trace is not None:
+            hist_err, q_err = self.error_trace.gather(hashes, kcols, kvalid)
         dim = self.scope.dim
         if dim > 1:
             hist_in, q_in = self._split_future(hist_in, q_in, keys, point)
             hist_out, q_out = self._split_future(hist_out, q_out, keys, point)
+            hist_err, q_err = self._split_future(hist_err, q_err, keys, point)
 
         # interesting epochs per key: history epochs not before the key's first trigger, and the triggers
         cq = [np.arange(nk)]
         ce = [trig]
-        for h, q in ((hist_in, q_in), (hist_out, q_out)):
+        for h, q in ((hist_in, q_in), (hist_out, q_out), (hist_err, q_err)):
             if h is not None:
                 e = h.times[:, 0]
                 late = e >= trig[q]
@@ -138,43 +183,30 @@ class ReduceOp(Operator):
         cstart = np.searchsorted(cand_q, np.arange(nk), side="left")
         cend = np.searchsorted(cand_q, np.arange(nk), side="right")
 
+        # targets per candidate (the reducer's rows and errors) less what was emitted up to it
         parts: list[tuple[np.ndarray, tuple, tuple, np.ndarray]] = []
+        errors: list[tuple[np.ndarray, tuple, tuple, np.ndarray]] = []
         if hist_in is not None:
             g = _accumulate(hist_in, q_in, self.nkey, cstart, cend, cand_e)
             if g is not None:
-                parts.append(self.reducer(g))
-        if hist_out is not None:
-            g = _accumulate(hist_out, q_out, self.nkey, cstart, cend, cand_e)
-            if g is not None:
-                parts.append((g.group, g.columns, g.valid, -g.weights))
-        if not parts:
-            return None
-        c = np.concatenate([p[0] for p in parts])
-        if len(c) == 0:
-            return None
-        ncol = len(parts[0][1])
-        cols = tuple(np.concatenate([p[1][i] for p in parts]) for i in range(ncol))
-        valid = tuple(_concat_masks([(p[1][i], p[2][i]) for p in parts]) for i in range(ncol))
-        mult = np.concatenate([p[3] for p in parts])
-
-        # target(c) at epoch e_c, and minus target(c) at the key's next interesting epoch
-        q = cand_q[c]
-        nxt = c + 1
-        has_next = nxt < cend[q]
-        rows = np.concatenate([c, nxt[has_next]])
-        diffs = np.concatenate([mult, -mult[has_next]])
-        pick = np.concatenate([np.arange(len(c)), np.flatnonzero(has_next)])
-        epochs = cand_e[rows]
-        times = np.empty((len(rows), dim), dtype=np.int64)
-        times[:, 0] = epochs
-        if dim > 1:
-            times[:, 1:] = point
-        kq = cand_q[rows]
-        out_cols = tuple(k[kq] for k in kcols) + tuple(x[pick] for x in cols)
-        out_valid = tuple(None if m is None else m[kq] for m in kvalid) + tuple(
-            None if m is None else m[pick] for m in valid
-        )
-        return Batch(out_cols, out_valid, times, diffs)
+                if self.failures:
+                    out, (bad, codes) = self.reducer.evaluate(g)
+                    parts.append(out)
+                    errors.append((bad, (codes,), (None,), np.ones(len(bad), dtype=np.int64)))
+                else:
+                    parts.append(self.reducer(g))
+        for h, q, into in ((hist_out, q_out, parts), (hist_err, q_err, errors)):
+            if h is not None:
+                g = _accumulate(h, q, self.nkey, cstart, cend, cand_e)
+                if g is not None:
+                    into.append((g.group, g.columns, g.valid, -g.weights))
+        fixes = _telescope(errors, cand_q, cend, cand_e, kcols, kvalid, dim, point)
+        if fixes is not None:
+            tb = TraceBatch.from_updates(fixes, self.nkey)
+            if len(tb):
+                self.make_error_trace().insert(tb)
+                self._count_errors(tb.updates.columns[-1], tb.updates.diffs)
+        return _telescope(parts, cand_q, cend, cand_e, kcols, kvalid, dim, point)
 
     def _evaluate_linear(self, delta: Batch) -> Batch | None:
         """Output updates of a linear aggregate from the keys' running states and the new updates alone: at each
@@ -240,11 +272,33 @@ class ReduceOp(Operator):
                 new_states[j] = now[t]
                 prev_states[j] = before[t]
                 self.state.states[j][slots] = final[t]
-        # the groups' outputs now (added) and before (retracted), finished together
         m = len(q)
+        wide = {}
+        if self.wide_layout:
+            seg = np.cumsum(last_of_epoch) - last_of_epoch  # the (key, epoch) of each row, as ``ends`` counts
+            fidx = np.flatnonzero(first)
+            diffs = delta.diffs[order]
+            for i, pos in enumerate(self.wide_layout):
+                x, mask = vcols[pos][order], None if vvalid[pos] is None else vvalid[pos][order]
+                rows = exact.finite(x, mask, diffs)
+                lowest, parts = exact.split(x[rows], diffs[rows])
+                if len(rows):
+                    self.state.widen(2 * i, *exact.window(lowest))
+                limbs = self._wide(2 * i, rows, lowest, parts, seg, q, fidx, slots, carry=True)
+                rows, which = exact.special(x, mask, diffs)
+                if len(rows):
+                    self.state.widen(2 * i + 1, 0, 3)
+                counts = self._wide(2 * i + 1, rows, which, diffs[rows][None], seg, q, fidx, slots, carry=False)
+                wide[pos] = (limbs, self.state.wide_lo[2 * i], counts)
+        # the groups' outputs now (added) and before (retracted), finished together
         states = [np.concatenate((a, b)) for a, b in zip(new_states, prev_states, strict=True)]
-        values, masks = self.reducer.finish(self.state_layout, states)
+        values, masks, failed = self.reducer.finish(self.state_layout, states, wide)
         present = states[0] > 0  # groups with rows at that time
+        if failed is not None:
+            # a group in error has no row: its error goes in (now) or out (before) instead
+            wrong = np.flatnonzero(present & (failed >= 0))
+            self._count_errors(failed[wrong], np.where(wrong < m, 1, -1))
+            present[wrong] = False
         # a group whose output row is the same before and after (a distinct row counted once more, say)
         # would add and retract it at the same time: neither goes out
         unchanged = present[:m] & present[m:]
@@ -268,6 +322,33 @@ class ReduceOp(Operator):
         )
         times = epochs[order][ends][row].reshape(-1, 1)
         return Batch.build(cols, valid, times, np.where(now, 1, -1))
+
+    def _wide(self, j, rows, lowest, parts, seg, q, fidx, slots, carry: bool) -> np.ndarray:
+        """Wide state ``j`` (the limbs or the counts of an exact sum of doubles: see ``exact``) after each new
+        epoch of a key and before it (in two halves: shape ``(width, 2 * len(q))``), ``q`` being the epochs'
+        keys and ``fidx`` each key's first; the update adds ``parts`` of the sorted ``rows`` (in epochs
+        ``seg``) to their states' columns numbered ``lowest`` and up (see ``exact.scatter``). Each key's last
+        state is stored, normalized if ``carry`` (limbs, not counts)."""
+        lo, state = self.state.wide_lo[j], self.state.wide[j]
+        one_epoch = len(q) == len(fidx)  # each key at one new epoch (q is then 0, 1, 2, ...)
+        before = np.take(state, slots if one_epoch else slots[q], axis=0)  # (epochs, width)
+        if not len(rows):
+            return np.concatenate((before, before)).T
+        added = np.zeros(before.T.shape, dtype=np.int64)
+        exact.scatter(added, lowest, parts, lo, seg[rows])
+        if one_epoch:
+            now = before + added.T
+            final = now.copy()
+        else:
+            cs = np.cumsum(added, axis=1)
+            now = before + (cs - (cs[:, fidx] - added[:, fidx])[:, q]).T
+            later = np.flatnonzero(np.diff(q, prepend=-1) == 0)
+            before[later] = now[later - 1]
+            final = now[np.append(fidx[1:] - 1, len(q) - 1)]
+        if carry:
+            exact.normalize(final.T)
+        state[slots] = final
+        return np.concatenate((now, before)).T
 
     def _split_future(self, hist: Batch | None, q: np.ndarray, keys: tuple, point: Point):
         """Keep history at iterations ``<= point``; schedule later iterations' joins with this point."""
@@ -343,6 +424,51 @@ def _unique_pairs(q: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     new = np.ones(len(q), dtype=bool)
     new[1:] = (q[1:] != q[:-1]) | (e[1:] != e[:-1])
     return q[new], e[new]
+
+
+def _telescope(
+    parts: list[tuple[np.ndarray, tuple, tuple, np.ndarray]],
+    cand_q: np.ndarray,
+    cend: np.ndarray,
+    cand_e: np.ndarray,
+    kcols: tuple,
+    kvalid: tuple,
+    dim: int,
+    point: Point,
+) -> Batch | None:
+    """The updates that make a key's collection what ``parts`` says it lacks at each interesting epoch.
+
+    ``parts`` are rows by candidate (of key ``cand_q[c]`` at epoch ``cand_e[c]``) with multiplicities: the
+    target at the candidate less what was emitted up to it. Each goes out at its candidate's epoch and is taken
+    back at the key's next candidate, whose own part says what it needs instead."""
+    if not parts:
+        return None
+    c = np.concatenate([p[0] for p in parts])
+    if len(c) == 0:
+        return None
+    ncol = len(parts[0][1])
+    cols = tuple(np.concatenate([p[1][i] for p in parts]) for i in range(ncol))
+    valid = tuple(_concat_masks([(p[1][i], p[2][i]) for p in parts]) for i in range(ncol))
+    mult = np.concatenate([p[3] for p in parts])
+
+    # target(c) at epoch e_c, and minus target(c) at the key's next interesting epoch
+    q = cand_q[c]
+    nxt = c + 1
+    has_next = nxt < cend[q]
+    rows = np.concatenate([c, nxt[has_next]])
+    diffs = np.concatenate([mult, -mult[has_next]])
+    pick = np.concatenate([np.arange(len(c)), np.flatnonzero(has_next)])
+    epochs = cand_e[rows]
+    times = np.empty((len(rows), dim), dtype=np.int64)
+    times[:, 0] = epochs
+    if dim > 1:
+        times[:, 1:] = point
+    kq = cand_q[rows]
+    out_cols = tuple(k[kq] for k in kcols) + tuple(x[pick] for x in cols)
+    out_valid = tuple(None if m is None else m[kq] for m in kvalid) + tuple(
+        None if m is None else m[pick] for m in valid
+    )
+    return Batch(out_cols, out_valid, times, diffs)
 
 
 def _concat_masks(parts: Sequence[tuple[np.ndarray, np.ndarray | None]]):

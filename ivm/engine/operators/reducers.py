@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from ivm.engine.batch import Mask, lexsort, sort_keys
+from ivm.engine.operators import exact
 from ivm.engine.operators.basic import EvaluationError
 from ivm.engine.strings import POOL
 
@@ -57,21 +58,20 @@ class Reducer(Protocol):
 
 
 _LOW = np.int64(0xFFFFFFFF)
-_NEAR = 2.0**63 - 2.0**20  # beyond this, a sum computed in doubles may or may not fit in 64 bits
+_HALF = np.int64(1 << 31)
 
 
-def _exact_sum(high: np.ndarray, low: np.ndarray) -> np.ndarray:
+def _exact_sum(high: np.ndarray, low: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """The sums whose upper and lower 32-bit halves were summed apart (each half's sum is exact in 64 bits
-    below 2**31 rows): their 64-bit values, exact as long as they fit, which is checked, so that a sum beyond
-    BIGINT (or a DECIMAL's 18 digits) stops instead of wrapping around."""
+    below 2**31 rows): their 64-bit values, and where a sum does not fit in 64 bits (None when all do). The sum
+    is ``(high + carry) * 2**32 + rest`` with ``rest`` the lower 32 bits of ``low``: it fits when
+    ``high + carry`` fits in 32 bits, which is checked so that a sum beyond BIGINT (or a DECIMAL's 18 digits)
+    is an error rather than a value wrapped around."""
     total = (high << np.int64(32)) + low  # modular: right whenever the true sum fits
     if _small(high, low):
-        return total
-    for i in np.flatnonzero(np.abs(_approximate(high, low)) >= _NEAR):
-        exact = (int(high[i]) << 32) + int(low[i])
-        if not -(2**63) <= exact < 2**63:
-            raise EvaluationError(f"sum out of range: {exact} does not fit in 64 bits")
-    return total
+        return total, None
+    upper = high + (low >> np.int64(32))
+    return total, (upper < -_HALF) | (upper >= _HALF)
 
 
 def _average_sum(high: np.ndarray, low: np.ndarray) -> np.ndarray:
@@ -115,26 +115,38 @@ def distinct() -> Aggregate:
 AGGREGATES = ("count", "count_col", "sum", "avg", "min", "max", "min_text", "max_text", "count_distinct")
 
 
+INTEGER_OVERFLOW = "bigint out of range"  # a sum of integers beyond 64 bits, as PostgreSQL says of BIGINT
+
+
 class Aggregate:
     """SQL aggregates over value columns; one output row per group with a positive row count.
 
     ``specs`` are ``(kind, column position)`` with kind in ``count`` (rows; position ignored), ``count_col``
     (non-NULL values), ``sum``, ``avg``, ``min``, ``max``, ``min_text`` and ``max_text`` (string-pool codes
-    compared as strings), ``count_distinct``. Sums of integers are exact int64;
-    ``avg`` is float64, divided further by ``divisors[j]`` when given for spec ``j`` (the mean of decimals held
-    as scaled integers, in units); an aggregate over no non-NULL value is NULL (``count`` variants are 0).
+    compared as strings), ``count_distinct``. Sums of integers are exact int64; a group whose sum does not fit
+    is in error, under ``overflow[j]`` for spec ``j`` (``bigint out of range`` unless given). Sums of doubles
+    are the exact sums of the values present, rounded once (see ``exact``); one beyond the largest double is
+    an error, as in PostgreSQL. ``avg`` is float64, divided further by ``divisors[j]`` when given for spec
+    ``j`` (the mean of decimals held as scaled integers, in units); an aggregate over no non-NULL value is NULL
+    (``count`` variants are 0).
     """
 
     def __init__(
-        self, specs: Sequence[tuple[str, int | None]], divisors: dict[int, float] | None = None
+        self,
+        specs: Sequence[tuple[str, int | None]],
+        divisors: dict[int, float] | None = None,
+        overflow: dict[int, str] | None = None,
     ) -> None:
         for kind, _ in specs:
             if kind not in AGGREGATES:
                 raise ValueError(f"unknown aggregate {kind!r}")
         self.specs = tuple(specs)
         self.divisors = dict(divisors or {})
+        self.overflow = dict(overflow or {})
         if any(self.specs[j][0] != "avg" for j in self.divisors):
             raise ValueError("only averages take a divisor")
+        if any(self.specs[j][0] != "sum" for j in self.overflow):
+            raise ValueError("only sums take an overflow message")
 
     @property
     def linear(self) -> bool:
@@ -142,22 +154,40 @@ class Aggregate:
         group's result follows from a running state without re-reading the group."""
         return all(kind in ("count", "count_col", "sum", "avg") for kind, _ in self.specs)
 
+    def failures(self, in_dtypes) -> dict[int, str]:
+        """The aggregates that may fail to compute a group, by position in ``specs``, with their error: sums of
+        integers beyond 64 bits, sums and averages of doubles beyond the largest double. A group in error is
+        under the message of the first that fails, which depends on no value, so that the rows putting the
+        group in error and those taking it out name the same error."""
+        out = {}
+        for j, (kind, pos) in enumerate(self.specs):
+            if kind in ("sum", "avg") and np.dtype(in_dtypes[pos]).kind == "f":
+                out[j] = exact.OVERFLOW
+            elif kind == "sum":
+                out[j] = self.overflow.get(j, INTEGER_OVERFLOW)
+        return out
+
     def state_columns(self, in_dtypes) -> list[tuple[str, int | None, np.dtype]]:
         """The running state of a linear aggregate: the row count, then per value column used its non-NULL count
-        and, for sums and averages, its sum."""
-        cols: list[tuple[str, int | None, np.dtype]] = [("rows", None, np.dtype(np.int64))]
+        and, for sums and averages of integers, its sum in two halves (see ``_exact_sum``). Sums of doubles
+        are kept apart, as ``wide_columns`` says."""
+        i64 = np.dtype(np.int64)
+        cols: list[tuple[str, int | None, np.dtype]] = [("rows", None, i64)]
         for kind, pos in self.specs:
             if kind == "count":
                 continue
-            if ("nvalid", pos, np.dtype(np.int64)) not in cols:
-                cols.append(("nvalid", pos, np.dtype(np.int64)))
-            if kind in ("sum", "avg"):
-                t = np.dtype(np.float64) if np.dtype(in_dtypes[pos]).kind == "f" else np.dtype(np.int64)
-                if ("sum", pos, t) not in cols:
-                    cols.append(("sum", pos, t))
-                    if t.kind == "i":  # integers are summed in two halves, exactly (see ``_exact_sum``)
-                        cols.append(("sum_hi", pos, t))
+            wanted = [("nvalid", pos, i64)]
+            if kind in ("sum", "avg") and np.dtype(in_dtypes[pos]).kind != "f":
+                wanted += [("sum", pos, i64), ("sum_hi", pos, i64)]
+            cols += [c for c in wanted if c not in cols]
         return cols
+
+    def wide_columns(self, in_dtypes) -> list[int]:
+        """The value columns of doubles whose exact sums a running state keeps (see ``exact``): each in two
+        wide states, the limbs of its finite values and its counts of NaN, +inf and -inf, both changed only
+        by the rows that move them."""
+        summed = [pos for kind, pos in self.specs if kind in ("sum", "avg")]
+        return list(dict.fromkeys(pos for pos in summed if np.dtype(in_dtypes[pos]).kind == "f"))
 
     @staticmethod
     def contributions(state, columns, valid, diffs) -> list[np.ndarray]:
@@ -172,16 +202,22 @@ class Aggregate:
                 out.append(diffs if m is None else diffs * m)
             else:
                 x = columns[pos].astype(dtype)
-                if dtype.kind == "i":
-                    x = (x >> 32) if what == "sum_hi" else (x & _LOW)
+                x = (x >> 32) if what == "sum_hi" else (x & _LOW)
                 x = x * diffs.astype(dtype)
                 out.append(x if m is None else np.where(m, x, 0).astype(dtype))
         return out
 
-    def finish(self, state, values: list[np.ndarray]) -> tuple[list[np.ndarray], list]:
-        """The output columns (and validity) of groups in the given states."""
+    def finish(
+        self, state, values: list[np.ndarray], wide: dict[int, tuple[np.ndarray, int, np.ndarray]] | None = None
+    ) -> tuple[list[np.ndarray], list, np.ndarray | None]:
+        """The output columns (and validity) of groups in the given states, and the groups in error: per
+        group, the position in ``specs`` of the first aggregate failing (-1 for none), or None if none fails.
+        ``wide`` holds, per column of ``wide_columns``, its limbs (shape ``(width, groups)``), the number of
+        the first, and its counts of NaN, +inf and -inf (shape ``(3, groups)``)."""
         index = {(what, pos): i for i, (what, pos, _) in enumerate(state)}
         cols, masks = [], []
+        failed = None
+        rounded: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # a column's sum, for its SUM and its AVG
         for j, (kind, pos) in enumerate(self.specs):
             if kind == "count":
                 cols.append(values[0])
@@ -192,15 +228,23 @@ class Aggregate:
                 cols.append(nvalid)
                 masks.append(None)
                 continue
-            total = values[index[("sum", pos)]]
+            bad = None
             if ("sum_hi", pos) in index:
-                high = values[index[("sum_hi", pos)]]
-                total = _average_sum(high, total) if kind == "avg" else _exact_sum(high, total)
+                high, low = values[index[("sum_hi", pos)]], values[index[("sum", pos)]]
+                if kind == "avg":
+                    total = _average_sum(high, low)
+                else:
+                    total, bad = _exact_sum(high, low)
+            else:
+                if pos not in rounded:
+                    rounded[pos] = exact.sums(*wide[pos])
+                total, bad = rounded[pos]
             if kind == "avg":
                 total = self._mean(j, total, nvalid)
+            failed = _failing(failed, bad, j)
             cols.append(total)
             masks.append(nvalid > 0)
-        return cols, masks
+        return cols, masks, failed
 
     def _mean(self, j: int, total: np.ndarray, nvalid: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -222,11 +266,23 @@ class Aggregate:
         return tuple(out)
 
     def __call__(self, g: Groups) -> Output:
+        """The groups' output rows; ``EvaluationError`` if a group cannot be computed (``evaluate`` keeps the
+        groups in error apart instead)."""
+        out, (_, codes) = self.evaluate(g)
+        if len(codes):
+            raise EvaluationError(self.failures([c.dtype for c in g.columns])[int(codes[0])])
+        return out
+
+    def evaluate(self, g: Groups) -> tuple[Output, tuple[np.ndarray, np.ndarray]]:
+        """The output rows of the groups that can be computed, and the groups in error: their ids and the
+        position in ``specs`` of the first aggregate failing for each (see ``failures``)."""
         w = g.weights
         count = g.segment_sum(w)
         keep = count > 0
         cols: list[np.ndarray] = []
         masks: list[Mask] = []
+        failed = None
+        exact_sums: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # a column's sum, for its SUM and its AVG
         for j, (kind, pos) in enumerate(self.specs):
             if kind == "count":
                 cols.append(count)
@@ -239,14 +295,21 @@ class Aggregate:
                 cols.append(nvalid)
                 masks.append(None)
             elif kind in ("sum", "avg"):
+                bad = None
                 if x.dtype.kind == "f":
-                    s = g.segment_sum(x.astype(np.float64) * present)
+                    if pos not in exact_sums:
+                        exact_sums[pos] = exact.segment_sums(x, m, w, g.starts)
+                    s, bad = exact_sums[pos]
                 else:
                     xs = x.astype(np.int64)
                     high, low = g.segment_sum((xs >> 32) * present), g.segment_sum((xs & _LOW) * present)
-                    s = _average_sum(high, low) if kind == "avg" else _exact_sum(high, low)
+                    if kind == "avg":
+                        s = _average_sum(high, low)
+                    else:
+                        s, bad = _exact_sum(high, low)
                 if kind == "avg":
                     s = self._mean(j, s, nvalid)
+                failed = _failing(failed, bad, j)
                 cols.append(s)
                 masks.append(nvalid > 0)
             elif kind in ("min", "max"):
@@ -267,12 +330,29 @@ class Aggregate:
                 use = (w > 0) if m is None else (w > 0) & m
                 cols.append(_count_distinct(g.group, x, use, g.starts))
                 masks.append(None)
-        return (
+        errors = (g.ids[:0], g.ids[:0].astype(np.int64))
+        if failed is not None:
+            wrong = keep & (failed >= 0)
+            errors = (g.ids[wrong], failed[wrong])
+            keep &= ~wrong
+        out = (
             g.ids[keep],
             tuple(c[keep] for c in cols),
             tuple(None if m is None else m[keep] for m in masks),
             np.ones(int(keep.sum()), dtype=np.int64),
         )
+        return out, errors
+
+
+def _failing(failed: np.ndarray | None, bad: np.ndarray | None, j: int) -> np.ndarray | None:
+    """``failed`` (per group, the first aggregate failing, -1 for none) after aggregate ``j`` failing where
+    ``bad``."""
+    if bad is None or not bad.any():
+        return failed
+    if failed is None:
+        failed = np.full(len(bad), -1, dtype=np.int64)
+    failed[(failed < 0) & bad] = j
+    return failed
 
 
 def _extreme(x: np.ndarray, use: np.ndarray, starts: np.ndarray, kind: str) -> np.ndarray:

@@ -6,6 +6,10 @@ than a trace: the group keys and state columns in dense arrays (a slot per group
 open-addressing map from key hash to slot. A lookup compares the keys of every slot whose hash matches, so
 groups whose keys share a hash keep separate slots. A group whose rows all go keeps its slot, at zero, for
 when it returns.
+
+A state may also be *wide*: a run of int64 columns numbered from an index that moves down or up as more
+columns are needed, every group holding one value per column (the limbs of an exact sum of doubles: see
+``exact``). A group's values are side by side, so that reading or writing them is one access to memory.
 """
 
 from __future__ import annotations
@@ -23,30 +27,38 @@ _GOLD = np.uint64(0x9E3779B97F4A7C15)
 
 
 class RunningStates:
-    """Per group key, state columns of the given dtypes (zero for a group never seen)."""
+    """Per group key, state columns of the given dtypes and ``wide`` wide states (zero for a group never
+    seen)."""
 
-    def __init__(self, key_dtypes: Sequence, state_dtypes: Sequence, capacity: int = 64) -> None:
+    def __init__(self, key_dtypes: Sequence, state_dtypes: Sequence, capacity: int = 64, wide: int = 0) -> None:
         self.size = 0
         self.writes = 0  # how many times the states were updated: a saved copy is current while it holds
         self.keys = [np.zeros(capacity, dtype=d) for d in key_dtypes]
         self.valid = [np.ones(capacity, dtype=bool) for _ in key_dtypes]
         self.hashes = np.zeros(capacity, dtype=np.int64)
         self.states = [np.zeros(capacity, dtype=d) for d in state_dtypes]
+        # wide state j: shape (capacity, width), its column k numbered wide_lo[j] + k
+        self.wide = [np.zeros((capacity, 0), dtype=np.int64) for _ in range(wide)]
+        self.wide_lo = [0] * wide
         self._slots = np.full(2 * capacity, -1, dtype=np.int64)  # the map: hash position -> slot, -1 empty
 
     @property
     def nbytes(self) -> int:
-        arrays = [*self.keys, *self.valid, self.hashes, *self.states, self._slots]
+        arrays = [*self.keys, *self.valid, self.hashes, *self.states, *self.wide, self._slots]
         return sum(a.nbytes for a in arrays)
 
     def columns(self) -> dict[str, np.ndarray]:
-        """The groups' keys, validity, hashes and states (one entry per slot): what ``load`` takes back."""
+        """The groups' keys, validity, hashes and states (one entry per slot): what ``load`` takes back. Wide
+        state ``j`` gives one array per column, named ``w{j}.{number}``."""
         n = self.size
         out = {"hash": self.hashes[:n]}
         for i, (k, m) in enumerate(zip(self.keys, self.valid, strict=True)):
             out[f"k{i}"], out[f"kv{i}"] = k[:n], m[:n]
         for j, s in enumerate(self.states):
             out[f"s{j}"] = s[:n]
+        for j, (w, lo) in enumerate(zip(self.wide, self.wide_lo, strict=True)):
+            for k in range(w.shape[1]):
+                out[f"w{j}.{lo + k}"] = w[:n, k]
         return out
 
     def load(self, columns: dict[str, np.ndarray]) -> None:
@@ -65,6 +77,15 @@ class RunningStates:
         self.valid = [filled(columns[f"kv{i}"], bool) for i in range(len(self.valid))]
         self.hashes = filled(columns["hash"], np.int64)
         self.states = [filled(columns[f"s{j}"], s.dtype) for j, s in enumerate(self.states)]
+        for j in range(len(self.wide)):
+            numbers = sorted(int(name.split(".")[1]) for name in columns if name.startswith(f"w{j}."))
+            lo = numbers[0] if numbers else 0
+            if numbers != list(range(lo, lo + len(numbers))):
+                raise ValueError(f"wide state {j} misses columns: {numbers}")
+            w = np.zeros((capacity, len(numbers)), dtype=np.int64)
+            for k, number in enumerate(numbers):
+                w[:n, k] = columns[f"w{j}.{number}"]
+            self.wide[j], self.wide_lo[j] = w, lo
         self.size = n
         self._slots = np.full(2 * capacity, -1, dtype=np.int64)
         self._place(np.arange(n))
@@ -146,5 +167,22 @@ class RunningStates:
         self.valid = [grown(m) for m in self.valid]
         self.hashes = grown(self.hashes)
         self.states = [grown(s) for s in self.states]
+        for j, w in enumerate(self.wide):
+            longer = np.zeros((capacity, w.shape[1]), dtype=np.int64)
+            longer[:n] = w[:n]
+            self.wide[j] = longer
         self._slots = np.full(2 * capacity, -1, dtype=np.int64)
         self._place(np.arange(n))
+
+    def widen(self, j: int, lo: int, hi: int) -> None:
+        """Make wide state ``j`` hold the columns numbered ``[lo, hi)`` (and those it holds), new ones at 0."""
+        w, old = self.wide[j], self.wide_lo[j]
+        width = w.shape[1]
+        if width:
+            if lo >= old and hi <= old + width:
+                return
+            lo, hi = min(lo, old), max(hi, old + width)
+        wider = np.zeros((len(w), hi - lo), dtype=np.int64)
+        if width:
+            wider[:, old - lo : old - lo + width] = w
+        self.wide[j], self.wide_lo[j] = wider, lo
