@@ -106,8 +106,8 @@ class ReduceOp(Operator):
         if self.error_trace is None:
             dtypes = tuple(self.output.dtypes[: self.nkey]) + (np.dtype(np.int64),)
             self.error_trace = Spine(self.nkey, dtypes, self.scope.dim)
-            self.error_handle = self.error_trace.handle(self.scope.dataflow.frontier_in(self.scope.dim))
-            self.scope.dataflow.handles.append(self.error_handle)
+            handle = self.error_trace.handle(self.scope.dataflow.frontier_in(self.scope.dim))
+            self.error_handle = self.scope.dataflow.hold(handle)
         return self.error_trace
 
     def _count_errors(self, codes: np.ndarray, diffs: np.ndarray) -> None:
