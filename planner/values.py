@@ -9,6 +9,7 @@ import decimal
 from collections.abc import Sequence
 
 import numpy as np
+import pyarrow.compute as pc
 
 from ivm.engine.strings import POOL
 from sql.errors import DataError
@@ -48,10 +49,13 @@ def column_from_values(values: Sequence[object], t: SqlType) -> tuple[np.ndarray
     return data, None if mask.all() else mask
 
 
-def to_python(data: np.ndarray, mask: np.ndarray | None, t: SqlType) -> list[object]:
-    """SQL values of an engine column (for fetchall, display and plans; not a hot path)."""
+def to_python(data: np.ndarray, mask: np.ndarray | None, t: SqlType, padded: bool = False) -> list[object]:
+    """SQL values of an engine column (for fetchall, display and plans; not a hot path). CHAR(n) values are
+    held without their trailing spaces; ``padded`` gives them padded to n, as results show them."""
     k = t.kind
-    if k == "text":
+    if k == "text" and t.pad and padded and len(data):
+        vals = pc.utf8_rpad(POOL.strings(data), width=t.pad, padding=" ").to_pylist()
+    elif k == "text":
         vals = list(POOL.decode(data))
     elif k == "decimal":
         vals = [decimal.Decimal(int(v)).scaleb(-t.scale) for v in data]
