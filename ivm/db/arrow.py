@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ivm.engine.strings import POOL
+from planner.values import padded_strings
 from sql.errors import DataError
 from sql.types import SqlType
 
@@ -138,9 +139,11 @@ def to_arrow_column(data: np.ndarray, valid: np.ndarray | None, t: SqlType, padd
     if k == "text":
         if len(data) == 0:
             return pa.array([], pa.string())
-        strings = POOL.strings(data).cast(pa.string())
         if t.pad and padded:
-            strings = pc.utf8_rpad(strings, width=t.pad, padding=" ")
+            strings, inv = padded_strings(data, t.pad)
+            strings = (strings if inv is None else strings.take(inv)).cast(pa.string())
+        else:
+            strings = POOL.strings(data).cast(pa.string())
         return (
             strings if mask is None else pc.if_else(pa.array(mask), pa.nulls(len(data), pa.string()), strings)
         )

@@ -252,6 +252,24 @@ def test_output_is_padded_everywhere_results_leave(db):
     db.execute("DROP VIEW padded")
 
 
+def test_many_rows_are_padded_whether_their_values_repeat_or_not(pg):
+    """Padding per distinct value (values that repeat) and per row (values that do not) agree with
+    PostgreSQL, through fetchall and fetch_arrow, NULLs kept."""
+    ddl = "CREATE TABLE many (k INTEGER PRIMARY KEY, few CHAR(6), each CHAR(9))"
+    rows = [(i, None if i % 7 == 0 else ["a", "bb ", "", "é", "ccc"][i % 5], f"v{i}") for i in range(500)]
+    db = ivm.connect()
+    pg.execute("DROP TABLE IF EXISTS many")
+    for conn in (db, pg):
+        conn.execute(ddl)
+    db.cursor().executemany("INSERT INTO many VALUES (?, ?, ?)", rows)
+    with pg.cursor() as cur:
+        cur.executemany("INSERT INTO many VALUES (%s, %s, %s)", rows)
+    sql = "SELECT * FROM many ORDER BY k"
+    want = pg.execute(sql).fetchall()
+    assert db.execute(sql).fetchall() == want
+    assert [tuple(r.values()) for r in db.execute(sql).fetch_arrow().to_pylist()] == want
+
+
 def test_a_char_primary_key_and_a_join_on_it(pg):
     ddl = [
         "CREATE TABLE p (code CHAR(4) PRIMARY KEY, name TEXT)",
