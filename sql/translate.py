@@ -232,9 +232,17 @@ def _unify(node: exp.Expression, left: Plan, right: Plan) -> tuple[Plan, Plan]:
 
 def _string_constants(side: Plan) -> set[int]:
     """The columns of one side of a set operation that are string constants as written, still untyped (as in
-    ``SELECT 'x' UNION SELECT c``)."""
+    ``SELECT 'x' UNION SELECT c``; also under DISTINCT or LIMIT, which may refuse more than PostgreSQL would,
+    never less)."""
+    if isinstance(side, (Distinct, TopK, Filter)):
+        return _string_constants(side.input)
     if isinstance(side, Project):
-        return {i for i, e in enumerate(side.exprs) if chars.untyped(e)}
+        below = _string_constants(side.input)
+        return {
+            i
+            for i, e in enumerate(side.exprs)
+            if chars.untyped(e) or (isinstance(e, ColRef) and e.type == TEXT and e.index in below)
+        }
     return set()
 
 

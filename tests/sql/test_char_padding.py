@@ -156,6 +156,10 @@ REFUSED = [
     ("SELECT c5 FROM ch UNION ALL SELECT x FROM ch", "UNION of CHAR(5) and TEXT"),
     ("SELECT c5 FROM ch UNION SELECT 'x'", "UNION of CHAR(5) and a string constant"),
     ("SELECT 'x' UNION SELECT c5 FROM ch", "UNION of CHAR(5) and a string constant"),
+    (
+        "(SELECT 'x' FROM ch ORDER BY k LIMIT 1) UNION SELECT c5 FROM ch",
+        "UNION of CHAR(5) and a string constant",
+    ),
     ("SELECT nullif(v, c5) FROM ch", "NULLIF of CHAR(5) and VARCHAR"),
     ("SELECT CAST(x AS bpchar) FROM ch", "CAST of TEXT to bpchar"),
 ]
