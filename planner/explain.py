@@ -138,7 +138,7 @@ def _expr(e: Expr, src: Plan) -> str:
     if isinstance(e, Call):
         args = [_expr(a, src) for a in e.args]
         if e.op == "like":
-            pattern, insensitive = e.param
+            pattern, insensitive, *_ = e.param
             return f"{args[0]} {'ILIKE' if insensitive else 'LIKE'} {sql_literal(pattern, TEXT)}"
         if e.op in ("to_type", "to_text", "to_int", "round_decimal"):
             return f"CAST({args[0]} AS {e.type})"

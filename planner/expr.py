@@ -262,9 +262,13 @@ def _evaluated(fn):
 
 
 def _like(e: Call, cols, valid, n):
+    """LIKE and ILIKE, once per distinct string; a CHAR(n) value (``width`` n in the parameter) is matched
+    padded to n with spaces, as PostgreSQL matches it."""
     a, m = evaluate(e.args[0], cols, valid, n)
-    pattern, insensitive = e.param
+    pattern, insensitive, *width = e.param
     regex = f"(?s){'(?i)' if insensitive else ''}^(?:{like_regex(pattern)})$"
+    if width:
+        return POOL.compute(a, lambda s: pc.match_substring_regex(pc.utf8_rpad(s, width[0]), regex), bool), m
     return POOL.compute(a, lambda s: pc.match_substring_regex(s, pattern=regex), bool), m
 
 
@@ -363,6 +367,8 @@ def _nullif(e: Call, cols, valid, n):
 def _to_type(e: Call, cols, valid, n):
     a, m = evaluate(e.args[0], cols, valid, n)
     src, dst = e.param, e.type
+    if src.kind == dst.kind == "text":  # strings held alike (see ``sql.chars.retype``)
+        return a, m
     if src.kind in ("date", "int") and dst.kind == "int":  # days, or an integer in a wider width
         return a.astype(np.int64), m
     if dst.kind == "float":

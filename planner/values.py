@@ -9,12 +9,14 @@ import decimal
 from collections.abc import Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ivm.engine.strings import POOL
 from sql.errors import DataError
 from sql.types import SqlType, parse_text, sql_value
 
-__all__ = ["encode", "to_engine_value", "column_from_values", "to_python", "parse_engine"]
+__all__ = ["encode", "to_engine_value", "column_from_values", "to_python", "padded_strings", "parse_engine"]
 
 EPOCH = dt.date(1970, 1, 1)
 EPOCH_TS = dt.datetime(1970, 1, 1)
@@ -48,10 +50,14 @@ def column_from_values(values: Sequence[object], t: SqlType) -> tuple[np.ndarray
     return data, None if mask.all() else mask
 
 
-def to_python(data: np.ndarray, mask: np.ndarray | None, t: SqlType) -> list[object]:
-    """SQL values of an engine column (for fetchall, display and plans; not a hot path)."""
+def to_python(data: np.ndarray, mask: np.ndarray | None, t: SqlType, padded: bool = False) -> list[object]:
+    """SQL values of an engine column (for fetchall, display and plans; not a hot path). CHAR(n) values are
+    held without their trailing spaces; ``padded`` gives them padded to n, as results show them."""
     k = t.kind
-    if k == "text":
+    if k == "text" and t.pad and padded and len(data):
+        strings, inv = padded_strings(data, t.pad)
+        vals = strings.to_pylist() if inv is None else list(np.array(strings.to_pylist(), dtype=object)[inv])
+    elif k == "text":
         vals = list(POOL.decode(data))
     elif k == "decimal":
         vals = [decimal.Decimal(int(v)).scaleb(-t.scale) for v in data]
@@ -68,6 +74,20 @@ def to_python(data: np.ndarray, mask: np.ndarray | None, t: SqlType) -> list[obj
     if mask is not None:
         vals = [v if ok else None for v, ok in zip(vals, mask.tolist(), strict=True)]
     return vals
+
+
+def padded_strings(codes: np.ndarray, width: int) -> tuple[pa.Array, np.ndarray | None]:
+    """The strings of text codes padded to ``width`` with spaces, as CHAR(width) values are shown: per row
+    (``None``), or, where codes repeat, per distinct code with each row's index among them (padded once each;
+    whether they repeat is judged on a sample, so that a column of distinct values is not sorted for
+    nothing)."""
+    n = len(codes)
+    if n >= 64:
+        sample = codes[:: max(n // 1024, 1)]
+        if 4 * len(np.unique(sample)) <= len(sample):
+            uniq, inv = np.unique(codes, return_inverse=True)
+            return pc.utf8_rpad(POOL.strings(uniq), width=width, padding=" "), inv.reshape(-1)
+    return pc.utf8_rpad(POOL.strings(codes), width=width, padding=" "), None
 
 
 def parse_engine(text: str, t: SqlType) -> object:

@@ -4,8 +4,9 @@ Numbers: ABS, SIGN, ROUND (half away from zero, to a constant number of decimal 
 of exact numbers, one of them a decimal, divides exactly and rounds once, as NUMERIC does), FLOOR, CEIL,
 GREATEST and LEAST (NULL only when every argument is). Text: LENGTH, UPPER, LOWER, TRIM/LTRIM/RTRIM/BTRIM,
 SUBSTRING, LEFT, RIGHT, REPLACE, POSITION/STRPOS, STARTS_WITH, REVERSE, LPAD/RPAD, SPLIT_PART and CONCAT
-(which skips NULLs and writes other types as text). Arguments other than the text or number a function works on
-must be constants: the function then runs once per distinct string of a batch.
+(which skips NULLs and writes other types as text, CHAR(n) padded). A CHAR(n) argument is otherwise read
+without its trailing spaces, as PostgreSQL converts it to text. Arguments other than the text or number a
+function works on must be constants: the function then runs once per distinct string of a batch.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from sql.chars import shown
 from sql.errors import error_at
 from sql.logical import Call, Const, Expr
 from sql.types import BOOL, INTEGER, TEXT, SqlType, decimal_type
@@ -105,10 +107,10 @@ def _floor_ceil(node: exp.Expression, translate: Translate) -> Expr:
 
 
 def _extreme(node: exp.Expression, translate: Translate) -> Expr:
-    from sql.scalar import coerce, common_type
+    from sql.scalar import coerce, result_type
 
     args = [translate(a) for a in [node.this, *node.expressions]]
-    t = common_type(node, [a.type for a in args])
+    t = result_type(node, node.key.upper(), args)
     return Call(node.key.lower(), tuple(coerce(node, a, t) for a in args), t)
 
 
@@ -207,7 +209,7 @@ def _split_part(node: exp.SplitPart, translate: Translate) -> Expr:
 
 
 def _concat(node: exp.Concat, translate: Translate) -> Expr:
-    args = tuple(as_text(translate(a)) for a in node.expressions)
+    args = tuple(shown(as_text(translate(a))) for a in node.expressions)  # CHAR(n) padded, as written out
     if not args:
         raise error_at(node, "CONCAT needs at least one argument")
     return Call("concat_all", args, TEXT)

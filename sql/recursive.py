@@ -388,7 +388,11 @@ def _conform(node: exp.Expression, plan: Plan, columns: tuple[Column, ...], what
     exprs = []
     for i, (got, want) in enumerate(zip(plan.columns, columns, strict=True)):
         e = ColRef(i, got.type)
-        if got.type != want.type:
+        if got.type != want.type and not lossy and _same_strings(got.type, want.type):
+            e = ColRef(i, want.type)  # held alike: CHAR values are TEXT's stripped, as PostgreSQL converts them
+        elif got.type != want.type and lossy and got.type.kind == want.type.kind == "text":
+            e = cast(exp.Cast(this=exp.Null(), to=exp.DataType.build(str(want.type))), e)
+        elif got.type != want.type:
             if not (got.type.numeric and want.type.numeric) or not (lossy or _widens(got.type, want.type)):
                 raise error_at(
                     node,
@@ -398,6 +402,17 @@ def _conform(node: exp.Expression, plan: Plan, columns: tuple[Column, ...], what
             e = cast(exp.Cast(this=exp.Null(), to=exp.DataType.build(str(want.type))), e)
         exprs.append(e)
     return Project(plan, tuple(exprs), columns)
+
+
+def _same_strings(got: SqlType, want: SqlType) -> bool:
+    """Whether the recursive part's strings of type ``got`` take the type ``want`` of the definition as
+    PostgreSQL's UNION does, the definition's type first (see ``sql.chars``): any string as TEXT or VARCHAR,
+    only CHAR(n) of the same n as CHAR(n)."""
+    if got.kind != "text" or want.kind != "text":
+        return False
+    if not want.pad:
+        return True
+    return got.pad == want.pad and (want.scale == 1 or got.scale == 0)
 
 
 def _widens(got: SqlType, want: SqlType) -> bool:

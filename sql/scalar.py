@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from sql import chars
 from sql.allow import sql_name
 from sql.errors import DataError, error_at
 from sql.functions import as_text, translate_function
@@ -31,6 +32,7 @@ from sql.types import (
     TIMESTAMP,
     Domain,
     SqlType,
+    char_type,
     decimal_type,
     domain_of,
     from_sqlglot,
@@ -48,6 +50,7 @@ __all__ = [
     "cast_to",
     "assigned",
     "common_type",
+    "result_type",
     "compare",
     "arithmetic",
     "boolean",
@@ -156,16 +159,18 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
             raise error_at(node, f"{what} needs text, got {x.type}")
         if _ends_escaped(pat.this):
             raise error_at(pat, f"{what} pattern must not end with escape character")
-        return Call("like", (x,), BOOL, (pat.this, what == "ILIKE"))
+        # a CHAR(n) value is matched padded to n, as PostgreSQL stores it
+        return Call("like", (x,), BOOL, (pat.this, what == "ILIKE", *((x.type.pad,) if x.type.pad else ())))
     if isinstance(node, exp.Case):
         return _case(node, resolve)
     if isinstance(node, exp.Coalesce):
         args = [translate_scalar(a, resolve) for a in [node.this, *node.expressions]]
-        t = common_type(node, [a.type for a in args])
+        t = result_type(node, "COALESCE", args, nulls_dropped=True)
         return Call("coalesce", tuple(coerce(node, a, t) for a in args), t)
     if isinstance(node, exp.Nullif):
         a, b = translate_scalar(node.this, resolve), translate_scalar(node.expression, resolve)
-        return Call("nullif", (a, compare(node, "eq", a, b)), a.type)
+        t = chars.nullif_type(node, a, b)
+        return Call("nullif", (coerce(node, a, t), compare(node, "eq", a, b)), t)
     if isinstance(node, exp.Cast):
         return cast(node, translate_scalar(node.this, resolve))
     if isinstance(node, exp.Interval):
@@ -299,12 +304,15 @@ def _need_numeric(node: exp.Expression, *args: Expr) -> None:
 
 
 def coerce(node: exp.Expression, e: Expr, t: SqlType) -> Expr:
-    """``e`` in type ``t`` (integers to decimals or floats, decimals to other scales or floats)."""
+    """``e`` in type ``t`` (integers to decimals or floats, decimals to other scales or floats, a string as
+    another string type held the same way: see ``sql.chars.retype``)."""
     if e.type == t:
         return e
     if is_null_const(e):
         return Const(None, t)
     s = e.type
+    if s.kind == "text" and t.kind == "text":
+        return chars.retype(e, t)
     if isinstance(e, Const):
         if s.kind == "int" and t.kind == "decimal":
             return Const(decimal.Decimal(e.value), t)
@@ -326,6 +334,8 @@ def common_type(node: exp.Expression, types: list[SqlType]) -> SqlType:
     kinds = {t.kind for t in real}
     if kinds == {"int"}:
         return max(real, key=lambda t: t.bits)
+    if kinds == {"text"}:
+        return chars.common_string_type(node, "this expression", list(real), [False] * len(real))
     if len(kinds) == 1 and kinds != {"decimal"}:
         return real[0]
     if kinds <= {"int", "decimal", "float"}:
@@ -334,6 +344,17 @@ def common_type(node: exp.Expression, types: list[SqlType]) -> SqlType:
         scale = max(t.scale for t in real if t.kind == "decimal")
         return decimal_type(18, scale)
     raise error_at(node, "incompatible types: " + ", ".join(sorted(str(t) for t in real)))
+
+
+def result_type(node: exp.Expression, what: str, values: list[Expr], nulls_dropped: bool = False) -> SqlType:
+    """The type of ``what`` (CASE, COALESCE, GREATEST, LEAST) whose value is one of ``values`` (in
+    PostgreSQL's order of resolution: CASE's ELSE first): their common type, strings as ``sql.chars`` says."""
+    types = [v.type for v in values]
+    if {t.kind for t in types if t != NULL_TYPE} == {"text"}:
+        marks = [chars.NULL if t == NULL_TYPE else t for t in types]
+        literals = [chars.untyped(v) for v in values]
+        return chars.common_string_type(node, what, marks, literals, nulls_dropped)
+    return common_type(node, types)
 
 
 def arithmetic(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
@@ -418,7 +439,8 @@ def compare(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
     if ta.kind == "text" or tb.kind == "text":
         if not ({ta.kind, tb.kind} <= {"text"} or is_null_const(a) or is_null_const(b)):
             raise error_at(node, f"cannot compare {ta} with {tb}")
-        return Call(op, (coerce(node, a, TEXT), coerce(node, b, TEXT)), BOOL)
+        a, b = chars.comparable(a, b)
+        return Call(op, tuple(x if x.type.kind == "text" else Const(None, TEXT) for x in (a, b)), BOOL)
     if ta == tb or is_null_const(a) or is_null_const(b):
         t = tb if ta == NULL_TYPE else ta
         return Call(op, (coerce(node, a, t), coerce(node, b, t)), BOOL)
@@ -468,12 +490,21 @@ def _case(node: exp.Case, resolve: Resolver) -> Expr:
     values = [translate_scalar(i.args["true"], resolve) for i in node.args["ifs"]]
     default = node.args.get("default")
     values.append(translate_scalar(default, resolve) if default is not None else Const(None, NULL_TYPE))
-    t = common_type(node, [v.type for v in values])
+    t = result_type(node, "CASE", [values[-1], *values[:-1]])  # PostgreSQL resolves the ELSE value first
     values = [coerce(node, v, t) for v in values]
     return Call("case", tuple(conds) + tuple(values), t)
 
 
 def cast(node: exp.Cast, e: Expr) -> Expr:
+    if node.to.this == exp.DataType.Type.BPCHAR and not node.to.expressions:
+        if not e.type.pad:  # a string of another type would keep its trailing spaces
+            raise error_at(
+                node,
+                f"CAST of {e.type} to bpchar (character without a length) is not supported: its values keep "
+                "their trailing spaces, which ivm does not hold; CAST to CHAR(n), VARCHAR or TEXT",
+                unsupported=True,
+            )
+        return chars.retype(e, char_type(e.type.pad, declared=False))
     t = from_sqlglot(node.to)
     if t is None:
         raise error_at(node, unsupported_type(node.to), unsupported=True)
@@ -500,8 +531,8 @@ def assigned(node: exp.Expression, e: Expr, t: SqlType, column: str) -> Expr:
     and back; other types must match."""
     if e.type == NULL_TYPE:  # an untyped NULL, as a constant or a column of a query
         return Const(None, t)
-    if e.type == t or is_null_const(e):
-        return coerce(node, e, t)
+    if e.type == t or is_null_const(e) or e.type.kind == t.kind == "text":
+        return coerce(node, e, t)  # a string is cut or refused by the column's domain
     if isinstance(e, Const) and e.type.kind == "text" and t.kind != "text":
         return cast_to(node, e, t)  # a string constant is read as the column's type, as PostgreSQL does
     kinds = {e.type.kind, t.kind}
@@ -517,10 +548,12 @@ def cast_to(node: exp.Expression, e: Expr, t: SqlType) -> Expr:
             return Const(parse_text(e.value, t), t)
         except ValueError as err:
             raise error_at(node, str(err), cls=DataError) from err
-    if e.type == t:
+    if e.type == t and not chars.untyped(e):
         return e
     if is_null_const(e):
         return Const(None, t)
+    if e.type.kind == t.kind == "text":  # CHAR(n) is cut by the domain ``cast`` adds
+        return chars.retype(e, t)
     if (e.type.kind, t.kind) == ("date", "timestamp"):
         return Call("date_to_ts", (e,), t)
     if (e.type.kind, t.kind) == ("timestamp", "date"):

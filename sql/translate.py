@@ -16,7 +16,7 @@ from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 from sqlglot.schema import MappingSchema
 
-from sql import rewrite
+from sql import chars, rewrite
 from sql.allow import sql_name
 from sql.catalog import Catalog
 from sql.errors import ProgrammingError, SqlError, error_at
@@ -43,7 +43,7 @@ from sql.logical import (
 )
 from sql.recursive import translate_recursive
 from sql.scalar import AGGREGATES, NULL_TYPE, boolean, coerce, common_type, translate_scalar
-from sql.types import BOOL, FLOAT, INT, SqlType, decimal_type
+from sql.types import BOOL, FLOAT, INT, TEXT, SqlType, char_type, decimal_type
 
 __all__ = ["translate_query"]
 
@@ -199,12 +199,19 @@ def _query(node: exp.Expression, catalog: Catalog) -> Plan:
 
 def _unify(node: exp.Expression, left: Plan, right: Plan) -> tuple[Plan, Plan]:
     """Both sides of a set operation with the same column types: each column in the common type of its two
-    sides (integers and decimals widen, a NULL takes the other side's type), named as on the left."""
+    sides (integers and decimals widen, a NULL takes the other side's type, strings as ``sql.chars`` says),
+    named as on the left."""
     what = node.key.upper()
     if len(left.columns) != len(right.columns):
         raise error_at(node, f"each side of {what} must have the same number of columns")
     types = []
-    for a, b in zip(left.columns, right.columns, strict=True):
+    literals = (_string_constants(left), _string_constants(right))
+    for i, (a, b) in enumerate(zip(left.columns, right.columns, strict=True)):
+        real = [c.type for c in (a, b) if c.type != NULL_TYPE]
+        if real and all(t.kind == "text" for t in real):
+            marks = [chars.NULL if c.type == NULL_TYPE else c.type for c in (a, b)]
+            types.append(chars.common_string_type(node, what, marks, [i in literals[0], i in literals[1]]))
+            continue
         try:
             types.append(common_type(node, [a.type, b.type]))
         except SqlError as err:
@@ -221,6 +228,22 @@ def _unify(node: exp.Expression, left: Plan, right: Plan) -> tuple[Plan, Plan]:
         return Project(side, exprs, columns)
 
     return typed(left), typed(right)
+
+
+def _string_constants(side: Plan) -> set[int]:
+    """The columns of one side of a set operation that are string constants as written, still untyped (as in
+    ``SELECT 'x' UNION SELECT c``; also under DISTINCT or LIMIT, which may refuse more than PostgreSQL would,
+    never less)."""
+    if isinstance(side, (Distinct, TopK, Filter)):
+        return _string_constants(side.input)
+    if isinstance(side, Project):
+        below = _string_constants(side.input)
+        return {
+            i
+            for i, e in enumerate(side.exprs)
+            if chars.untyped(e) or (isinstance(e, ColRef) and e.type == TEXT and e.index in below)
+        }
+    return set()
 
 
 def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Expression]]:
@@ -351,7 +374,7 @@ def _join_keys(plan: Plan, keys: list, types: list[SqlType], gates: list[Expr]) 
     are its own columns as they are."""
     cols = plan.columns
     pairs = zip(keys, types, strict=True)
-    if not gates and all(isinstance(k, int) and k >= 0 and cols[k].type == t for k, t in pairs):
+    if not gates and all(isinstance(k, int) and k >= 0 and _same_key(cols[k].type, t) for k, t in pairs):
         return plan, tuple(keys)
     gate = _all(gates) if gates else None
     exprs: list[Expr] = [ColRef(i, c.type) for i, c in enumerate(cols)]
@@ -365,6 +388,12 @@ def _join_keys(plan: Plan, keys: list, types: list[SqlType], gates: list[Expr]) 
         added.append(Column(f"_key{j}", t))
     width = len(cols)
     return Project(plan, tuple(exprs), (*cols, *added)), tuple(range(width, width + len(keys)))
+
+
+def _same_key(a: SqlType, b: SqlType) -> bool:
+    """Whether a column of type ``a`` serves as a join key compared in type ``b`` as it is: the same type, or
+    strings held alike (TEXT, VARCHAR and CHAR values compare by their held values, see ``_equi``)."""
+    return a == b or a.kind == b.kind == "text"
 
 
 def _uncorrelated_exists(scope: Scope, conds: list[exp.Expression], catalog: Catalog) -> Scope:
@@ -562,6 +591,9 @@ def _expression_equality(cond: exp.Expression, left: Scope, right: Scope) -> tup
     ea, eb = translate_scalar(a, left.resolve), translate_scalar(b, right.resolve)
     if ea.type == eb.type:
         return ea, eb, ea.type
+    if ea.type.kind == eb.type.kind == "text":  # as ``sql.chars.comparable`` compares them
+        ea, eb = chars.comparable(ea, eb)
+        return ea, eb, TEXT
     if ea.type.numeric and eb.type.numeric:
         return ea, eb, common_type(cond, [ea.type, eb.type])
     return None
@@ -587,6 +619,9 @@ def _equi(cond: exp.Expression, left: Scope, right: Scope, widen: bool = False):
         return (i, j) if ti == tj else None
     if ti == tj:
         return i, j, ti
+    if ti.kind == tj.kind == "text":  # a VARCHAR compared with a CHAR is keyed without trailing spaces
+        a, b = chars.comparable(ColRef(i, ti), ColRef(j, tj))
+        return (i if isinstance(a, ColRef) else a), (j if isinstance(b, ColRef) else b), TEXT
     if ti.numeric and tj.numeric:
         return i, j, common_type(cond, [ti, tj])
     return None
@@ -833,6 +868,8 @@ def _agg_type(node: exp.Expression, func: str, e: Expr):
         return decimal_type(18, t.scale)
     if func == "sum" and t.kind == "int":
         return INT  # BIGINT for every width, as PostgreSQL's SUM of SMALLINT and INTEGER
+    if t.pad:
+        return char_type(t.pad, declared=False)  # PostgreSQL's MIN and MAX of CHAR(n) are bpchar
     return t
 
 

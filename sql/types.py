@@ -5,7 +5,7 @@
 | SMALLINT, INTEGER, BIGINT | int64, computed in the type's width (16, 32 or 64 bits) |
 | NUMERIC/DECIMAL(p, s), p <= 18 | int64 scaled by 10**s (exact sums) |
 | REAL, DOUBLE PRECISION | float64 |
-| TEXT, VARCHAR, CHAR | int64 code into the engine's string pool |
+| TEXT, VARCHAR, CHAR(n) | int64 code into the engine's string pool (CHAR(n) without its trailing spaces) |
 | DATE | int32 days since 1970-01-01 |
 | TIMESTAMP | int64 microseconds since 1970-01-01 |
 | BOOLEAN | bool |
@@ -32,11 +32,13 @@ __all__ = [
     "SMALLINT",
     "FLOAT",
     "TEXT",
+    "VARCHAR",
     "DATE",
     "TIMESTAMP",
     "BOOL",
     "Domain",
     "decimal_type",
+    "char_type",
     "domain_of",
     "from_sqlglot",
     "unsupported_type",
@@ -61,7 +63,12 @@ _DTYPES = {
 class SqlType:
     """A column type: ``kind`` is one of int, decimal, float, text, date, timestamp, bool. An int's
     ``precision`` is its width in bits, 16 (SMALLINT) or 32 (INTEGER), or 0 for BIGINT's 64; every width is
-    held in int64 and arithmetic fails where a result leaves the width, as PostgreSQL's does."""
+    held in int64 and arithmetic fails where a result leaves the width, as PostgreSQL's does.
+
+    Text is PostgreSQL's family of string types, told apart by ``precision`` and ``scale``: TEXT (0, 0),
+    VARCHAR (0, 1), CHAR(n) (n, 0), and PostgreSQL's ``character`` without a length (bpchar) whose values are
+    all CHAR(n) values (n, 1), such as MAX of a CHAR(n) column. A CHAR value is held without its trailing
+    spaces and shown padded to n (see ``sql.chars``)."""
 
     kind: str
     precision: int = 0
@@ -80,7 +87,19 @@ class SqlType:
         """An integer type's width in bits."""
         return self.precision or 64
 
+    @property
+    def pad(self) -> int:
+        """The width a CHAR(n) or bpchar value is shown padded to with spaces; 0 for other types."""
+        return self.precision if self.kind == "text" else 0
+
+    @property
+    def varchar(self) -> bool:
+        """Whether this is VARCHAR (compared with a CHAR without trailing spaces, unlike TEXT)."""
+        return self.kind == "text" and self.precision == 0 and self.scale == 1
+
     def __str__(self) -> str:
+        if self.kind == "text" and (self.precision or self.scale):
+            return "VARCHAR" if not self.precision else "BPCHAR" if self.scale else f"CHAR({self.precision})"
         if self.kind == "decimal":
             return f"DECIMAL({self.precision},{self.scale})"
         if self.kind == "int":
@@ -99,6 +118,7 @@ INTEGER = SqlType("int", 32)
 SMALLINT = SqlType("int", 16)
 FLOAT = SqlType("float")
 TEXT = SqlType("text")
+VARCHAR = SqlType("text", 0, 1)
 DATE = SqlType("date")
 TIMESTAMP = SqlType("timestamp")
 BOOL = SqlType("bool")
@@ -110,15 +130,15 @@ def decimal_type(precision: int, scale: int) -> SqlType:
     return SqlType("decimal", precision, scale)
 
 
+def char_type(n: int, declared: bool = True) -> SqlType:
+    """CHAR(n); with ``declared`` False, PostgreSQL's ``character`` without a length holding CHAR(n) values."""
+    return SqlType("text", n, 0 if declared else 1)
+
+
 _INTS = {exp.DataType.Type.SMALLINT: SMALLINT, exp.DataType.Type.INT: INTEGER, exp.DataType.Type.BIGINT: INT}
 _FLOATS = {exp.DataType.Type.DOUBLE}
-_TEXTS = {
-    exp.DataType.Type.TEXT,
-    exp.DataType.Type.VARCHAR,
-    exp.DataType.Type.CHAR,
-    exp.DataType.Type.NCHAR,
-    exp.DataType.Type.NVARCHAR,
-}
+_VARCHARS = {exp.DataType.Type.VARCHAR, exp.DataType.Type.NVARCHAR}
+_CHARS = {exp.DataType.Type.CHAR, exp.DataType.Type.NCHAR}
 
 
 def from_sqlglot(dtype: exp.DataType) -> SqlType | None:
@@ -131,8 +151,13 @@ def from_sqlglot(dtype: exp.DataType) -> SqlType | None:
         return _INTS[t]
     if t in _FLOATS:
         return FLOAT
-    if t in _TEXTS:
+    if t == exp.DataType.Type.TEXT:
         return TEXT
+    if t in _VARCHARS:
+        return VARCHAR
+    if t in _CHARS:
+        n = _param(params[0]) if params else 1  # CHAR alone is CHAR(1)
+        return char_type(n) if n is not None and n >= 1 else None
     if t == exp.DataType.Type.DATE:
         return DATE
     if t == exp.DataType.Type.TIMESTAMP:
@@ -233,7 +258,7 @@ def sql_value(value: object, t: SqlType) -> object:
     if k == "text":
         if not isinstance(value, str):
             raise TypeError(f"{value!r} is not text")
-        return value
+        return value.rstrip(" ") if t.pad else value  # a CHAR value's trailing spaces are insignificant
     if k == "date":
         if isinstance(value, str):
             value = dt.date.fromisoformat(value)

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from connectors.postgres._catalog import SourceTable
 from connectors.postgres._pgoutput import RelationChanges
-from connectors.postgres._types import text_to_arrow
+from connectors.postgres._types import BPCHAR, text_to_arrow
 
 __all__ = ["TableFeed", "Changes", "consolidate", "expand"]
 
@@ -49,6 +49,14 @@ class TableFeed:
             arrays.append(a)
             bad.append(b)
         return pa.Table.from_arrays(arrays, names=self.names), bad
+
+    def held(self, rows: pa.Table) -> pa.Table:
+        """Rows read back from the engine (which shows char(n) values padded) as ``to_arrow`` gives them:
+        char(n) values without their trailing spaces, as the engine holds them."""
+        for j, t in enumerate(self.types):
+            if t.oid == BPCHAR:
+                rows = rows.set_column(j, self.names[j], pc.utf8_rtrim(rows.column(j), characters=" "))
+        return rows
 
     def snapshot(self, text: pa.Table) -> pa.Table:
         """The table's contents from its text form (all the relation's columns, in order); its bad values
@@ -84,7 +92,8 @@ class TableFeed:
         if ch.truncated:
             if len(parts) != 1:
                 raise ValueError("a truncating transaction must be applied alone")
-            current = db.execute(f'SELECT * FROM "{self.table.engine}"').fetch_arrow().cast(new.schema)
+            current = db.execute(f'SELECT * FROM "{self.table.engine}"').fetch_arrow()
+            current = self.held(current).cast(new.schema)
             self.bad.clear()
         out = []
         if current is not None:
@@ -135,7 +144,7 @@ class TableFeed:
         if current is None:
             firsts = last.filter(pa.array(~same))
             before = db.lookup_arrow(self.table.engine, firsts.select(kcols).rename_columns(self.key))
-            before = before.cast(new.schema)
+            before = self.held(before).cast(new.schema)
             if before.num_rows:
                 # which transaction first touched each found key: match found rows to keys by a join
                 probe = firsts.select(kcols).append_column("i", pa.array(np.arange(firsts.num_rows)))
@@ -182,7 +191,7 @@ class TableFeed:
             fidx, fkeys = idx[first], [k.filter(pa.array(first)) for k in keys]
             if len(fidx):
                 probe = pa.Table.from_arrays(fkeys, names=self.key)
-                found = db.lookup_arrow(self.table.engine, probe).cast(new.schema)
+                found = self.held(db.lookup_arrow(self.table.engine, probe)).cast(new.schema)
                 f = found.select(self.key).rename_columns(kcols)
                 f = f.append_column("j", pa.array(np.arange(found.num_rows)))
                 p = probe.rename_columns(kcols).append_column("i", pa.array(np.arange(len(fidx))))

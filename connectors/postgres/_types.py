@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["PgType", "pg_type", "text_to_arrow", "UnsupportedType", "SUPPORTED"]
+__all__ = ["PgType", "pg_type", "text_to_arrow", "UnsupportedType", "SUPPORTED", "BPCHAR"]
 
 _INT = {21: "int2", 23: "int4", 20: "int8"}
 FLOAT4, FLOAT8 = 700, 701
@@ -54,8 +54,8 @@ def pg_type(oid: int, typmod: int, shown: str) -> PgType:
     if oid == BPCHAR:
         # trailing spaces are insignificant in char(n); ivm's CHAR(n) drops them on the way in
         return PgType(oid, typmod, f"CHAR({max(typmod - 4, 1)})" if typmod >= 4 else "TEXT", pa.string(), shown)
-    if oid in (TEXT, VARCHAR):
-        return PgType(oid, typmod, "TEXT", pa.string(), shown)
+    if oid in (TEXT, VARCHAR):  # varchar compared with char(n) as Postgres does, without trailing spaces
+        return PgType(oid, typmod, "TEXT" if oid == TEXT else "VARCHAR", pa.string(), shown)
     if oid == DATE:
         return PgType(oid, typmod, "DATE", pa.date32(), shown)
     if oid in (TIMESTAMP, TIMESTAMPTZ):

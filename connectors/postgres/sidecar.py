@@ -96,6 +96,10 @@ def _pg_type(t) -> str:
     """The PostgreSQL type of a target column holding ivm's type ``t``."""
     if t.kind == "decimal":
         return f"numeric({t.precision},{t.scale})"
+    if t.kind == "text" and t.pad:  # the values written are padded, as Postgres holds them
+        return "bpchar" if t.scale else f"character({t.pad})"
+    if t.varchar:
+        return "character varying"
     return str(t).lower() if t.kind == "int" else _IVM_TO_PG[t.kind]
 
 

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ivm.engine.strings import POOL
+from planner.values import padded_strings
 from sql.errors import DataError
 from sql.types import SqlType
 
@@ -129,14 +130,20 @@ def _bools(arr: pa.Array, nulls: int) -> np.ndarray:
     return (arr.fill_null(False) if nulls else arr).to_numpy(zero_copy_only=False)
 
 
-def to_arrow_column(data: np.ndarray, valid: np.ndarray | None, t: SqlType) -> pa.Array:
-    """An Arrow array of an engine column (decimals as decimal128, text decoded, dates as date32)."""
+def to_arrow_column(data: np.ndarray, valid: np.ndarray | None, t: SqlType, padded: bool = True) -> pa.Array:
+    """An Arrow array of an engine column (decimals as decimal128, text decoded, dates as date32). CHAR(n)
+    values are padded to n with spaces, as results show them, unless ``padded`` is False (to order them: a
+    CHAR value sorts without its padding)."""
     mask = None if valid is None else ~valid
     k = t.kind
     if k == "text":
         if len(data) == 0:
             return pa.array([], pa.string())
-        strings = POOL.strings(data).cast(pa.string())
+        if t.pad and padded:
+            strings, inv = padded_strings(data, t.pad)
+            strings = (strings if inv is None else strings.take(inv)).cast(pa.string())
+        else:
+            strings = POOL.strings(data).cast(pa.string())
         return (
             strings if mask is None else pc.if_else(pa.array(mask), pa.nulls(len(data), pa.string()), strings)
         )

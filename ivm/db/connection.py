@@ -159,7 +159,9 @@ class Connection:
             return []
         cols, valid, mult, columns = self._result
         self._result = None
-        values = [to_python(c, m, col.type) for c, m, col in zip(cols, valid, columns, strict=True)]
+        values = [
+            to_python(c, m, col.type, padded=True) for c, m, col in zip(cols, valid, columns, strict=True)
+        ]
         rows = list(zip(*values, strict=True)) if values else [()] * len(mult)
         return [r for r, k in zip(rows, mult.tolist(), strict=True) for _ in range(k)]
 

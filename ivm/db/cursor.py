@@ -134,7 +134,10 @@ class Cursor:
             self._need_result()
             cols, valid, mult, columns = self._result
             with self.connection.pool.active():
-                values = [to_python(c, m, col.type) for c, m, col in zip(cols, valid, columns, strict=True)]
+                values = [
+                    to_python(c, m, col.type, padded=True)
+                    for c, m, col in zip(cols, valid, columns, strict=True)
+                ]
             rows = list(zip(*values, strict=True)) if values else [()] * len(mult)
             self._rows = [r for r, k in zip(rows, mult.tolist(), strict=True) for _ in range(k)]
         return self._rows

@@ -25,7 +25,7 @@ from sql.ddl import table_from_create
 from sql.errors import SqlError, error_at
 from sql.logical import Call, Column, Plan, Scan
 from sql.scalar import boolean, translate_scalar
-from sql.types import TEXT
+from sql.types import TEXT, domain_of
 
 if TYPE_CHECKING:
     from ivm.db.connection import Connection
@@ -69,7 +69,16 @@ def _create_table_as(db: Connection, stmt: exp.Create, name: str) -> None:
     if twice is not None:
         raise error_at(stmt, f"column {twice!r} specified more than once")
     types = [TEXT if c.type.precision == -1 else c.type for c in plan.columns]  # a bare NULL is text
-    table = Table(name, tuple(Column(n, t) for n, t in zip(names, types, strict=True)))
+    for n, t in zip(names, types, strict=True):
+        if t.pad and t.scale:
+            raise error_at(
+                stmt,
+                f"column {n!r} would be of type bpchar (character without a length), whose values keep their "
+                "trailing spaces, which ivm does not hold; CAST it to CHAR(n), VARCHAR or TEXT",
+                unsupported=True,
+            )
+    domains = tuple(domain_of(exp.DataType.build(str(t))) if t.pad else None for t in types)
+    table = Table(name, tuple(Column(n, t) for n, t in zip(names, types, strict=True)), domains=domains)
     cols, valid, mult = queries.evaluate(db, plan)
     _add_table(db, table, _table_sql(table))
     if db.in_transaction:

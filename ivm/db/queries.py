@@ -46,8 +46,8 @@ def query(db: Connection, stmt: exp.Expression) -> None:
     if keys and int(mult.sum()) > 1:
         rep = np.repeat(np.arange(len(mult)), mult)
         keyed = {k for k, _, _ in keys}
-        arrays = [
-            to_arrow_column(c[rep], None if m is None else m[rep], col.type) if i in keyed else None
+        arrays = [  # CHAR values order without their padding
+            to_arrow_column(c[rep], None if m is None else m[rep], col.type, False) if i in keyed else None
             for i, (c, m, col) in enumerate(zip(cols, valid, columns, strict=True))
         ]
         rep = rep[sort_indices(arrays, keys).to_numpy()]

@@ -132,7 +132,7 @@ def test_in_subquery_where_its_null_matters_is_refused(sql):
             "EXISTS here",
         ),
         ("SELECT c, count(*) AS n FROM t GROUP BY c HAVING c IN (SELECT x FROM u)", "a subquery in HAVING"),
-        ("SELECT a FROM t UNION SELECT s FROM t", "UNION of INTEGER and TEXT is not possible"),
+        ("SELECT a FROM t UNION SELECT s FROM t", "UNION of INTEGER and VARCHAR is not possible"),
     ],
 )
 def test_unsupported_subqueries_say_so(sql, words):

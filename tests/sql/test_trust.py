@@ -188,7 +188,7 @@ def test_11_declared_types_and_constraints_are_enforced():
         "code VARCHAR(3) UNIQUE, pad CHAR(4) DEFAULT 'ab', n NUMERIC(10,4), CONSTRAINT few CHECK (id < 100))"
     )
     db.execute("INSERT INTO k (id, code) VALUES (1, 'abc')")
-    assert db.execute("SELECT * FROM k").fetchall() == [(1, 7, "abc", "ab", None)]
+    assert db.execute("SELECT * FROM k").fetchall() == [(1, 7, "abc", "ab  ", None)]  # CHAR(4) shown padded
     db.execute(
         "INSERT INTO k VALUES (2, 1, NULL, 'x  ', 1.23456789), (3, 1, NULL, 'y', NULL)"
     )  # NULLs distinct

@@ -245,7 +245,8 @@ VIEWS: dict[str, tuple[str, set[str], str]] = {
     "e_char": (
         "m",
         {"ch", "vc"},
-        "SELECT id, length(ch) AS len, ch = 'ab' AS is_ab, vc || ch AS cat, ch || '|' AS bar FROM m",
+        "SELECT id, ch, length(ch) AS len, ch = 'ab' AS is_ab, vc || ch AS cat, ch || '|' AS bar, "
+        "ch LIKE '_ %' AS padded, concat(ch, '|') AS written, ch = vc AS same FROM m",
     ),
     "e_date": (
         "m",
@@ -267,7 +268,7 @@ VIEWS: dict[str, tuple[str, set[str], str]] = {
         "m",
         {"bo", "ch", "i4", "i8", "tx"},
         "SELECT bo, COUNT(*) AS rows, COUNT(ch) AS chs, MIN(i8) AS lo, MAX(i8) AS hi, SUM(i4) AS s, "
-        "MAX(length(tx)) AS longest FROM m GROUP BY bo",
+        "MAX(length(tx)) AS longest, MAX(ch) AS top_ch FROM m GROUP BY bo",
     ),
     "agg_bad": (
         "m",
@@ -480,6 +481,17 @@ def _start_error(dsn: str, views: str) -> str:
     assert errors, f"the sidecar started with {views!r}"
     assert isinstance(errors[0], ConfigError), errors[0]
     return str(errors[0])
+
+
+def test_char_values_reach_their_targets_padded(matrix, types_dsn):
+    """A CHAR(n) view column's target is character(n); MAX of one, a character without a length, is written
+    padded to n, as Postgres shows it."""
+    query = "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass"
+    with psycopg.connect(types_dsn, autocommit=True) as c:
+        assert dict(c.execute(query, ("ivm.e_char",)).fetchall())["ch"] == "character(4)"
+        assert dict(c.execute(query, ("ivm.agg_ok",)).fetchall())["top_ch"] == "bpchar"
+        tops = {r[0] for r in c.execute("SELECT top_ch FROM ivm.agg_ok WHERE top_ch IS NOT NULL").fetchall()}
+    assert tops and all(len(t) == 4 for t in tops)
 
 
 @pytest.mark.parametrize("col", list(UNSUPPORTED))
