@@ -167,16 +167,9 @@ REFUSED = [
 
 @pytest.fixture(scope="module")
 def pg():
-    from connectors.postgres.cluster import LocalCluster
+    from tests.pg import postgres_with
 
-    with (
-        LocalCluster() as cluster,
-        psycopg.connect(cluster.dsn, autocommit=True, prepare_threshold=None) as conn,
-    ):
-        conn.execute(TABLE)
-        with conn.cursor() as cur:
-            cur.executemany("INSERT INTO ch VALUES (%s, %s, %s, %s, %s)", ROWS)
-        yield conn
+    yield from postgres_with(TABLE, "INSERT INTO ch VALUES (%s, %s, %s, %s, %s)", ROWS)
 
 
 @pytest.fixture(scope="module")

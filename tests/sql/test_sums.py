@@ -5,7 +5,6 @@ went before."""
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import pyarrow as pa
 import pytest
@@ -14,6 +13,7 @@ from hypothesis import strategies as st
 
 import ivm
 from sql.errors import SqlError
+from tests.ivm.test_exact import expected_sum as exact_sum
 from tests.oracle import same_rows, with_views
 
 BIG = 2**63 - 1
@@ -108,22 +108,8 @@ VALUES = st.one_of(MAGNITUDES, MAGNITUDES, EXTREMES, HUGE, st.none(), SPECIAL)
 
 
 def expected_sum(values: list[float]) -> float | None | str:
-    """SUM of non-NULL doubles: None for none; NaN if a NaN or both infinities are there; else the infinity
-    there; else the correctly rounded sum (``math.fsum``; in rationals where fsum's partial sums overflow),
-    ``"overflow"`` where that is beyond every double."""
-    if not values:
-        return None
-    if any(math.isnan(v) for v in values) or (math.inf in values and -math.inf in values):
-        return math.nan
-    if math.inf in values or -math.inf in values:
-        return math.inf if math.inf in values else -math.inf
-    try:
-        return math.fsum(values)
-    except OverflowError:
-        try:
-            return float(sum(map(Fraction, values)))
-        except OverflowError:
-            return "overflow"
+    """SUM of non-NULL doubles: None for none, else as ``tests.ivm.test_exact.expected_sum``."""
+    return exact_sum(values) if values else None
 
 
 def expected(rows: dict[int, tuple]) -> tuple[dict, bool]:
