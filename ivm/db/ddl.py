@@ -24,7 +24,7 @@ from sql.catalog import Table, View
 from sql.ddl import table_from_create
 from sql.errors import SqlError, error_at
 from sql.logical import Call, Column, Plan, Scan
-from sql.scalar import boolean, translate_scalar
+from sql.scalar import NULL_TYPE, boolean, translate_scalar
 from sql.types import TEXT, domain_of
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def _create_table_as(db: Connection, stmt: exp.Create, name: str) -> None:
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice is not None:
         raise error_at(stmt, f"column {twice!r} specified more than once")
-    types = [TEXT if c.type.precision == -1 else c.type for c in plan.columns]  # a bare NULL is text
+    types = [TEXT if c.type == NULL_TYPE else c.type for c in plan.columns]  # a bare NULL is text
     for n, t in zip(names, types, strict=True):
         if t.pad and t.scale:
             raise error_at(

@@ -122,6 +122,10 @@ def test_6_create_table_as_takes_the_query_columns_and_rows(db):
     assert db.execute("SELECT x, y FROM d ORDER BY x").fetchall() == [(1, "a"), (2, "b")]
     db.execute("INSERT INTO d VALUES (7, 'q')")  # an ordinary table from then on
     assert len(db.execute("SELECT * FROM d").fetchall()) == 3
+    db.execute("CREATE TABLE e AS SELECT NULL AS a, 1 AS b")  # a bare NULL makes a text column, as PostgreSQL
+    assert [d[1] for d in db.execute("SELECT * FROM e").description] == ["TEXT", "INTEGER"]
+    db.execute("INSERT INTO e VALUES ('x', 2)")
+    assert db.execute("SELECT * FROM e ORDER BY b").fetchall() == [(None, 1), ("x", 2)]
 
 
 def test_7_a_deleted_row_never_fails_a_view(db):
