@@ -11,10 +11,7 @@ What a user of a database with many views feels when one small transaction commi
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
-import pyarrow as pa
 
 from tpch.queries import QUERIES
 
@@ -32,49 +29,22 @@ def idle_view(i: int) -> str:
     ][i % 4]
 
 
-def _small_transactions(held: dict, n: int) -> list[list]:
-    """``n`` transactions adding back an order RF2 deleted (with its lineitems), then deleting it again."""
-    orders, lineitem = held["orders"], held["lineitem"]
-    okeys = orders.column("o_orderkey").to_numpy()
-    lkeys = lineitem.column("l_orderkey").to_numpy()
-    out = []
-    for i in range(n):
-        j = (i // 2) % len(okeys)
-        o = orders.slice(j, 1)
-        li = lineitem.filter(pa.array(lkeys == okeys[j]))
-        out.append(
-            [("orders", o, 1), ("lineitem", li, 1)] if i % 2 == 0 else [("lineitem", li, -1), ("orders", o, -1)]
-        )
-    return out
-
-
-def _timed(db, txns: list) -> list[float]:
-    from tpch.bench import _apply
-
-    out = []
-    for t in txns:
-        t0 = time.perf_counter()
-        _apply(db, t)
-        out.append(time.perf_counter() - t0)
-    return out
-
-
 def run_all_views(stream, held: dict, recompute_ms: dict, txns: int, idle: int, rounds: int = 3) -> dict:
     """The figures of (a) and (b) above, for a refresh stream already generated."""
-    from tpch.bench import _apply, _changes, _new_db, _transactions
+    from tpch.bench import _apply, _changes, _new_db, _transactions, small_transactions, timed
 
     db = _new_db(QUERIES)
     for txn in _transactions(_changes(stream), 10_000):
         _apply(db, txn)
-    small = _small_transactions(held, txns)
-    _timed(db, small[:20])  # warm: first merges, first strings
+    small = small_transactions(held, txns)
+    timed(db, small[:20])  # warm: first merges, first strings
     plain: list[float] = []
     busy: list[float] = []
     for _ in range(rounds):
-        plain += _timed(db, small)
+        plain += timed(db, small)
         for i in range(idle):
             db.execute(f"CREATE MATERIALIZED VIEW idle_{i} AS {idle_view(i)}")
-        busy += _timed(db, small)
+        busy += timed(db, small)
         for i in range(idle):
             db.execute(f"DROP VIEW idle_{i}")
     db.close()

@@ -88,6 +88,32 @@ def _new_db(queries) -> ivm.db.connection.Connection:
     return db
 
 
+def small_transactions(held: dict, n: int) -> list[list]:
+    """``n`` small transactions against the loaded data: an order RF2 deleted added back with its lineitems,
+    then deleted again, and so on."""
+    orders, lineitem = held["orders"], held["lineitem"]
+    okeys = orders.column("o_orderkey").to_numpy()
+    lkeys = lineitem.column("l_orderkey").to_numpy()
+    out = []
+    for i in range(n):
+        j = (i // 2) % len(okeys)
+        o = orders.slice(j, 1)
+        li = lineitem.filter(pa.array(lkeys == okeys[j]))
+        add = [("orders", o, 1), ("lineitem", li, 1)]
+        out.append(add if i % 2 == 0 else [("lineitem", li, -1), ("orders", o, -1)])
+    return out
+
+
+def timed(db, txns: list) -> list[float]:
+    """Each transaction applied in turn, and the seconds each took."""
+    out = []
+    for t in txns:
+        t0 = time.perf_counter()
+        _apply(db, t)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
 def bench_query(q: str, stream, sizes, txns: int, held: dict) -> dict:
     out: dict = {}
     changes = _changes(stream)
@@ -101,22 +127,7 @@ def bench_query(q: str, stream, sizes, txns: int, held: dict) -> dict:
         for txn in _transactions(changes, size):
             _apply(db, txn)
         out[f"throughput_b{size}"] = total / (time.perf_counter() - t0)
-    # small transactions against the loaded data: add one held-back order, or delete one loaded order
-    lat = []
-    orders, lineitem = held["orders"], held["lineitem"]
-    okeys = orders.column("o_orderkey").to_numpy()
-    lkeys = lineitem.column("l_orderkey").to_numpy()
-    for i in range(txns):
-        j = (i // 2) % len(okeys)
-        k = okeys[j]
-        o = orders.slice(j, 1)
-        li = lineitem.filter(pa.array(lkeys == k))
-        t0 = time.perf_counter()
-        if i % 2 == 0:
-            _apply(db, [("orders", o, 1), ("lineitem", li, 1)])
-        else:
-            _apply(db, [("lineitem", li, -1), ("orders", o, -1)])
-        lat.append(time.perf_counter() - t0)
+    lat = timed(db, small_transactions(held, txns))
     out["txn_latency_ms_p50"] = float(np.percentile(lat, 50) * 1e3)
     out["txn_latency_ms_p99"] = float(np.percentile(lat, 99) * 1e3)
     out["memory_bytes"] = memory_bytes(db)
