@@ -174,6 +174,7 @@ class _Compiler:
             # a distinct or grouped aggregate is shown as the arrangement its reduction makes
             with self._making(None if quiet else self._show(describe(plan))):
                 out = self._build(plan)
+        out.texts = _texts(plan)
         self.memo[plan] = out
         return out
 
@@ -205,7 +206,7 @@ class _Compiler:
             return self.bindings[plan.name]
         if isinstance(plan, Values):
             rows = [tuple(encode(v, c.type) for v, c in zip(r, plan.columns, strict=True)) for r in plan.rows]
-            return _constant_rows(self.df, [c.type.dtype for c in plan.columns], rows)
+            return _constant_rows(self.df, [c.type.dtype for c in plan.columns], rows, _texts(plan))
         if isinstance(plan, FixpointResult):
             return self._fixpoint(plan.fixpoint)[plan.index]
         if isinstance(plan, Scan):
@@ -422,15 +423,22 @@ def _positive(w: np.ndarray) -> np.ndarray:
     return np.maximum(w, 0)
 
 
+def _texts(plan: Plan) -> tuple[int, ...]:
+    """The positions of ``plan``'s text columns."""
+    return tuple(i for i, c in enumerate(plan.columns) if c.type.kind == "text")
+
+
 def _constant_row(df: Dataflow, dtypes, counts: list[bool]) -> Collection:
     """A collection holding one row forever: key 0, then 0 for counts and NULL for other aggregates."""
     return _constant_rows(df, dtypes, [(0, *(0 if c else None for c in counts))])
 
 
-def _constant_rows(df: Dataflow, dtypes, rows: list[tuple]) -> Collection:
-    """A collection holding ``rows`` from the start of time, forever."""
-    inp = df.input(dtypes, frontier=0)
-    if rows:
+def _constant_rows(df: Dataflow, dtypes, rows: list[tuple], texts: tuple[int, ...] = ()) -> Collection:
+    """A collection holding ``rows`` from the start of time, forever (in a sharded engine, in its first
+    shard only)."""
+    inp = df.input(dtypes, frontier=0, texts=texts)
+    sharding = df.engine.sharding
+    if rows and (sharding is None or sharding.index == 0):
         inp.insert(rows, time=0)
     inp.advance_to(2**62)
     return inp

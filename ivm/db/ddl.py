@@ -117,7 +117,8 @@ def _add_table(db: Connection, table: Table, sql: str) -> None:
     name = table.name
     cols = table.columns
     key = table.primary_key or tuple(range(len(cols)))
-    inp = db.base.input([c.type.dtype for c in cols], name)
+    texts = [i for i, c in enumerate(cols) if c.type.kind == "text"]
+    inp = db.base.input([c.type.dtype for c in cols], name, texts=texts)
     inp.advance_to(db.time)
     arranged = inp.arrange(key)
     st = state.TableState(table, inp, arranged, sql, state.changed(db))

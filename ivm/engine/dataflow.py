@@ -24,7 +24,9 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from ivm.engine import sharded
 from ivm.engine.batch import Batch, Mask
+from ivm.engine.exchange import ExchangeOp, ReceiveOp, Sharding
 from ivm.engine.lattice import Antichain
 from ivm.engine.operators.arrange import ArrangeOp, ImportOp, lift_times
 from ivm.engine.operators.basic import (
@@ -58,6 +60,8 @@ class Engine:
         self.crashed: Dataflow | None = None  # the dataflow an unexpected exception stopped in its step
         self.step_seconds: dict[str, float] = {}  # time spent stepping each dataflow, by name
         self.some_failed = False  # whether a dataflow ever failed (only then are readers checked each step)
+        # set before any dataflow is made: this engine is one shard of several (``ivm.engine.exchange``)
+        self.sharding: Sharding | None = None
 
     def dataflow(self, name: str = "") -> Dataflow:
         df = Dataflow(self, name or f"dataflow{len(self.dataflows)}")
@@ -129,6 +133,7 @@ class Dataflow:
         # errors as data: per message, the net count of the rows in error (see ``MapOp``)
         self.errors: dict[str, int] = {}
         self._frontiers: dict[int, tuple[int, Antichain]] = {}
+        self.staged = 0  # in a sharded engine: the operators that had their stages when they were last given
 
     def add_errors(self, messages: Sequence[str], diffs: np.ndarray) -> None:
         """Count rows in error: each message with its row's diff (a retraction cancels its insertion)."""
@@ -150,12 +155,15 @@ class Dataflow:
         return None
 
     # -- building -------------------------------------------------------------------------------
-    def input(self, dtypes: Sequence, name: str = "", frontier: int | None = None) -> Input:
+    def input(
+        self, dtypes: Sequence, name: str = "", frontier: int | None = None, texts: Sequence[int] = ()
+    ) -> Input:
         """A new input collection with columns of the given numpy dtypes.
 
         Its frontier starts at the dataflow's, or earlier at ``frontier`` to give it contents from the start of
         time (as a constant collection in a dataflow created late needs)."""
         inp = Input(self, [np.dtype(t) for t in dtypes], name)
+        inp.texts = tuple(texts)
         if frontier is not None:
             inp.frontier = min(inp.frontier, frontier)
         self.inputs.append(inp)
@@ -214,7 +222,13 @@ class Dataflow:
         for inp in self.inputs:
             if inp.staged:
                 inp._release(target)
-        if self.scope.active:
+        if self.engine.sharding is not None:
+            made = sum(len(s.operators) for s in sharded.scopes(self.scope))
+            if made != self.staged:
+                sharded.assign_stages(self.scope)
+                self.staged = made
+            sharded.run_point(self.scope, ())
+        elif self.scope.active:
             self.scope.run_point(())
         if target > self.frontier:
             self.frontier = target  # and with it every handle the dataflow holds
@@ -247,10 +261,15 @@ def _release_all(op: Operator) -> None:
 class Collection:
     """A collection changing over time, produced by an operator of some scope."""
 
-    def __init__(self, scope: Scope, op: Operator, dtypes: Sequence[np.dtype]) -> None:
+    def __init__(
+        self, scope: Scope, op: Operator, dtypes: Sequence[np.dtype], texts: Sequence[int] | None = None
+    ) -> None:
         self.scope = scope
         self.op = op
         self.dtypes = tuple(np.dtype(t) for t in dtypes)
+        # the positions of the columns holding text codes, where known: a sharded engine must know them to
+        # send rows to another shard (``ivm.engine.exchange``)
+        self.texts: tuple[int, ...] | None = None if texts is None else tuple(texts)
         self._arranged: dict[tuple[int, ...], Arranged] = {}
 
     @property
@@ -274,14 +293,16 @@ class Collection:
 
     def filter(self, pred: PredicateFn) -> Collection:
         """Rows for which ``pred(columns, validity)`` is True."""
-        return Collection(self.scope, FilterOp(self.scope, self.op, pred), self.dtypes)
+        return Collection(self.scope, FilterOp(self.scope, self.op, pred), self.dtypes, self.texts)
 
     def project(self, positions: Sequence[int]) -> Collection:
         """The columns at ``positions``."""
+        texts = None if self.texts is None else [j for j, p in enumerate(positions) if p in self.texts]
         return Collection(
             self.scope,
             ProjectOp(self.scope, self.op, positions),
             [self.dtypes[p] for p in positions],
+            texts,
         )
 
     def concat(self, *others: Collection) -> Collection:
@@ -291,10 +312,11 @@ class Collection:
             if o.dtypes != self.dtypes:
                 raise ValueError(f"concat of different column types: {self.dtypes} and {o.dtypes}")
         op = ConcatOp(self.scope, [self.op] + [o.op for o in others])
-        return Collection(self.scope, op, self.dtypes)
+        texts = self.texts if all(o.texts == self.texts for o in others) else None
+        return Collection(self.scope, op, self.dtypes, texts)
 
     def negate(self) -> Collection:
-        return Collection(self.scope, NegateOp(self.scope, self.op), self.dtypes)
+        return Collection(self.scope, NegateOp(self.scope, self.op), self.dtypes, self.texts)
 
     # -- arranged ---------------------------------------------------------------------------------
     def arrange(self, key: Sequence[int]) -> Arranged:
@@ -305,11 +327,21 @@ class Collection:
         key = tuple(key)
         if key in self._arranged:
             return self._arranged[key]
-        src = self._keyed(key)
+        src = self._keyed(key)._exchanged(len(key))
         op = ArrangeOp(self.scope, src.op, len(key), src.dtypes)
         arr = Arranged(self.scope, op, op.trace, src.dtypes)
         self._arranged[key] = arr
         return arr
+
+    def _exchanged(self, nkey: int) -> Collection:
+        """This collection with each row in the shard of its first ``nkey`` columns (itself, unsharded)."""
+        sharding = self.scope.dataflow.engine.sharding
+        if sharding is None:
+            return self
+        if self.texts is None:
+            raise ValueError("a sharded engine must know which columns hold text to exchange a collection")
+        sender = ExchangeOp(self.scope, self.op, nkey, self.dtypes, self.texts)
+        return Collection(self.scope, ReceiveOp(self.scope, sender), self.dtypes, self.texts)
 
     def _keyed(self, key: tuple[int, ...]) -> Collection:
         """This collection with the ``key`` columns first, then the others in order."""
@@ -379,17 +411,21 @@ class Collection:
         key = tuple(key)
         if key in self._arranged or not streams(reducer, self.scope):
             return self.arrange(key).reduce(reducer)
-        src = self._keyed(key)
+        src = self._keyed(key)._exchanged(len(key))
         op = ReduceOp(self.scope, src.op, None, reducer, len(key), src.dtypes)
         return Arranged(self.scope, op.output, op.output.trace, op.output.dtypes)
 
     def distinct(self) -> Collection:
         """Each row present with positive multiplicity, once."""
-        return self.reduce(range(self.arity), distinct()).as_collection()
+        out = self.reduce(range(self.arity), distinct()).as_collection()
+        out.texts = self.texts
+        return out
 
     def threshold(self, fn: Callable[[np.ndarray], np.ndarray]) -> Collection:
         """Each row with multiplicity ``fn(its multiplicity)`` (vectorized)."""
-        return self.reduce(range(self.arity), Threshold(fn)).as_collection()
+        out = self.reduce(range(self.arity), Threshold(fn)).as_collection()
+        out.texts = self.texts
+        return out
 
     def count(self, key: Sequence[int]) -> Arranged:
         """``(key..., number of rows)`` per distinct key."""

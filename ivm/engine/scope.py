@@ -55,11 +55,12 @@ class Queue:
     """Items (batches of updates, or sorted trace batches) waiting for an operator, by point; an item put
     activates the operator at its point (``owner``; none for a queue its owner drains itself)."""
 
-    __slots__ = ("pending", "owner")
+    __slots__ = ("pending", "owner", "consumer")
 
-    def __init__(self, owner: Operator | None = None) -> None:
+    def __init__(self, owner: Operator | None = None, consumer: Operator | None = None) -> None:
         self.pending: dict[Point, list[Any]] = {}
         self.owner = owner
+        self.consumer = consumer or owner  # the operator reading the queue
 
     def put(self, point: Point, item: Any) -> None:
         self.pending.setdefault(point, []).append(item)
@@ -81,10 +82,13 @@ class Operator:
         self.name = name
         self.queues: list[Queue] = []
         self.consumers: list[tuple[Queue, Any]] = []
+        self.sources: list[Operator] = []  # the operators feeding this one, feedback of loops aside
+        self.stage = 0  # exchanges on the longest path from the inputs (assigned in sharded dataflows)
         self.index = scope.add(self)
+        self.order = self.index  # the scope runs activated operators in this order
 
     def new_queue(self, activates: bool = True) -> Queue:
-        q = Queue(self if activates else None)
+        q = Queue(self if activates else None, self)
         self.queues.append(q)
         return q
 
@@ -92,9 +96,13 @@ class Operator:
         """Schedule this operator to run at ``point`` (input arrived, or a time it holds became due)."""
         self.scope.activate(self, point)
 
-    def subscribe(self, queue: Queue, transform: Any = None) -> None:
-        """Deliver this operator's output batches to ``queue``, optionally transformed first."""
+    def subscribe(self, queue: Queue, transform: Any = None, feedback: bool = False) -> None:
+        """Deliver this operator's output batches to ``queue``, optionally transformed first; ``feedback``
+        marks an edge back to an earlier operator of a loop (read at the next iteration)."""
         self.consumers.append((queue, transform))
+        consumer = getattr(queue, "consumer", None)  # none for a sink outside the dataflow
+        if not feedback and consumer is not None:
+            consumer.sources.append(self)
 
     def emit(self, item: Any) -> None:
         """Send an item to every consumer, split by point."""
@@ -154,19 +162,23 @@ class Scope:
         self.operators.remove(op)
         self.operators.append(op)
         for i, o in enumerate(self.operators):
-            o.index = i
+            o.index = o.order = i
+        self.reorder()
+
+    def reorder(self) -> None:
+        """Re-key the activated operators after their ``order`` changed."""
         for point, ops in self.active.items():
-            self.active[point] = {o.index: o for o in ops.values()}
+            self.active[point] = {o.order: o for o in ops.values()}
             self._due[point] = sorted(self.active[point])
 
     def activate(self, op: Operator, point: Point) -> None:
         ops = self.active.get(point)
         if ops is None:
-            self.active[point] = {op.index: op}
-            self._due[point] = [op.index]
-        elif op.index not in ops:
-            ops[op.index] = op
-            heapq.heappush(self._due[point], op.index)
+            self.active[point] = {op.order: op}
+            self._due[point] = [op.order]
+        elif op.order not in ops:
+            ops[op.order] = op
+            heapq.heappush(self._due[point], op.order)
         else:
             return
         if self.loop is not None:
@@ -174,19 +186,44 @@ class Scope:
 
     def run_point(self, point: Point) -> None:
         """Run the operators activated at ``point``, in creation order, including those activated meanwhile."""
+        try:
+            self.run_until(point, None)
+        finally:
+            self.end_point()
+
+    def run_until(self, point: Point, bound: int | None) -> None:
+        """Run the operators activated at ``point`` whose order is below ``bound`` (all with None), including
+        those activated meanwhile; the others stay activated."""
         ops = self.active.get(point)
         if ops is None:
             return
         due = self._due[point]
         try:
-            while due:
+            while due and (bound is None or due[0] < bound):
                 ops.pop(heapq.heappop(due)).run(point)
         finally:
             if not ops:
                 del self.active[point], self._due[point]
-            later, self._later = self._later, []
-            for op, p in later:
-                self.activate(op, p)
+
+    def next_order(self, point: Point) -> int | None:
+        """The order of the first operator activated at ``point``, if any."""
+        due = self._due.get(point)
+        return due[0] if due else None
+
+    def take(self, op: Operator, point: Point) -> None:
+        """Withdraw ``op``'s activation at ``point`` (it is run by other means: a loop run across shards)."""
+        ops = self.active.get(point)
+        if ops is not None and ops.pop(op.order, None) is not None:
+            self._due[point].remove(op.order)
+            heapq.heapify(self._due[point])
+            if not ops:
+                del self.active[point], self._due[point]
+
+    def end_point(self) -> None:
+        """The running point is done: what was activated for its next run is activated now."""
+        later, self._later = self._later, []
+        for op, p in later:
+            self.activate(op, p)
 
     def activate_next_run(self, op: Operator, point: Point) -> None:
         """Schedule ``op`` for the next run of ``point``, which is running now (a time it holds there is due

@@ -98,7 +98,7 @@ class VariableOp(Operator):
                     out = out.take(~over)
             return out
 
-        source.subscribe(self.input, delay)
+        source.subscribe(self.input, delay, feedback=True)
 
     def run(self, point: Point) -> None:
         batches = self.input.take(point)

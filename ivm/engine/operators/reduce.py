@@ -66,6 +66,7 @@ class ReduceOp(Operator):
         key_dtypes = in_dtypes[: self.nkey]
         out_dtypes = key_dtypes + tuple(reducer.out_dtypes(in_dtypes[self.nkey :]))
         self.output = ArrangeOp(scope, None, self.nkey, out_dtypes)
+        self.output.sources.append(self)
         self.pending: dict[Point, list[Batch]] = {}
         # the groups the reducer may fail to compute: error code -> message (see ``Aggregate.failures``)
         self.failures: dict[int, str] = {}

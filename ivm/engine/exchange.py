@@ -1,0 +1,262 @@
+"""Exchange: moving a collection's updates to the shard that owns their key.
+
+In a sharded engine each of N engines (shards) holds the same dataflows, and every arrangement holds only the
+keys whose hash falls to its shard. Wherever a collection is arranged by a key (or reduced by one), an
+``ExchangeOp`` sends each update to the shard of its key and a ``ReceiveOp`` in that shard takes it in; every
+other operator works on its shard's part alone. The shards step together through ``ivm.engine.sharded``,
+which moves the exchanged updates between them through a ``Transport``.
+
+An exchanged batch crosses as an Arrow record batch with its text as text: a string's code means something
+only in the string pool of the process that made it, so text columns are decoded by the sender and interned
+by the receiver. The shard of a key is a function of its values (text by its UTF-8 bytes), never of codes or
+of Python's per-process string hash, so every process agrees on it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ivm.engine.batch import Batch, Mask, _bits, _mix
+from ivm.engine.scope import Operator, Point, Scope
+from ivm.engine.strings import POOL
+
+__all__ = [
+    "Sharding",
+    "Transport",
+    "LocalGroup",
+    "ExchangeOp",
+    "ReceiveOp",
+    "shard_of",
+    "to_arrow",
+    "from_arrow",
+]
+
+_SEED = np.uint64(0x9E3779B97F4A7C15)
+_NULL = np.uint64(0x5BD1E9955BD1E995)
+
+
+class Transport(Protocol):
+    """The collective operations of a group of shards; every shard calls them in the same order."""
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every shard's ``value`` (small: counts, frontiers, errors), in shard order."""
+
+    def exchange(self, outgoing: list[list[Any]]) -> list[Any]:
+        """Send ``outgoing[d]`` (exchanged record batches) to shard ``d``; what the shards sent this one."""
+
+    def abort(self) -> None:
+        """This shard cannot go on (an unexpected error): every shard's collectives fail from now on."""
+
+
+@dataclass
+class Sharding:
+    """This engine is shard ``index`` of ``count``, stepping with the others through ``transport``."""
+
+    index: int
+    count: int
+    transport: Transport
+    exchanges: list[ExchangeOp] = field(default_factory=list)  # by id, the same in every shard
+    sending: list[ExchangeOp] = field(default_factory=list)  # those with updates for other shards
+
+    def register(self, op: ExchangeOp) -> int:
+        self.exchanges.append(op)
+        return len(self.exchanges) - 1
+
+
+def text_hash(arr: pa.Array) -> np.ndarray:
+    """A hash of each string of ``arr`` from its UTF-8 bytes (uint64; the same in every process)."""
+    arr = arr.cast(pa.large_string()) if arr.type != pa.large_string() else arr
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
+    data = arr.buffers()[2]
+    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    b = raw[lo:hi].astype(np.uint64)
+    lengths = np.diff(offsets)
+    position = np.arange(hi - lo, dtype=np.int64) - np.repeat(offsets[:-1] - lo, lengths)
+    terms = _mix(b | (position.astype(np.uint64) << np.uint64(8)))
+    sums = np.concatenate(([np.uint64(0)], np.cumsum(terms, dtype=np.uint64)))
+    starts = offsets[:-1] - lo
+    return _mix(sums[starts + lengths] - sums[starts] + lengths.astype(np.uint64) * _SEED)
+
+
+def shard_of(
+    columns: Sequence[np.ndarray], valid: Sequence[Mask], texts: Sequence[int], count: int, n: int
+) -> np.ndarray:
+    """The shard (0 .. count - 1) of each of ``n`` rows keyed by ``columns`` (positions ``texts`` hold text
+    codes of the active pool): equal keys go to the same shard, whatever process computes it."""
+    if count == 1 or not columns:
+        return np.zeros(n, dtype=np.int64)
+    h = np.full(n, _SEED, dtype=np.uint64)
+    for i, (col, mask) in enumerate(zip(columns, valid, strict=True)):
+        v = text_hash(_strings(col, mask)) if i in texts else _mix(_bits(col).view(np.uint64))
+        if mask is not None:
+            v = np.where(mask, v, _NULL)
+        h = _mix(h * np.uint64(31) + v)
+    return (h % np.uint64(count)).astype(np.int64)
+
+
+def _strings(codes: np.ndarray, mask: Mask) -> pa.Array:
+    """The strings of text ``codes`` (the empty string under a NULL)."""
+    if mask is None:
+        return POOL.strings(codes)
+    strings = POOL.strings(codes[mask])
+    index = np.full(len(codes), len(strings), dtype=np.int64)
+    index[np.flatnonzero(mask)] = np.arange(len(strings))
+    return pa.concat_arrays([strings, pa.array([""], pa.large_string())]).take(pa.array(index))
+
+
+def to_arrow(batch: Batch, texts: Sequence[int]) -> pa.RecordBatch:
+    """``batch`` as a record batch: columns ``c0..`` (text as strings), ``t0..`` (time coordinates) and
+    ``diff``."""
+    arrays, names = [], []
+    for i, (col, mask) in enumerate(zip(batch.columns, batch.valid, strict=True)):
+        nulls = None if mask is None else ~mask
+        if i in texts:
+            arrays.append(_with_nulls(_strings(col, mask), nulls))
+        else:
+            arrays.append(pa.array(col, mask=nulls))
+        names.append(f"c{i}")
+    for j in range(batch.times.shape[1]):
+        arrays.append(pa.array(np.ascontiguousarray(batch.times[:, j])))
+        names.append(f"t{j}")
+    arrays.append(pa.array(batch.diffs))
+    names.append("diff")
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def _with_nulls(strings: pa.Array, nulls: np.ndarray | None) -> pa.Array:
+    if nulls is None:
+        return strings
+    return pc.if_else(pa.array(nulls), pa.scalar(None, pa.large_string()), strings)
+
+
+def from_arrow(rb: pa.RecordBatch, dtypes: Sequence[np.dtype], texts: Sequence[int]) -> Batch:
+    """The batch ``to_arrow`` made, with text interned in the active pool."""
+    columns, valid = [], []
+    for i, dtype in enumerate(dtypes):
+        arr = rb.column(i)
+        mask = None
+        if arr.null_count:
+            mask = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        if i in texts:
+            columns.append(POOL.encode_arrow(arr))
+        else:
+            columns.append(np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=dtype))
+        valid.append(mask)
+    dim = rb.num_columns - len(dtypes) - 1
+    times = np.stack(
+        [rb.column(len(dtypes) + j).to_numpy(zero_copy_only=False) for j in range(dim)], axis=1
+    ).astype(np.int64)
+    diffs = rb.column(rb.num_columns - 1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return Batch.build(columns, valid, times, diffs)
+
+
+class ExchangeOp(Operator):
+    """Sends each update of its input to the shard of its first ``nkey`` columns: to its own shard's
+    ``ReceiveOp`` directly, to the others through the transport (see ``ivm.engine.sharded``)."""
+
+    def __init__(
+        self, scope: Scope, source: Operator, nkey: int, dtypes: Sequence, texts: Sequence[int]
+    ) -> None:
+        super().__init__(scope, "exchange")
+        self.sharding: Sharding = scope.dataflow.engine.sharding
+        self.nkey = nkey
+        self.dtypes = tuple(dtypes)
+        self.texts = tuple(texts)
+        self.id = self.sharding.register(self)
+        self.input = self.new_queue()
+        source.subscribe(self.input)
+        self.receiver: ReceiveOp | None = None
+        self.outbox: list[tuple[int, Point, pa.RecordBatch]] = []  # (shard, point, updates) to send
+
+    def run(self, point: Point) -> None:
+        batches = self.input.take(point)
+        if not batches:
+            return
+        b = Batch.concat(batches)
+        sh = self.sharding
+        cols, valid = b.select(range(self.nkey))
+        dest = shard_of(cols, valid, [t for t in self.texts if t < self.nkey], sh.count, len(b))
+        order = np.argsort(dest, kind="stable")
+        bounds = np.searchsorted(dest[order], np.arange(sh.count + 1))
+        for d in range(sh.count):
+            lo, hi = int(bounds[d]), int(bounds[d + 1])
+            if lo == hi:
+                continue
+            part = b if hi - lo == len(b) else b.take(order[lo:hi])
+            if d == sh.index:
+                self.receiver.input.put(point, part)
+            else:
+                if not self.outbox:
+                    sh.sending.append(self)
+                self.outbox.append((d, point, to_arrow(part, self.texts)))
+
+    def deliver(self, point: Point, rb: pa.RecordBatch) -> None:
+        """Updates another shard sent to this exchange's receiver here."""
+        self.receiver.input.put(point, from_arrow(rb, self.dtypes, self.texts))
+
+
+class ReceiveOp(Operator):
+    """The updates of an exchange that fall to this shard, from every shard."""
+
+    def __init__(self, scope: Scope, sender: ExchangeOp) -> None:
+        super().__init__(scope, "receive")
+        self.input = self.new_queue()
+        self.sources.append(sender)
+        sender.receiver = self
+
+    def run(self, point: Point) -> None:
+        batches = self.input.take(point)
+        if batches:
+            self.emit(Batch.concat(batches))
+
+
+class LocalGroup:
+    """A transport for shards running in threads of one process (tests, and one machine's shards)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._barrier = threading.Barrier(count)
+        self._slots: list[Any] = [None] * count
+
+    def transport(self, index: int) -> Transport:
+        return _LocalTransport(self, index)
+
+    def abort(self) -> None:
+        """Break the group: shards waiting in a collective raise ``threading.BrokenBarrierError``."""
+        self._barrier.abort()
+
+    @property
+    def broken(self) -> bool:
+        return self._barrier.broken
+
+
+class _LocalTransport:
+    def __init__(self, group: LocalGroup, index: int) -> None:
+        self.group = group
+        self.index = index
+
+    def _all(self, value: Any) -> list[Any]:
+        g = self.group
+        g._slots[self.index] = value
+        g._barrier.wait()
+        out = list(g._slots)
+        g._barrier.wait()  # every shard has read the slots before any writes them again
+        return out
+
+    def gather(self, value: Any) -> list[Any]:
+        return self._all(value)
+
+    def exchange(self, outgoing: list[list[Any]]) -> list[Any]:
+        every = self._all(outgoing)
+        return [item for sent in every for item in sent[self.index]]
+
+    def abort(self) -> None:
+        self.group.abort()

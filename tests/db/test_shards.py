@@ -1,0 +1,157 @@
+"""A database in N shards stepping together (``ivm.db.shards``) gives the embedded engine's results exactly,
+for any N: random change streams through recursive views (closure, shortest paths with MIN, components) and
+grouped, joined, outer-joined, distinct, ranked and subquery views over text, compared after every batch."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ivm
+from ivm.db.shards import Shards
+from tests.sql.test_recursive import MUTUAL, SCHEMA, SIZES, STANDARD, TABLES, _cols, _row, mutual_sql
+
+TEXT_SCHEMA = [
+    "CREATE TABLE item (id INTEGER PRIMARY KEY, grp TEXT, price DOUBLE PRECISION, qty INTEGER)",
+    "CREATE TABLE tag (item_id INTEGER, label TEXT)",
+]
+TEXT_VIEWS = {
+    "by_grp": "SELECT grp, COUNT(*) AS n, SUM(qty) AS q, MIN(price) AS lo, MAX(grp) AS g FROM item "
+    "GROUP BY grp",
+    "tagged": "SELECT t.label, i.grp, COUNT(*) AS n FROM item i JOIN tag t ON t.item_id = i.id "
+    "GROUP BY t.label, i.grp",
+    "untagged": "SELECT i.id, i.grp, t.label FROM item i LEFT JOIN tag t ON t.item_id = i.id",
+    "labels": "SELECT DISTINCT label FROM tag",
+    "top3": "SELECT id, price FROM item ORDER BY price DESC, id LIMIT 3",
+    "total": "SELECT COUNT(*) AS n, SUM(qty) AS q FROM item",
+    "with_tag": "SELECT id FROM item WHERE EXISTS (SELECT 1 FROM tag WHERE tag.item_id = item.id)",
+    "upper_grp": "SELECT UPPER(grp) AS g, COUNT(*) AS n FROM item WHERE grp LIKE 'g%' GROUP BY UPPER(grp)",
+}
+GROUPS = ["g1", "g2", "G3", "x", "", None]
+LABELS = ["red", "blue", "green", "blue "]
+
+
+class Both:
+    """The same changes made to an embedded database and to one of ``shards`` shards."""
+
+    def __init__(self, shards: int) -> None:
+        self.one = ivm.connect()
+        self.many = Shards(shards)
+        self.rows: dict[str, list[tuple]] = {}
+        self.next_id = 0
+
+    def execute(self, sql: str) -> None:
+        self.one.execute(sql)
+        self.many.execute(sql)
+
+    def change(self, table: str, cols: list[str], inserts: list[tuple], deletes: list[tuple]) -> None:
+        for data, insert in ((deletes, False), (inserts, True)):
+            if not data:
+                continue
+            t = pa.table({c: [r[i] for r in data] for i, c in enumerate(cols)}, schema=self._schema(table))
+            if insert:
+                self.one.insert_arrow(table, t)
+                self.many.insert_arrow(table, t)
+            else:
+                self.one.delete_arrow(table, t)
+                self.many.delete_arrow(table, t)
+
+    def _schema(self, table: str) -> pa.Schema:
+        return self.one.execute(f"SELECT * FROM {table} LIMIT 0").fetch_arrow().schema
+
+    def same(self, views) -> None:
+        for name in views:
+            want = _rows(self.one.execute(f"SELECT * FROM {name}").fetch_arrow())
+            got = _rows(self.many.read(f"SELECT * FROM {name}"))
+            assert got == want, (name, got, want)
+
+
+def _rows(t: pa.Table) -> list:
+    return sorted(map(repr, zip(*[t.column(i).to_pylist() for i in range(t.num_columns)], strict=True)))
+
+
+def _item(rng: random.Random, both: Both) -> tuple:
+    both.next_id += 1
+    return (both.next_id, rng.choice(GROUPS), round(rng.uniform(0, 100), 2), rng.randrange(-3, 9))
+
+
+def run(shards: int, seed: int, batches: int) -> None:
+    rng = random.Random(seed)
+    both = Both(shards)
+    for s in SCHEMA + TEXT_SCHEMA:
+        both.execute(s)
+    for name, sql in STANDARD.items():
+        both.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    for name, (defs, final) in MUTUAL.items():
+        both.execute(f"CREATE MATERIALIZED VIEW {name} AS {mutual_sql(defs, final)}")
+    for name, sql in TEXT_VIEWS.items():
+        both.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    views = [*STANDARD, *MUTUAL, *TEXT_VIEWS]
+    state: dict[str, list[tuple]] = {t: [] for t in [*TABLES, "item", "tag"]}
+    for batch in range(batches):
+        for t in TABLES if batch == 0 else rng.sample(TABLES, 4):
+            inserts = [_row(rng, t) for _ in range(SIZES[t] if batch == 0 else rng.randrange(1, 4))]
+            deletes = rng.sample(state[t], min(len(state[t]), rng.randrange(0, 4)))
+            for r in deletes:
+                state[t].remove(r)
+            state[t].extend(inserts)
+            both.change(t, _cols(t), inserts, deletes)
+        items = [_item(rng, both) for _ in range(rng.randrange(1, 8))]
+        gone = rng.sample(state["item"], min(len(state["item"]), rng.randrange(0, 3)))
+        tags = [(rng.choice([r[0] for r in state["item"] + items]), rng.choice(LABELS)) for _ in range(3)]
+        untag = rng.sample(state["tag"], min(len(state["tag"]), rng.randrange(0, 3)))
+        for r in gone:
+            state["item"].remove(r)
+        for r in untag:
+            state["tag"].remove(r)
+        state["item"] += items
+        state["tag"] += tags
+        both.change("item", ["id", "grp", "price", "qty"], items, gone)
+        both.change("tag", ["item_id", "label"], tags, untag)
+        if batch % 3 == 2:  # a change every shard makes to the rows it holds
+            both.execute("UPDATE item SET qty = qty + 1 WHERE grp = 'g1'")
+            both.execute("DELETE FROM e WHERE src = dst")
+            state["item"] = [(i, g, p, q + 1) if g == "g1" else (i, g, p, q) for i, g, p, q in state["item"]]
+            state["e"] = [(a, b) for a, b in state["e"] if a is None or a != b]
+        both.same(views)
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3])
+def test_sharded_views_equal_the_embedded_engine(shards):
+    run(shards, seed=shards, batches=6)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(shards=st.integers(1, 8), seed=st.integers(0, 10**6))
+def test_any_shard_count_gives_the_same_views(shards, seed):
+    run(shards, seed, batches=4)
+
+
+def test_a_change_one_shard_rejects_is_rolled_back_in_every_shard():
+    both = Both(3)
+    both.execute("CREATE TABLE k (id INTEGER PRIMARY KEY, s TEXT)")
+    both.execute("CREATE MATERIALIZED VIEW n AS SELECT COUNT(*) AS n FROM k")
+    rows = pa.table({"id": pa.array(range(10), pa.int32()), "s": [str(i) for i in range(10)]})
+    both.many.insert_arrow("k", rows)
+    again = pa.table({"id": pa.array([100, 101, 102, 5], pa.int32()), "s": ["a", "b", "c", "dup"]})
+    with pytest.raises(ivm.IntegrityError, match="duplicate key"):
+        both.many.insert_arrow("k", again)
+    assert both.many.read("SELECT * FROM n").to_pylist() == [{"n": 10}]
+    assert sorted(both.many.read("SELECT id FROM k").column(0).to_pylist()) == list(range(10))
+
+
+def test_the_rows_are_spread_over_the_shards_by_key():
+    many = Shards(4)
+    many.execute("CREATE TABLE k (id INTEGER PRIMARY KEY, s TEXT)")
+    many.execute("CREATE MATERIALIZED VIEW by_s AS SELECT s, COUNT(*) AS n FROM k GROUP BY s")
+    rows = pa.table({"id": pa.array(range(400), pa.int32()), "s": [f"s{i % 40}" for i in range(400)]})
+    many.insert_arrow("k", rows)
+    held = [db.tables["k"].arranged.trace for db in many.shards]
+    sizes = [len(t) for t in held]
+    assert sum(sizes) == 400 and all(40 <= n <= 160 for n in sizes), sizes
+    groups = [len(db.views["by_s"].arranged.trace) for db in many.shards]
+    assert sum(groups) == 40 and max(groups) < 40, groups
