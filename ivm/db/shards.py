@@ -83,7 +83,23 @@ class Shards:
         if any(isinstance(s, (exp.Update, exp.Delete)) for s in statements):
             self._transaction(lambda i, db: db.execute(sql))
         else:
-            self._together(lambda i, db: db.execute(sql))
+            try:
+                self._together(lambda i, db: db.execute(sql))
+            except Error:
+                self._reconcile()
+                raise
+
+    def _reconcile(self) -> None:
+        """After DDL some shards refused (a view whose rows are in error in some shards only), the relations
+        it made in the others are dropped there, so that every shard holds the same ones again."""
+        for kind, held in (
+            ("VIEW", [set(db.views) for db in self.shards]),
+            ("TABLE", [set(db.tables) for db in self.shards]),
+        ):
+            everywhere = set.intersection(*held)
+            for db, names in zip(self.shards, held, strict=True):
+                for name in sorted(names - everywhere):
+                    db.execute(f"DROP {kind} {exp.to_identifier(name).sql(dialect='postgres')}")
 
     def insert_arrow(self, table: str, data: pa.Table) -> None:
         """Insert the rows of ``data``, each in the shard of its key."""
@@ -138,10 +154,14 @@ class Shards:
             dest = shard_of(cols, valid, texts, self.count, data.num_rows)
         return [data.take(pa.array(np.flatnonzero(dest == i))) for i in range(self.count)]
 
-    def read(self, sql: str) -> pa.Table:
-        """The rows of a query run in every shard (each over its part): their union."""
-        parts = self._together(lambda i, db: db.execute(sql).fetch_arrow())
-        return pa.concat_tables(parts)
+    def contents(self, relation: str) -> pa.Table:
+        """The rows of a table or view: the union of every shard's part. (A query over the parts would not
+        be one over the whole: an aggregate would give a row per shard. Make it a view.)"""
+        db = self.shards[0]
+        if relation not in db.tables and relation not in db.views:
+            raise ValueError(f"relation {relation!r} does not exist")
+        name = exp.to_identifier(relation).sql(dialect="postgres")
+        return pa.concat_tables(self._together(lambda i, db: db.execute(f"SELECT * FROM {name}").fetch_arrow()))
 
     def close(self) -> None:
         for db in self.shards:
