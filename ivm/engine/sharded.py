@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from ivm.engine.exchange import ReceiveOp, Sharding
 from ivm.engine.operators.basic import EvaluationError
-from ivm.engine.operators.iterate import IterationLimitError, LeaveOp, LoopOp
+from ivm.engine.operators.iterate import EnterOp, IterationLimitError, LeaveOp, LoopOp
 from ivm.engine.scope import Operator, Point, Scope
 
 __all__ = ["assign_stages", "run_point", "scopes"]
@@ -48,7 +48,7 @@ def assign_stages(root: Scope) -> None:
         if s is not None:
             return s
         if isinstance(op, LoopOp):
-            enters = [o for o in op.inner.operators if any(src.scope is root_of(o) for src in o.sources)]
+            enters = [o for o in op.inner.operators if isinstance(o, EnterOp)]
             s = max((stage(src) for o in enters for src in o.sources if src.scope.dataflow is df), default=0)
         else:
             s = 0
@@ -59,9 +59,6 @@ def assign_stages(root: Scope) -> None:
                 s = max(s, stage(op.loop_scope.loop) + 1)
         stages[id(op)] = s
         return s
-
-    def root_of(inner_op: Operator) -> Scope | None:
-        return inner_op.scope.parent
 
     for scope in scopes(root):
         for op in scope.operators:
