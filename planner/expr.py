@@ -620,7 +620,12 @@ def _to_text(e: Call, cols, valid, n):
     src = e.param
     out = np.zeros(n, dtype=np.int64)
     sel = np.flatnonzero(m) if m is not None else slice(None)
-    uniq, inv = np.unique(a[sel], return_inverse=True)
+    values = a[sel]
+    if values.dtype.kind == "f":  # by bits: -0.0 and 0.0 are equal, yet written -0 and 0
+        uniq, inv = np.unique(values.view(f"i{values.itemsize}"), return_inverse=True)
+        uniq = uniq.view(values.dtype)
+    else:
+        uniq, inv = np.unique(values, return_inverse=True)
     if src.kind in ("int", "bool"):  # Arrow writes these as PostgreSQL does
         codes = POOL.encode_arrow(pc.cast(pa.array(uniq), pa.large_string()))
     else:

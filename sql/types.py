@@ -320,11 +320,30 @@ def format_text(value: object, t: SqlType) -> str:
     if t.kind == "bool":
         return "true" if value else "false"
     if t.kind == "float":
-        f = float(value)
-        if f != f:
-            return "NaN"
-        return "Infinity" if f == float("inf") else "-Infinity" if f == -float("inf") else repr(f)
+        return _float_text(float(value))
     return str(value)
+
+
+def _float_text(f: float) -> str:
+    """A double as PostgreSQL's float8out writes it: the shortest digits that read back as the value, in
+    positional notation when the leading digit's place is from 10**-4 to 10**14 (without a trailing ``.0``),
+    else as ``1.5e+20`` with at least two digits of exponent; -0.0 as ``-0``.
+
+    >>> [_float_text(v) for v in (1.0, -0.0, 1e15, 0.0001, 1e-05, 123456.5, float("nan"))]
+    ['1', '-0', '1e+15', '0.0001', '1e-05', '123456.5', 'NaN']
+    """
+    if f != f:
+        return "NaN"
+    if f in (math.inf, -math.inf):
+        return "Infinity" if f > 0 else "-Infinity"
+    shortest = decimal.Decimal(repr(f)).normalize()  # repr: the shortest digits that read back as f
+    sign, digits, exponent = shortest.as_tuple()
+    place = exponent + len(digits) - 1  # of the leading digit
+    if -4 <= place < 15:
+        return format(shortest, "f")
+    text = "".join(map(str, digits))
+    mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
+    return f"{'-' if sign else ''}{mantissa}e{'-' if place < 0 else '+'}{abs(place):02d}"
 
 
 def sql_literal(value: object, t: SqlType) -> str:
@@ -339,6 +358,8 @@ def sql_literal(value: object, t: SqlType) -> str:
         return "TRUE" if value else "FALSE"
     if t.kind == "float" and not math.isfinite(value):
         return f"'{format_text(value, t)}'::DOUBLE"
-    if t.kind in ("int", "decimal", "float"):
+    if t.kind == "float":
+        return repr(float(value))  # a constant of SQL that reads back as a double, never as an integer
+    if t.kind in ("int", "decimal"):
         return format_text(value, t)
     return repr(value)

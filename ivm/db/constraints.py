@@ -170,7 +170,7 @@ def _check_key(
     for b in before or []:
         c, v = b.select(pk)
         parts.append(Batch(c, v, np.zeros((len(b), 1), np.int64), b.diffs))
-    total, _ = consolidate(Batch.concat(parts))
+    total, _ = consolidate(state.one_zero(Batch.concat(parts)))
     dup = np.flatnonzero(total.diffs > 1)
     if len(dup):
         _duplicate_key(table, total.columns, dup[:1], pk, unique)

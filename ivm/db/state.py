@@ -90,11 +90,20 @@ def table_order(table: Table, width: int, nkey: int) -> list[int]:
     return [layout.index(i) for i in range(width)]
 
 
+def one_zero(b: Batch) -> Batch:
+    """``b`` with its doubles' -0.0 made 0.0: rows as keys compare, a key of -0.0 being the key of 0.0 (as
+    ``key_hash`` sees it, and PostgreSQL), where the rows that hold them stay apart."""
+    if not any(c.dtype.kind == "f" for c in b.columns):
+        return b
+    cols = tuple(c + 0.0 if c.dtype.kind == "f" else c for c in b.columns)
+    return Batch(cols, b.valid, b.times, b.diffs)
+
+
 def unique(h: np.ndarray, cols: Sequence[np.ndarray], valid: Sequence) -> tuple:
     """The distinct rows of key columns ``cols`` (validity ``valid``, hashes ``h``), sorted by hash, as
-    (hashes, columns, validity): what a trace's ``gather`` seeks."""
+    (hashes, columns, validity): what a trace's ``gather`` seeks (keys, so -0.0 is 0.0)."""
     b, _ = consolidate(
-        Batch(tuple(cols), tuple(valid), np.zeros((len(h), 1), np.int64), np.ones(len(h), np.int64))
+        one_zero(Batch(tuple(cols), tuple(valid), np.zeros((len(h), 1), np.int64), np.ones(len(h), np.int64)))
     )
     hh = key_hash(b.columns, b.valid, len(b))
     order = np.argsort(hh, kind="stable")

@@ -427,14 +427,31 @@ def refine_ties(order: np.ndarray, eq: np.ndarray, keys: Sequence[np.ndarray]) -
 
 
 def sort_keys(
-    columns: Sequence[np.ndarray], valid: Sequence[Mask], times: np.ndarray | None
+    columns: Sequence[np.ndarray], valid: Sequence[Mask], times: np.ndarray | None, signed_zeros: bool = True
 ) -> list[np.ndarray]:
-    """Sort keys that group exactly equal rows (and then times) together."""
+    """Sort keys that group exactly equal rows (and then times) together.
+
+    -0.0 and 0.0 are equal values (as in SQL), but not the same value: PostgreSQL keeps and shows each (SUM
+    of -0.0 values is -0.0), so a row holding one is not a row holding the other and updates of the two never
+    cancel. With ``signed_zeros`` they are told apart, after all the columns (rows whose values are equal stay
+    together, and so do those of a key made of leading columns); without, they are one (which rows share a
+    key, as ``key_hash`` and ``rows_equal`` see keys)."""
     keys: list[np.ndarray] = []
+    signs: list[np.ndarray] = []
     for col, mask in zip(columns, valid, strict=True):
         if mask is not None:
             keys.append(mask)
-        keys.append(_bits(col) if col.dtype.kind == "f" else col)
+        if col.dtype.kind != "f":
+            keys.append(col)
+            continue
+        keys.append(_bits(col))
+        if signed_zeros:
+            negative = (col == 0) & np.signbit(col)
+            if mask is not None:
+                negative &= mask
+            if negative.any():  # else all False: it would order nothing
+                signs.append(negative)
+    keys += signs
     if times is not None and times.shape[0] and not (times == times[0]).all():
         keys.extend(times[:, i] for i in range(times.shape[1]))
     return keys

@@ -108,7 +108,10 @@ VALUES = st.one_of(MAGNITUDES, MAGNITUDES, EXTREMES, HUGE, st.none(), SPECIAL)
 
 
 def expected_sum(values: list[float]) -> float | None | str:
-    """SUM of non-NULL doubles: None for none, else as ``tests.ivm.test_exact.expected_sum``."""
+    """SUM of non-NULL doubles: None for none, -0.0 when all are -0.0 (as PostgreSQL's SUM starts from the
+    first value), else as ``tests.ivm.test_exact.expected_sum``."""
+    if values and all(v == 0 and math.copysign(1, v) < 0 for v in values):
+        return -0.0
     return exact_sum(values) if values else None
 
 
@@ -122,14 +125,15 @@ def expected(rows: dict[int, tuple]) -> tuple[dict, bool]:
         values = [x for x in xs if x is not None]
         s = expected_sum(values)
         over |= s == "overflow"
-        out[g] = (s, None if s is None or s == "overflow" else s / len(values), len(xs))
+        # AVG adds to 0, so the mean of -0.0 values is 0
+        out[g] = (s, None if s is None or s == "overflow" else (s + 0.0) / len(values), len(xs))
     return out, over
 
 
 def same_value(a, b) -> bool:
     if a is None or b is None:
         return a is None and b is None
-    return (math.isnan(a) and math.isnan(b)) or a == b
+    return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
 
 
 @st.composite

@@ -6,7 +6,9 @@ doubles is an integer ``N`` times 2**-1074. ``N`` is kept exactly, in *limbs* of
 inserted adds its value's limbs and a row deleted subtracts the same limbs, so the sum depends on the values
 present, not on the order they came and went in: a running sum in doubles drifts (1e20 + 1 - 1e20 is 0 in
 doubles; it is 1 here). NaN and the infinities are counted apart, since which of them are present decides
-such a sum: NaN if a NaN is, or both infinities are; else the infinity present.
+such a sum: NaN if a NaN is, or both infinities are; else the infinity present. Negative zeros are counted
+apart too: a SUM whose values are all -0.0 is -0.0, as in IEEE arithmetic and PostgreSQL (its SUM starts from
+the first value and -0.0 + -0.0 is -0.0), where any other value present makes a zero sum +0.0.
 
 A value's 53-bit significand, shifted by its exponent's place in a limb, spans at most three limbs: a row
 contributes three numbers below 2**33 (times its multiplicity). A sum's limbs are *normalized* by carrying:
@@ -35,6 +37,8 @@ __all__ = [
     "round_sums",
     "special",
     "finite",
+    "negative_zeros",
+    "signed",
     "sums",
     "segment_sums",
 ]
@@ -127,12 +131,24 @@ def round_sums(limbs: np.ndarray, lo: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def special(x: np.ndarray, valid: Mask, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The rows holding a NaN or an infinity (not NULL) with a nonzero ``w``, and which each holds: 0 for
-    NaN, 1 for +inf, 2 for -inf (the rows of a sum's ``counts``)."""
-    odd = ~np.isfinite(x) & (w != 0)
+    """The rows holding a NaN, an infinity or -0.0 (not NULL) with a nonzero ``w``, and which each holds: 0
+    for NaN, 1 for +inf, 2 for -inf, 3 for -0.0 (the rows of a sum's ``counts``)."""
+    odd = (~np.isfinite(x) | negative_zeros(x)) & (w != 0)
     rows = np.flatnonzero(odd if valid is None else odd & valid)
     v = x[rows]
-    return rows, np.where(np.isnan(v), 0, np.where(v > 0, 1, 2))
+    return rows, np.where(np.isnan(v), 0, np.where(v > 0, 1, np.where(v < 0, 2, 3)))
+
+
+def negative_zeros(x: np.ndarray) -> np.ndarray:
+    """Where doubles ``x`` are -0.0."""
+    return (x == 0) & np.signbit(x)
+
+
+def signed(out: np.ndarray, negative: np.ndarray, nvalid: np.ndarray) -> np.ndarray:
+    """Sums ``out`` (as ``sums`` gives them, a zero sum +0.0) with -0.0 for the groups whose ``nvalid`` values
+    (not NULL) are all -0.0, of which they hold ``negative``: what SUM gives (AVG divides a sum started from
+    +0.0, as PostgreSQL's does, so the mean of -0.0 values is +0.0)."""
+    return np.where((negative == nvalid) & (nvalid > 0), -0.0, out)
 
 
 def finite(x: np.ndarray, valid: Mask, w: np.ndarray) -> np.ndarray:
@@ -142,13 +158,14 @@ def finite(x: np.ndarray, valid: Mask, w: np.ndarray) -> np.ndarray:
 
 
 def sums(limbs: np.ndarray, lo: int, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The SUMs of groups, from the limbs of their finite values and ``counts`` (shape ``(3, groups)``: how
-    many NaN, +inf and -inf each holds; or ``(0, groups)`` for none), and where the finite values' sum is
-    beyond the largest double (an error, as in PostgreSQL, unless an infinity or a NaN decides the sum)."""
+    """The SUMs of groups, from the limbs of their finite values and ``counts`` (shape ``(4, groups)``: how
+    many NaN, +inf, -inf and -0.0 each holds; or fewer rows, missing ones 0), and where the finite values' sum
+    is beyond the largest double (an error, as in PostgreSQL, unless an infinity or a NaN decides the sum). A
+    zero sum is +0.0 here (see ``signed``)."""
     out, over = round_sums(limbs, lo)
-    if not counts.any():
+    if not counts[:3].any():
         return out, over
-    nan, pinf, ninf = counts != 0
+    nan, pinf, ninf = counts[:3] != 0
     nan_sum = nan | (pinf & ninf)
     out = np.where(nan_sum, np.nan, np.where(pinf, np.inf, np.where(ninf, -np.inf, out)))
     return out, over & ~nan & ~pinf & ~ninf
@@ -160,7 +177,7 @@ def segment_sums(
     """``sums`` of the segments of ``x`` beginning at ``starts``, row ``i`` taken ``w[i]`` times."""
     n, groups = len(x), len(starts)
     gid = np.repeat(np.arange(groups), np.diff(np.append(starts, n)))
-    counts = np.zeros((3, groups), dtype=np.int64)
+    counts = np.zeros((4, groups), dtype=np.int64)
     rows, which = special(x, valid, w)
     if len(rows):
         np.add.at(counts, (which, gid[rows]), w[rows])

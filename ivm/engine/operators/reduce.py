@@ -64,6 +64,9 @@ class ReduceOp(Operator):
             self.handle = scope.dataflow.hold(trace.handle(scope.dataflow.frontier_in(trace.dim)))
         self.reducer = reducer
         key_dtypes = in_dtypes[: self.nkey]
+        # a key of doubles may be written -0.0 or 0.0, one key but two rows: its output is taken back as it was
+        # written (see ``_evaluate``), never as the key is written at the time
+        self.signed_keys = any(np.dtype(d).kind == "f" for d in key_dtypes)
         out_dtypes = key_dtypes + tuple(reducer.out_dtypes(in_dtypes[self.nkey :]))
         self.output = ArrangeOp(scope, None, self.nkey, out_dtypes)
         self.output.sources.append(self)
@@ -79,12 +82,14 @@ class ReduceOp(Operator):
         self.state: RunningStates | None = None
         if streams(reducer, scope):
             self.state_layout = reducer.state_columns(in_dtypes[self.nkey :])
-            # per column summed exactly, wide states 2i (its limbs) and 2i + 1 (its NaN, +inf, -inf counts,
-            # held from the first such value on)
+            # per column summed exactly, wide states 2i (its limbs) and 2i + 1 (its NaN, +inf, -inf and -0.0
+            # counts, held from the first such value on)
             self.wide_layout = reducer.wide_columns(in_dtypes[self.nkey :])
-            self.state = RunningStates(
-                key_dtypes, [d for _, _, d in self.state_layout], wide=2 * len(self.wide_layout)
-            )
+            # and per key column of doubles, how many of the group's rows write it -0.0: the group's key is
+            # -0.0 while all do, as PostgreSQL shows such a group (0.0 otherwise, one of the ways it may)
+            self.zero_keys = [i for i, d in enumerate(key_dtypes) if np.dtype(d).kind == "f"]
+            state_dtypes = [d for _, _, d in self.state_layout] + [np.dtype(np.int64)] * len(self.zero_keys)
+            self.state = RunningStates(key_dtypes, state_dtypes, wide=2 * len(self.wide_layout))
         elif trace is None:
             raise ValueError("only a linear aggregate outside loops reduces a collection that is not arranged")
 
@@ -184,30 +189,33 @@ class ReduceOp(Operator):
         cstart = np.searchsorted(cand_q, np.arange(nk), side="left")
         cend = np.searchsorted(cand_q, np.arange(nk), side="right")
 
-        # targets per candidate (the reducer's rows and errors) less what was emitted up to it
+        # targets per candidate (the reducer's rows and errors) less what was emitted up to it, as whole rows:
+        # the targets under the key as the triggers write it, what was emitted as it was (see ``signed_keys``)
         parts: list[tuple[np.ndarray, tuple, tuple, np.ndarray]] = []
         errors: list[tuple[np.ndarray, tuple, tuple, np.ndarray]] = []
+        keyed = (cand_q, kcols, kvalid)
         if hist_in is not None:
             g = _accumulate(hist_in, q_in, self.nkey, cstart, cend, cand_e)
             if g is not None:
                 if self.failures:
                     out, (bad, codes) = self.reducer.evaluate(g)
-                    parts.append(out)
-                    errors.append((bad, (codes,), (None,), np.ones(len(bad), dtype=np.int64)))
+                    parts.append(_keyed(out, *keyed))
+                    errors.append(_keyed((bad, (codes,), (None,), np.ones(len(bad), dtype=np.int64)), *keyed))
                 else:
-                    parts.append(self.reducer(g))
+                    parts.append(_keyed(self.reducer(g), *keyed))
         for h, q, into in ((hist_out, q_out, parts), (hist_err, q_err, errors)):
             if h is not None:
-                g = _accumulate(h, q, self.nkey, cstart, cend, cand_e)
+                g = _accumulate(h, q, 0 if self.signed_keys else self.nkey, cstart, cend, cand_e)
                 if g is not None:
-                    into.append((g.group, g.columns, g.valid, -g.weights))
-        fixes = _telescope(errors, cand_q, cend, cand_e, kcols, kvalid, dim, point)
+                    emitted = (g.group, g.columns, g.valid, -g.weights)
+                    into.append(emitted if self.signed_keys else _keyed(emitted, *keyed))
+        fixes = _telescope(errors, cand_q, cend, cand_e, dim, point)
         if fixes is not None:
             tb = TraceBatch.from_updates(fixes, self.nkey)
             if len(tb):
                 self.make_error_trace().insert(tb)
                 self._count_errors(tb.updates.columns[-1], tb.updates.diffs)
-        return _telescope(parts, cand_q, cend, cand_e, kcols, kvalid, dim, point)
+        return _telescope(parts, cand_q, cend, cand_e, dim, point)
 
     def _evaluate_linear(self, delta: Batch) -> Batch | None:
         """Output updates of a linear aggregate from the keys' running states and the new updates alone: at each
@@ -219,7 +227,7 @@ class ReduceOp(Operator):
         h = key_hash(kcols, kvalid, n)
         epochs = delta.times[:, 0]
         # keys that are their own hash sort by the hash alone; one epoch (a transaction's) needs no sort by it
-        kkeys = [h] if identity_hash(kcols, kvalid, h) else [h] + sort_keys(kcols, kvalid, None)
+        kkeys = [h] if identity_hash(kcols, kvalid, h) else [h] + sort_keys(kcols, kvalid, None, False)
         one_epoch = bool((epochs == epochs[0]).all())
         order = lexsort(kkeys if one_epoch else kkeys + [epochs])
         key_start = group_starts([k[order] for k in kkeys], n)
@@ -237,6 +245,11 @@ class ReduceOp(Operator):
             tuple(None if m is None else m[order] for m in vvalid),
             delta.diffs[order],
         )
+        for i in self.zero_keys:
+            negative = (kcols[i] == 0) & np.signbit(kcols[i])
+            if kvalid[i] is not None:
+                negative &= kvalid[i]
+            contrib.append(delta.diffs[order] * negative[order])
         ends = np.flatnonzero(last_of_epoch)
         q = kid[ends]
         reps = order[starts]
@@ -288,13 +301,15 @@ class ReduceOp(Operator):
                 limbs = self._wide(2 * i, rows, lowest, parts, seg, q, fidx, slots, carry=True)
                 rows, which = exact.special(x, mask, diffs)
                 if len(rows):
-                    self.state.widen(2 * i + 1, 0, 3)
+                    self.state.widen(2 * i + 1, 0, 4)
                 counts = self._wide(2 * i + 1, rows, which, diffs[rows][None], seg, q, fidx, slots, carry=False)
                 wide[pos] = (limbs, self.state.wide_lo[2 * i], counts)
         # the groups' outputs now (added) and before (retracted), finished together
         states = [np.concatenate((a, b)) for a, b in zip(new_states, prev_states, strict=True)]
-        values, masks, failed = self.reducer.finish(self.state_layout, states, wide)
+        ns = len(self.state_layout)
+        values, masks, failed = self.reducer.finish(self.state_layout, states[:ns], wide)
         present = states[0] > 0  # groups with rows at that time
+        negative_keys = [states[0] == c for c in states[ns:]]  # a key of doubles written -0.0 by every row
         if failed is not None:
             # a group in error has no row: its error goes in (now) or out (before) instead
             wrong = np.flatnonzero(present & (failed >= 0))
@@ -304,10 +319,15 @@ class ReduceOp(Operator):
         # would add and retract it at the same time: neither goes out
         unchanged = present[:m] & present[m:]
         for v, mask in zip(values, masks, strict=True):
+            same = v[:m] == v[m:]
+            if v.dtype.kind == "f":  # a sum going from 0.0 to -0.0 changes its row
+                same &= np.signbit(v[:m]) == np.signbit(v[m:])
             if mask is None:
-                unchanged &= v[:m] == v[m:]
+                unchanged &= same
             else:
-                unchanged &= (mask[:m] == mask[m:]) & ((v[:m] == v[m:]) | ~mask[:m])
+                unchanged &= (mask[:m] == mask[m:]) & (same | ~mask[:m])
+        for negative in negative_keys:
+            unchanged &= negative[:m] == negative[m:]
         if unchanged.any():
             present[:m] &= ~unchanged
             present[m:] &= ~unchanged
@@ -316,11 +336,15 @@ class ReduceOp(Operator):
             return None
         now = sel < m
         row = np.where(now, sel, sel - m)
-        kq = q[row]
-        cols = tuple(k[kq] for k in qcols) + tuple(v[sel] for v in values)
-        valid = tuple(None if v is None else v[kq] for v in qvalid) + tuple(
-            None if v is None else v[sel] for v in masks
-        )
+        # each key as its group's state holds it (the first written), so that a row goes out and is taken back
+        # under one key even when the key is written -0.0 and 0.0
+        held = slots[q[row]]
+        keys = [k[held] for k in self.state.keys]
+        for i, negative in zip(self.zero_keys, negative_keys, strict=True):
+            keys[i] = np.where(negative[sel], -0.0, keys[i] + 0.0)
+        cols = tuple(keys) + tuple(v[sel] for v in values)
+        valid = tuple(None if v is None else k[held] for v, k in zip(qvalid, self.state.valid, strict=True))
+        valid += tuple(None if v is None else v[sel] for v in masks)
         times = epochs[order][ends][row].reshape(-1, 1)
         return Batch.build(cols, valid, times, np.where(now, 1, -1))
 
@@ -393,7 +417,7 @@ def _keys_only(b: Batch, nkey: int) -> Batch:
 def _sorted_unique_keys(tb: TraceBatch) -> tuple:
     """``_unique_keys`` of one trace batch, which is sorted by key already."""
     cols, valid = tb.key_columns()
-    starts = np.flatnonzero(group_starts([tb.hashes, *sort_keys(cols, valid, None)], len(tb)))
+    starts = np.flatnonzero(group_starts([tb.hashes, *sort_keys(cols, valid, None, False)], len(tb)))
     epochs = np.minimum.reduceat(tb.updates.times[:, 0], starts)
     return (
         tb.hashes[starts],
@@ -407,7 +431,7 @@ def _unique_keys(b: Batch, nkey: int) -> tuple:
     """Distinct keys of ``b`` (hash, columns, validity) with the least epoch each was triggered at."""
     h = key_hash(b.columns, b.valid, len(b))
     epochs = b.times[:, 0]
-    kk = [h] + sort_keys(b.columns, b.valid, None)
+    kk = [h] + sort_keys(b.columns, b.valid, None, False)
     order = lexsort(kk + [epochs])
     starts = np.flatnonzero(group_starts([k[order] for k in kk], len(b)))
     first = order[starts]
@@ -427,21 +451,31 @@ def _unique_pairs(q: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return q[new], e[new]
 
 
+def _keyed(part: tuple, cand_q: np.ndarray, kcols: tuple, kvalid: tuple) -> tuple:
+    """Rows by candidate (value columns) as whole rows, behind the key of their candidate."""
+    c, cols, valid, mult = part
+    kq = cand_q[c]
+    return (
+        c,
+        tuple(k[kq] for k in kcols) + tuple(cols),
+        tuple(None if m is None else m[kq] for m in kvalid) + tuple(valid),
+        mult,
+    )
+
+
 def _telescope(
     parts: list[tuple[np.ndarray, tuple, tuple, np.ndarray]],
     cand_q: np.ndarray,
     cend: np.ndarray,
     cand_e: np.ndarray,
-    kcols: tuple,
-    kvalid: tuple,
     dim: int,
     point: Point,
 ) -> Batch | None:
     """The updates that make a key's collection what ``parts`` says it lacks at each interesting epoch.
 
-    ``parts`` are rows by candidate (of key ``cand_q[c]`` at epoch ``cand_e[c]``) with multiplicities: the
-    target at the candidate less what was emitted up to it. Each goes out at its candidate's epoch and is taken
-    back at the key's next candidate, whose own part says what it needs instead."""
+    ``parts`` are whole rows by candidate (of key ``cand_q[c]`` at epoch ``cand_e[c]``) with multiplicities:
+    the target at the candidate less what was emitted up to it. Each goes out at its candidate's epoch and is
+    taken back at the key's next candidate, whose own part says what it needs instead."""
     if not parts:
         return None
     c = np.concatenate([p[0] for p in parts])
@@ -464,11 +498,8 @@ def _telescope(
     times[:, 0] = epochs
     if dim > 1:
         times[:, 1:] = point
-    kq = cand_q[rows]
-    out_cols = tuple(k[kq] for k in kcols) + tuple(x[pick] for x in cols)
-    out_valid = tuple(None if m is None else m[kq] for m in kvalid) + tuple(
-        None if m is None else m[pick] for m in valid
-    )
+    out_cols = tuple(x[pick] for x in cols)
+    out_valid = tuple(None if m is None else m[pick] for m in valid)
     return Batch(out_cols, out_valid, times, diffs)
 
 

@@ -125,10 +125,10 @@ class Aggregate:
     (non-NULL values), ``sum``, ``avg``, ``min``, ``max``, ``min_text`` and ``max_text`` (string-pool codes
     compared as strings), ``count_distinct``. Sums of integers are exact int64; a group whose sum does not fit
     is in error, under ``overflow[j]`` for spec ``j`` (``bigint out of range`` unless given). Sums of doubles
-    are the exact sums of the values present, rounded once (see ``exact``); one beyond the largest double is
-    an error, as in PostgreSQL. ``avg`` is float64, divided further by ``divisors[j]`` when given for spec
-    ``j`` (the mean of decimals held as scaled integers, in units); an aggregate over no non-NULL value is NULL
-    (``count`` variants are 0).
+    are the exact sums of the values present, rounded once (see ``exact``), -0.0 where every value is -0.0;
+    one beyond the largest double is an error, as in PostgreSQL. ``avg`` is float64, divided further by
+    ``divisors[j]`` when given for spec ``j`` (the mean of decimals held as scaled integers, in units); an
+    aggregate over no non-NULL value is NULL (``count`` variants are 0).
     """
 
     def __init__(
@@ -184,8 +184,8 @@ class Aggregate:
 
     def wide_columns(self, in_dtypes) -> list[int]:
         """The value columns of doubles whose exact sums a running state keeps (see ``exact``): each in two
-        wide states, the limbs of its finite values and its counts of NaN, +inf and -inf, both changed only
-        by the rows that move them."""
+        wide states, the limbs of its finite values and its counts of NaN, +inf, -inf and -0.0, both changed
+        only by the rows that move them."""
         summed = [pos for kind, pos in self.specs if kind in ("sum", "avg")]
         return list(dict.fromkeys(pos for pos in summed if np.dtype(in_dtypes[pos]).kind == "f"))
 
@@ -239,6 +239,9 @@ class Aggregate:
                 if pos not in rounded:
                     rounded[pos] = exact.sums(*wide[pos])
                 total, bad = rounded[pos]
+                counts = wide[pos][2]
+                if kind == "sum" and len(counts) > 3:
+                    total = exact.signed(total, counts[3], nvalid)
             if kind == "avg":
                 total = self._mean(j, total, nvalid)
             failed = _failing(failed, bad, j)
@@ -300,6 +303,8 @@ class Aggregate:
                     if pos not in exact_sums:
                         exact_sums[pos] = exact.segment_sums(x, m, w, g.starts)
                     s, bad = exact_sums[pos]
+                    if kind == "sum":
+                        s = exact.signed(s, g.segment_sum(present * exact.negative_zeros(x)), nvalid)
                 else:
                     xs = x.astype(np.int64)
                     high, low = g.segment_sum((xs >> 32) * present), g.segment_sum((xs & _LOW) * present)
@@ -384,7 +389,7 @@ def _count_distinct(group: np.ndarray, x: np.ndarray, use: np.ndarray, starts: n
     sel = np.flatnonzero(use)
     if len(sel) == 0:
         return np.zeros(n_groups, dtype=np.int64)
-    keys = [gi[sel]] + sort_keys((x[sel],), (None,), None)
+    keys = [gi[sel]] + sort_keys((x[sel],), (None,), None, False)  # -0.0 is 0.0: one value
     order = lexsort(keys)
     sk = [k[order] for k in keys]
     new = np.ones(len(sel), dtype=bool)
