@@ -18,7 +18,9 @@ string constant or NULL (CASE reads its ELSE first), as PostgreSQL's ``select_co
 VARCHAR and ``character`` each convert to the others implicitly:
 
 - first TEXT or VARCHAR: the result is that type, and CHAR values in it are stripped (as PostgreSQL converts
-  them), which is how they are held: exact;
+  them), which is how they are held: exact. A VARCHAR(n) keeps its length only when every other input is a
+  VARCHAR(n) of the same n (COALESCE's NULLs dropped, as for CHAR); a string constant, a NULL or a string of
+  another type makes it VARCHAR without a length, as PostgreSQL's ``select_common_typmod`` does;
 - first CHAR(n): the result is PostgreSQL's ``character`` (bpchar). When every other input is CHAR(n) of the
   same n, it keeps the length; with a NULL among them (in COALESCE the planner drops NULLs first) it loses the
   length but every value is still a CHAR(n) value, padded to n: ``char_type(n, declared=False)``, shown as
@@ -39,9 +41,13 @@ value stripped. A string constant is untyped until context types it, as PostgreS
 
     >>> from sql.types import TEXT
     >>> common_string_type(None, "COALESCE", [char_type(5), char_type(5)], [False, False])
-    SqlType(kind='text', precision=5, scale=0)
+    SqlType(kind='text', precision=5, scale=0, length=0)
     >>> common_string_type(None, "UNION", [TEXT, char_type(5)], [False, False])
-    SqlType(kind='text', precision=0, scale=0)
+    SqlType(kind='text', precision=0, scale=0, length=0)
+    >>> from sql.types import varchar_type
+    >>> str(common_string_type(None, "CASE", [varchar_type(5), NULL], [False, False]))
+    'VARCHAR'
+
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from sqlglot import exp
 
 from sql.errors import error_at
 from sql.logical import Call, ColRef, Const, Expr
-from sql.types import TEXT, SqlType, char_type
+from sql.types import TEXT, VARCHAR, SqlType, char_type
 
 __all__ = [
     "untyped",
@@ -91,6 +97,12 @@ def common_string_type(
         return TEXT
     first = typed[0]
     assert isinstance(first, SqlType)
+    if first.length:
+        alike = all(
+            (t == NULL and nulls_dropped) or (t == first and not lit)
+            for t, lit in zip(types, literals, strict=True)
+        )
+        return first if alike else VARCHAR
     if not first.pad:
         return first
     n = first.pad
@@ -111,8 +123,8 @@ def common_string_type(
 
 def nullif_type(node: exp.Expression, a: Expr, b: Expr) -> SqlType:
     """The type of NULLIF(a, b): ``a``'s, converted as the equality PostgreSQL picks converts it (to TEXT where
-    a CHAR meets TEXT; a VARCHAR or a string constant meeting a CHAR becomes a ``character`` without a length,
-    refused as in ``common_string_type``)."""
+    a CHAR meets TEXT, and a VARCHAR always, whose equality is TEXT's; a VARCHAR or a string constant meeting a
+    CHAR becomes a ``character`` without a length, refused as in ``common_string_type``)."""
     ta, tb = a.type, b.type
     if ta.kind != "text" or tb.kind != "text":
         return ta
@@ -120,9 +132,7 @@ def nullif_type(node: exp.Expression, a: Expr, b: Expr) -> SqlType:
         return TEXT
     if not ta.pad and tb.pad and (ta.varchar or untyped(a)):
         common_string_type(node, "NULLIF", [tb, ta], [False, untyped(a)])  # refuses
-    if not ta.pad and tb == TEXT and not untyped(b):
-        return TEXT
-    return ta
+    return ta if ta.pad else TEXT
 
 
 def comparable(a: Expr, b: Expr) -> tuple[Expr, Expr]:

@@ -407,9 +407,12 @@ def _conform(node: exp.Expression, plan: Plan, columns: tuple[Column, ...], what
 def _same_strings(got: SqlType, want: SqlType) -> bool:
     """Whether the recursive part's strings of type ``got`` take the type ``want`` of the definition as
     PostgreSQL's UNION does, the definition's type first (see ``sql.chars``): any string as TEXT or VARCHAR,
-    only CHAR(n) of the same n as CHAR(n)."""
+    only CHAR(n) of the same n as CHAR(n) and VARCHAR(n) as VARCHAR(n) (their UNION with anything else is
+    typed without the length, which PostgreSQL refuses as the definition's type)."""
     if got.kind != "text" or want.kind != "text":
         return False
+    if want.length:
+        return got == want
     if not want.pad:
         return True
     return got.pad == want.pad and (want.scale == 1 or got.scale == 0)

@@ -870,6 +870,8 @@ def _agg_type(node: exp.Expression, func: str, e: Expr):
         return INT  # BIGINT for every width, as PostgreSQL's SUM of SMALLINT and INTEGER
     if t.pad:
         return char_type(t.pad, declared=False)  # PostgreSQL's MIN and MAX of CHAR(n) are bpchar
+    if t.varchar:
+        return TEXT  # and of VARCHAR, TEXT's
     return t
 
 

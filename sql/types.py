@@ -39,6 +39,7 @@ __all__ = [
     "Domain",
     "decimal_type",
     "char_type",
+    "varchar_type",
     "domain_of",
     "from_sqlglot",
     "unsupported_type",
@@ -68,11 +69,15 @@ class SqlType:
     Text is PostgreSQL's family of string types, told apart by ``precision`` and ``scale``: TEXT (0, 0),
     VARCHAR (0, 1), CHAR(n) (n, 0), and PostgreSQL's ``character`` without a length (bpchar) whose values are
     all CHAR(n) values (n, 1), such as MAX of a CHAR(n) column. A CHAR value is held without its trailing
-    spaces and shown padded to n (see ``sql.chars``)."""
+    spaces and shown padded to n (see ``sql.chars``). VARCHAR(n) is VARCHAR with ``length`` n, as
+    PostgreSQL's typmod carries it: a column of VARCHAR(n) and what passes it on unchanged (a reference, a
+    CASE or COALESCE of VARCHAR(n) values alone) are VARCHAR(n), and everything else PostgreSQL types without
+    the length (see ``sql.chars.common_string_type``)."""
 
     kind: str
     precision: int = 0
     scale: int = 0
+    length: int = 0
 
     @property
     def dtype(self) -> np.dtype:
@@ -98,6 +103,8 @@ class SqlType:
         return self.kind == "text" and self.precision == 0 and self.scale == 1
 
     def __str__(self) -> str:
+        if self.varchar and self.length:
+            return f"VARCHAR({self.length})"
         if self.kind == "text" and (self.precision or self.scale):
             return "VARCHAR" if not self.precision else "BPCHAR" if self.scale else f"CHAR({self.precision})"
         if self.kind == "decimal":
@@ -135,6 +142,11 @@ def char_type(n: int, declared: bool = True) -> SqlType:
     return SqlType("text", n, 0 if declared else 1)
 
 
+def varchar_type(n: int) -> SqlType:
+    """VARCHAR(n): VARCHAR whose values are at most n characters long."""
+    return SqlType("text", 0, 1, n)
+
+
 _INTS = {exp.DataType.Type.SMALLINT: SMALLINT, exp.DataType.Type.INT: INTEGER, exp.DataType.Type.BIGINT: INT}
 _FLOATS = {exp.DataType.Type.DOUBLE}
 _VARCHARS = {exp.DataType.Type.VARCHAR, exp.DataType.Type.NVARCHAR}
@@ -154,7 +166,10 @@ def from_sqlglot(dtype: exp.DataType) -> SqlType | None:
     if t == exp.DataType.Type.TEXT:
         return TEXT
     if t in _VARCHARS:
-        return VARCHAR
+        if not params:
+            return VARCHAR
+        n = _param(params[0])
+        return varchar_type(n) if n is not None and n >= 1 else None
     if t in _CHARS:
         n = _param(params[0]) if params else 1  # CHAR alone is CHAR(1)
         return char_type(n) if n is not None and n >= 1 else None

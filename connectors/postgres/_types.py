@@ -54,8 +54,10 @@ def pg_type(oid: int, typmod: int, shown: str) -> PgType:
     if oid == BPCHAR:
         # trailing spaces are insignificant in char(n); ivm's CHAR(n) drops them on the way in
         return PgType(oid, typmod, f"CHAR({max(typmod - 4, 1)})" if typmod >= 4 else "TEXT", pa.string(), shown)
-    if oid in (TEXT, VARCHAR):  # varchar compared with char(n) as Postgres does, without trailing spaces
-        return PgType(oid, typmod, "TEXT" if oid == TEXT else "VARCHAR", pa.string(), shown)
+    if oid == VARCHAR:  # compared with char(n) as Postgres does, without trailing spaces; varchar(n) keeps n
+        return PgType(oid, typmod, f"VARCHAR({typmod - 4})" if typmod >= 5 else "VARCHAR", pa.string(), shown)
+    if oid == TEXT:
+        return PgType(oid, typmod, "TEXT", pa.string(), shown)
     if oid == DATE:
         return PgType(oid, typmod, "DATE", pa.date32(), shown)
     if oid in (TIMESTAMP, TIMESTAMPTZ):

@@ -99,7 +99,7 @@ def _pg_type(t) -> str:
     if t.kind == "text" and t.pad:  # the values written are padded, as Postgres holds them
         return "bpchar" if t.scale else f"character({t.pad})"
     if t.varchar:
-        return "character varying"
+        return f"character varying({t.length})" if t.length else "character varying"
     return str(t).lower() if t.kind == "int" else _IVM_TO_PG[t.kind]
 
 

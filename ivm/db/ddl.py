@@ -77,7 +77,7 @@ def _create_table_as(db: Connection, stmt: exp.Create, name: str) -> None:
                 "trailing spaces, which ivm does not hold; CAST it to CHAR(n), VARCHAR or TEXT",
                 unsupported=True,
             )
-    domains = tuple(domain_of(exp.DataType.build(str(t))) if t.pad else None for t in types)
+    domains = tuple(domain_of(exp.DataType.build(str(t))) if t.pad or t.length else None for t in types)
     table = Table(name, tuple(Column(n, t) for n, t in zip(names, types, strict=True)), domains=domains)
     cols, valid, mult = queries.evaluate(db, plan)
     _add_table(db, table, _table_sql(table))

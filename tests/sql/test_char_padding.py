@@ -184,9 +184,7 @@ _PG_NAMES = {"int4": "integer", "int8": "bigint", "bool": "boolean", "text": "te
 
 
 def _pg_type(display: str) -> str:
-    """PostgreSQL's type name as ivm's: character(n) as char(n), varchar of any length as varchar."""
-    if display.startswith("varchar"):
-        return "varchar"
+    """PostgreSQL's type name as ivm's: character(n) as char(n)."""
     m = re.fullmatch(r"bpchar\((\d+)\)", display)
     return f"char({m.group(1)})" if m else _PG_NAMES.get(display, display)
 
