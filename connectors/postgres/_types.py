@@ -3,9 +3,10 @@
 Values arrive as Postgres' text output (from pgoutput and from COPY ... CSV), read with ``TimeZone = UTC`` and
 ``DateStyle = ISO``. A whole column of them is converted with one Arrow cast; ``timestamptz`` values are held
 as UTC timestamps, ``real`` values as the doubles Postgres widens them to, ``char(n)`` without its padding
-(as Postgres compares and concatenates it). A value of a representable type that ivm still cannot hold
-(numeric 'NaN', a timestamp at infinity or before year 1) becomes NULL and is reported as a bad value: the
-views that read its column are in error until it is gone (``_changes.BadValues``).
+(as Postgres compares and concatenates it); ``bpchar`` without a length is not represented (a primary key of it
+is held as text without its trailing spaces, as Postgres compares such keys). A value of a representable type
+that ivm still cannot hold (numeric 'NaN', a timestamp at infinity or before year 1) becomes NULL and is
+reported as a bad value: the views that read its column are in error until it is gone (``_changes.BadValues``).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ FLOAT4, FLOAT8 = 700, 701
 TEXT, VARCHAR, BPCHAR = 25, 1043, 1042
 DATE, TIMESTAMP, TIMESTAMPTZ, BOOL, NUMERIC = 1082, 1114, 1184, 16, 1700
 SUPPORTED = (
-    "smallint, integer, bigint, numeric(p,s) with p <= 18, real, double precision, text, varchar, char, date, "
-    "timestamp, timestamptz, boolean"
+    "smallint, integer, bigint, numeric(p,s) with p <= 18, real, double precision, text, varchar, char(n), "
+    "date, timestamp, timestamptz, boolean"
 )
 
 
@@ -52,8 +53,16 @@ def pg_type(oid: int, typmod: int, shown: str) -> PgType:
     if oid in (FLOAT4, FLOAT8):
         return PgType(oid, typmod, "DOUBLE", pa.float64(), shown)
     if oid == BPCHAR:
+        if typmod < 5:
+            # bpchar without a length: each value keeps its own trailing spaces, shown but ignored by
+            # comparisons and length(); ivm holds character(n) padded to n, and varchar and text whose spaces
+            # count, so no type of its gives Postgres' answers (see ``sql.chars``)
+            raise UnsupportedType(
+                f"{shown} (a character without a length: its values keep their own trailing spaces, shown but "
+                "ignored when compared, as no ivm type does; declare the column character(n), varchar or text)"
+            )
         # trailing spaces are insignificant in char(n); ivm's CHAR(n) drops them on the way in
-        return PgType(oid, typmod, f"CHAR({max(typmod - 4, 1)})" if typmod >= 4 else "TEXT", pa.string(), shown)
+        return PgType(oid, typmod, f"CHAR({typmod - 4})", pa.string(), shown)
     if oid == VARCHAR:  # compared with char(n) as Postgres does, without trailing spaces; varchar(n) keeps n
         return PgType(oid, typmod, f"VARCHAR({typmod - 4})" if typmod >= 5 else "VARCHAR", pa.string(), shown)
     if oid == TEXT:

@@ -62,6 +62,7 @@ UNSUPPORTED = {  # column -> (its type, how Postgres shows it in the message)
     "ip": ("inet", "inet"),
     "mo": ("money", "money"),
     "po": ("posint", "posint"),
+    "bp": ("bpchar", "bpchar"),  # without a length: values keep their own trailing spaces
 }
 # the table's columns in order: the two kinds interleaved, so that the engine's columns are not the table's
 COLUMNS = ["id"] + [c for pair in itertools.zip_longest(UNSUPPORTED, SUPPORTED) for c in pair if c is not None]
@@ -102,6 +103,7 @@ OTHERS = dict(
     ip="'192.168.0.1/24'",
     mo="12.34",
     po="7",
+    bp="'ab  '",
 )
 
 SNAPSHOT_ROWS = [
