@@ -39,8 +39,10 @@ class ArrangeOp(Operator):
             return
         self.insert(Batch.concat(batches))
 
-    def insert(self, updates: Batch) -> None:
-        tb = TraceBatch.from_updates(updates, self.nkey)
+    def insert(self, updates: Batch, hashes: np.ndarray | None = None) -> None:
+        """Arrange ``updates`` (whose key hashes are ``hashes``, when known), append them to the trace and
+        forward them."""
+        tb = TraceBatch.from_updates(updates, self.nkey, hashes)
         if len(tb):
             self.trace.insert(tb)
             self.emit(tb)

@@ -20,21 +20,25 @@ searches; nothing iterates over keys or times in Python.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
-from ivm.engine.batch import Batch, group_starts, key_hash, lexsort, sort_keys
+from ivm.engine.batch import Batch, group_starts, key_hash, lexsort, sort_groups, sort_keys
 from ivm.engine.operators import exact
 from ivm.engine.operators.arrange import ArrangeOp
 from ivm.engine.operators.reducers import Aggregate, Groups, Reducer
 from ivm.engine.operators.running import RunningStates
-from ivm.engine.scope import Operator, Point, Scope
+from ivm.engine.scope import Operator, Point, Scope, split_by_point
 from ivm.engine.trace import Spine, TraceBatch
 from ivm.engine.trace.batch import expand_ranges, identity_hash
 
 __all__ = ["ReduceOp", "streams"]
 
 _TRUE = np.ones(1, dtype=bool)
+
+# keys to evaluate: their hashes, columns and validity, and per key the least epoch it was triggered at
+Keys = tuple[np.ndarray, tuple, tuple, np.ndarray]
 
 
 class ReduceOp(Operator):
@@ -67,7 +71,7 @@ class ReduceOp(Operator):
         out_dtypes = key_dtypes + tuple(reducer.out_dtypes(in_dtypes[self.nkey :]))
         self.output = ArrangeOp(scope, None, self.nkey, out_dtypes)
         self.output.sources.append(self)
-        self.pending: dict[Point, list[Batch]] = {}
+        self.pending: dict[Point, list[Keys]] = {}  # keys found due at later points, by point
         # the groups the reducer may fail to compute: error code -> message (see ``Aggregate.failures``)
         self.failures: dict[int, str] = {}
         if isinstance(reducer, Aggregate):
@@ -148,18 +152,14 @@ class ReduceOp(Operator):
             if out is not None:
                 self.output.insert(out)
             return
-        if len(deltas) == 1 and not pending:
-            keys = _sorted_unique_keys(deltas[0])
-        else:
-            triggers = [tb.updates for tb in deltas] + pending
-            keys = _unique_keys(Batch.concat([_keys_only(b, self.nkey) for b in triggers]), self.nkey)
-        out = self._evaluate(keys, point)
-        if out is not None:
-            self.output.insert(out)
+        found = self._evaluate(_trigger_keys(deltas, pending, self.nkey), point)
+        if found is not None:
+            self.output.insert(*found)
 
-    def _evaluate(self, keys: tuple, point: Point) -> Batch | None:
+    def _evaluate(self, keys: Keys, point: Point) -> tuple[Batch, np.ndarray] | None:
+        """The output updates (with their key hashes) that make the output right at every interesting time of
+        ``keys`` at ``point``."""
         hashes, kcols, kvalid, trig = keys
-        nk = len(hashes)
         hist_in, q_in = self.handle.trace.gather(hashes, kcols, kvalid)
         hist_out, q_out = self.output.trace.gather(hashes, kcols, kvalid)
         hist_err, q_err = None, q_out[:0]
@@ -169,26 +169,15 @@ class ReduceOp(Operator):
         if dim > 1:
             hist_in, q_in = self._split_future(hist_in, q_in, keys, point)
             hist_out, q_out = self._split_future(hist_out, q_out, keys, point)
-            hist_err, q_err = self._split_future(hist_err, q_err, keys, point)
-
-        # interesting epochs per key: history epochs not before the key's first trigger, and the triggers
-        cq = [np.arange(nk)]
-        ce = [trig]
-        for h, q in ((hist_in, q_in), (hist_out, q_out), (hist_err, q_err)):
-            if h is not None:
-                e = h.times[:, 0]
-                late = e >= trig[q]
-                cq.append(q[late])
-                ce.append(e[late])
-        cand_q, cand_e = _unique_pairs(np.concatenate(cq), np.concatenate(ce))
-        cstart = np.searchsorted(cand_q, np.arange(nk), side="left")
-        cend = np.searchsorted(cand_q, np.arange(nk), side="right")
+            if hist_err is not None:
+                hist_err, q_err = self._split_future(hist_err, q_err, keys, point)
+        cands = _candidates(trig, ((hist_in, q_in), (hist_out, q_out), (hist_err, q_err)))
 
         # targets per candidate (the reducer's rows and errors) less what was emitted up to it
         parts: list[tuple[np.ndarray, tuple, tuple, np.ndarray]] = []
         errors: list[tuple[np.ndarray, tuple, tuple, np.ndarray]] = []
         if hist_in is not None:
-            g = _accumulate(hist_in, q_in, self.nkey, cstart, cend, cand_e)
+            g = _accumulate(hist_in, q_in, self.nkey, cands)
             if g is not None:
                 if self.failures:
                     out, (bad, codes) = self.reducer.evaluate(g)
@@ -198,16 +187,17 @@ class ReduceOp(Operator):
                     parts.append(self.reducer(g))
         for h, q, into in ((hist_out, q_out, parts), (hist_err, q_err, errors)):
             if h is not None:
-                g = _accumulate(h, q, self.nkey, cstart, cend, cand_e)
+                g = _accumulate(h, q, self.nkey, cands)
                 if g is not None:
                     into.append((g.group, g.columns, g.valid, -g.weights))
-        fixes = _telescope(errors, cand_q, cend, cand_e, kcols, kvalid, dim, point)
-        if fixes is not None:
-            tb = TraceBatch.from_updates(fixes, self.nkey)
-            if len(tb):
-                self.make_error_trace().insert(tb)
-                self._count_errors(tb.updates.columns[-1], tb.updates.diffs)
-        return _telescope(parts, cand_q, cend, cand_e, kcols, kvalid, dim, point)
+        if errors:
+            fixes = _telescope(errors, cands, keys, dim, point)
+            if fixes is not None:
+                tb = TraceBatch.from_updates(fixes[0], self.nkey, fixes[1])
+                if len(tb):
+                    self.make_error_trace().insert(tb)
+                    self._count_errors(tb.updates.columns[-1], tb.updates.diffs)
+        return _telescope(parts, cands, keys, dim, point)
 
     def _evaluate_linear(self, delta: Batch) -> Batch | None:
         """Output updates of a linear aggregate from the keys' running states and the new updates alone: at each
@@ -351,32 +341,33 @@ class ReduceOp(Operator):
         state[slots] = final
         return np.concatenate((now, before)).T
 
-    def _split_future(self, hist: Batch | None, q: np.ndarray, keys: tuple, point: Point):
+    def _split_future(self, hist: Batch | None, q: np.ndarray, keys: Keys, point: Point):
         """Keep history at iterations ``<= point``; schedule later iterations' joins with this point."""
         if hist is None:
             return hist, q
-        it = hist.times[:, 1:]
-        here = np.asarray(point, dtype=np.int64)
-        le = (it <= here).all(axis=1)
-        if le.all():
+        times = hist.times
+        if len(point) == 1:
+            later = times[:, 1] > point[0]
+        else:
+            later = (times[:, 1:] > np.asarray(point, dtype=np.int64)).any(axis=1)
+        fut = later.nonzero()[0]
+        if not len(fut):
             return hist, q
-        fut = np.flatnonzero(~le)
         hashes, kcols, kvalid, trig = keys
         fq = q[fut]
-        times = np.empty((len(fut), hist.dim), dtype=np.int64)
-        times[:, 0] = np.maximum(hist.times[fut, 0], trig[fq])
-        times[:, 1:] = np.maximum(it[fut], here)
-        trig_batch = Batch(
-            tuple(k[fq] for k in kcols),
-            tuple(None if m is None else m[fq] for m in kvalid),
-            times,
-            np.ones(len(fut), dtype=np.int64),
-        )
-        from ivm.engine.scope import split_by_point
-
-        for p, sel in split_by_point(times):
-            self.pending.setdefault(p, []).append(trig_batch if sel is None else trig_batch.take(sel))
-        keep = np.flatnonzero(le)
+        due = np.maximum(times.take(fut, axis=0), np.asarray((0, *point), dtype=np.int64))
+        due[:, 0] = np.maximum(due[:, 0], trig[fq])
+        for p, sel in split_by_point(due):
+            rows = fq if sel is None else fq[sel]
+            self.pending.setdefault(p, []).append(
+                (
+                    hashes[rows],
+                    tuple([k[rows] for k in kcols]),
+                    tuple([None if m is None else m[rows] for m in kvalid]),
+                    due[:, 0] if sel is None else due[sel, 0],
+                )
+            )
+        keep = (~later).nonzero()[0]
         return (hist.take(keep), q[keep]) if len(keep) else (None, q[:0])
 
 
@@ -385,91 +376,158 @@ def streams(reducer: Reducer, scope: Scope) -> bool:
     return isinstance(reducer, Aggregate) and reducer.linear and scope.dim == 1
 
 
-def _keys_only(b: Batch, nkey: int) -> Batch:
-    cols, valid = b.select(range(nkey))
-    return Batch(cols, valid, b.times, b.diffs)
+def _own_hash(cols: tuple, valid: tuple) -> bool:
+    """Whether rows' key hashes are their keys: one integer column without NULLs."""
+    return len(cols) == 1 and valid[0] is None and cols[0].dtype.kind in "iub"
 
 
-def _sorted_unique_keys(tb: TraceBatch) -> tuple:
-    """``_unique_keys`` of one trace batch, which is sorted by key already."""
-    cols, valid = tb.key_columns()
-    starts = np.flatnonzero(group_starts([tb.hashes, *sort_keys(cols, valid, None)], len(tb)))
-    epochs = np.minimum.reduceat(tb.updates.times[:, 0], starts)
+def _trigger_keys(deltas: list[TraceBatch], pending: list[Keys], nkey: int) -> Keys:
+    """The distinct keys of new input batches and of keys found due at this point, each with the least
+    epoch it was triggered at (sorted by key hash, then key)."""
+    if len(deltas) == 1 and not pending:
+        return _sorted_unique_keys(deltas[0], nkey)
+    sets = [_keys_of(tb, nkey) for tb in deltas] + pending
+    if len(sets) == 1:
+        h, cols, valid, epochs = sets[0]
+    else:
+        h = np.concatenate([k[0] for k in sets])
+        cols = tuple([np.concatenate([k[1][i] for k in sets]) for i in range(nkey)])
+        valid = tuple([_concat_masks([(k[1][i], k[2][i]) for k in sets]) for i in range(nkey)])
+        epochs = np.concatenate([k[3] for k in sets])
+    if len(h) == 1:
+        return h, cols, valid, epochs
+    keys = [h] if _own_hash(cols, valid) else [h, *sort_keys(cols, valid, None)]
+    order, starts = sort_groups(keys)
+    if starts.all():
+        rows = order
+        least = epochs[order]
+    else:
+        first = starts.nonzero()[0]
+        rows = order[first]
+        least = np.minimum.reduceat(epochs[order], first)
     return (
-        tb.hashes[starts],
-        tuple(c[starts] for c in cols),
-        tuple(None if m is None else m[starts] for m in valid),
-        epochs,
+        h[rows],
+        tuple([c[rows] for c in cols]),
+        tuple([None if m is None else m[rows] for m in valid]),
+        least,
     )
 
 
-def _unique_keys(b: Batch, nkey: int) -> tuple:
-    """Distinct keys of ``b`` (hash, columns, validity) with the least epoch each was triggered at."""
-    h = key_hash(b.columns, b.valid, len(b))
-    epochs = b.times[:, 0]
-    kk = [h] + sort_keys(b.columns, b.valid, None)
-    order = lexsort(kk + [epochs])
-    starts = np.flatnonzero(group_starts([k[order] for k in kk], len(b)))
-    first = order[starts]
+def _keys_of(tb: TraceBatch, nkey: int) -> Keys:
+    """The keys of a trace batch's updates (one per update) with their epochs."""
+    u = tb.updates
+    return tb.hashes, u.columns[:nkey], u.valid[:nkey], u.times[:, 0]
+
+
+def _sorted_unique_keys(tb: TraceBatch, nkey: int) -> Keys:
+    """The distinct keys of one trace batch (sorted by key already), each with its least epoch."""
+    u = tb.updates
+    h, cols, valid = tb.hashes, u.columns[:nkey], u.valid[:nkey]
+    epochs = u.times[:, 0]
+    n = len(h)
+    if n == 1:
+        return h, cols, valid, epochs
+    if _own_hash(cols, valid):
+        starts = np.empty(n, dtype=bool)
+        starts[0] = True
+        np.not_equal(h[1:], h[:-1], out=starts[1:])
+    else:
+        starts = group_starts([h, *sort_keys(cols, valid, None)], n)
+    if starts.all():
+        return h, cols, valid, epochs
+    first = starts.nonzero()[0]
     return (
         h[first],
-        tuple(c[first] for c in b.columns),
-        tuple(None if m is None else m[first] for m in b.valid),
-        epochs[first],
+        tuple([c[first] for c in cols]),
+        tuple([None if m is None else m[first] for m in valid]),
+        np.minimum.reduceat(epochs, first),
     )
+
+
+class _Candidates(NamedTuple):
+    """The interesting epochs of the keys being evaluated: candidate ``c`` is key ``q[c]`` at epoch
+    ``epoch[c]``, sorted by key then epoch, key ``k``'s in ``[start[k], end[k])``; ``single`` when each key
+    has one (its trigger's epoch)."""
+
+    q: np.ndarray
+    epoch: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    single: bool
+
+
+def _candidates(trig: np.ndarray, hists) -> _Candidates:
+    """Per key, its trigger's epoch and the epochs of its history after it."""
+    nk = len(trig)
+    late_q, late_e = [], []
+    for h, q in hists:
+        if h is not None:
+            e = h.times[:, 0]
+            late = (e > trig[q]).nonzero()[0]
+            if len(late):
+                late_q.append(q[late])
+                late_e.append(e[late])
+    idx = np.arange(nk)
+    if not late_q:
+        return _Candidates(idx, trig, idx, idx + 1, True)
+    cq, ce = _unique_pairs(np.concatenate([idx, *late_q]), np.concatenate([trig, *late_e]))
+    return _Candidates(cq, ce, cq.searchsorted(idx, "left"), cq.searchsorted(idx, "right"), len(cq) == nk)
 
 
 def _unique_pairs(q: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order = np.lexsort((e, q))
     q, e = q[order], e[order]
-    new = np.ones(len(q), dtype=bool)
+    new = np.empty(len(q), dtype=bool)
+    new[0] = True
     new[1:] = (q[1:] != q[:-1]) | (e[1:] != e[:-1])
     return q[new], e[new]
 
 
 def _telescope(
     parts: list[tuple[np.ndarray, tuple, tuple, np.ndarray]],
-    cand_q: np.ndarray,
-    cend: np.ndarray,
-    cand_e: np.ndarray,
-    kcols: tuple,
-    kvalid: tuple,
+    cands: _Candidates,
+    keys: Keys,
     dim: int,
     point: Point,
-) -> Batch | None:
-    """The updates that make a key's collection what ``parts`` says it lacks at each interesting epoch.
+) -> tuple[Batch, np.ndarray] | None:
+    """The updates that make a key's collection what ``parts`` says it lacks at each interesting epoch, with
+    their key hashes.
 
-    ``parts`` are rows by candidate (of key ``cand_q[c]`` at epoch ``cand_e[c]``) with multiplicities: the
-    target at the candidate less what was emitted up to it. Each goes out at its candidate's epoch and is taken
-    back at the key's next candidate, whose own part says what it needs instead."""
+    ``parts`` are rows by candidate (of key ``cands.q[c]`` at epoch ``cands.epoch[c]``) with multiplicities:
+    the target at the candidate less what was emitted up to it. Each goes out at its candidate's epoch and is
+    taken back at the key's next candidate, whose own part says what it needs instead."""
     if not parts:
         return None
-    c = np.concatenate([p[0] for p in parts])
+    if len(parts) == 1:
+        c, cols, valid, mult = parts[0]
+    else:
+        c = np.concatenate([p[0] for p in parts])
+        ncol = len(parts[0][1])
+        cols = tuple([np.concatenate([p[1][i] for p in parts]) for i in range(ncol)])
+        valid = tuple([_concat_masks([(p[1][i], p[2][i]) for p in parts]) for i in range(ncol)])
+        mult = np.concatenate([p[3] for p in parts])
     if len(c) == 0:
         return None
-    ncol = len(parts[0][1])
-    cols = tuple(np.concatenate([p[1][i] for p in parts]) for i in range(ncol))
-    valid = tuple(_concat_masks([(p[1][i], p[2][i]) for p in parts]) for i in range(ncol))
-    mult = np.concatenate([p[3] for p in parts])
-
-    # target(c) at epoch e_c, and minus target(c) at the key's next interesting epoch
-    q = cand_q[c]
-    nxt = c + 1
-    has_next = nxt < cend[q]
-    rows = np.concatenate([c, nxt[has_next]])
-    diffs = np.concatenate([mult, -mult[has_next]])
-    pick = np.concatenate([np.arange(len(c)), np.flatnonzero(has_next)])
-    epochs = cand_e[rows]
+    hashes, kcols, kvalid, _ = keys
+    if cands.single:  # no key has a next interesting epoch
+        rows, diffs, pick = c, mult, None
+    else:
+        # target(c) at epoch e_c, and minus target(c) at the key's next interesting epoch
+        nxt = c + 1
+        has_next = (nxt < cands.end[cands.q[c]]).nonzero()[0]
+        rows = np.concatenate([c, nxt[has_next]])
+        diffs = np.concatenate([mult, -mult[has_next]])
+        pick = np.concatenate([np.arange(len(c)), has_next])
     times = np.empty((len(rows), dim), dtype=np.int64)
-    times[:, 0] = epochs
+    times[:, 0] = cands.epoch[rows]
     if dim > 1:
         times[:, 1:] = point
-    kq = cand_q[rows]
-    out_cols = tuple(k[kq] for k in kcols) + tuple(x[pick] for x in cols)
-    out_valid = tuple(None if m is None else m[kq] for m in kvalid) + tuple(
-        None if m is None else m[pick] for m in valid
+    kq = cands.q[rows]
+    out_cols = tuple([k[kq] for k in kcols]) + (cols if pick is None else tuple([x[pick] for x in cols]))
+    out_valid = tuple([None if m is None else m[kq] for m in kvalid]) + (
+        valid if pick is None else tuple([None if m is None else m[pick] for m in valid])
     )
-    return Batch(out_cols, out_valid, times, diffs)
+    return Batch(out_cols, out_valid, times, diffs), hashes[kq]
 
 
 def _concat_masks(parts: Sequence[tuple[np.ndarray, np.ndarray | None]]):
@@ -478,41 +536,44 @@ def _concat_masks(parts: Sequence[tuple[np.ndarray, np.ndarray | None]]):
     return np.concatenate([np.ones(len(x), dtype=bool) if m is None else m for x, m in parts])
 
 
-def _accumulate(
-    hist: Batch,
-    q: np.ndarray,
-    nkey: int,
-    cstart: np.ndarray,
-    cend: np.ndarray,
-    cand_e: np.ndarray,
-) -> Groups | None:
-    """The accumulated values of each key at each of its interesting epochs, as groups by candidate.
+def _accumulate(hist: Batch, q: np.ndarray, nkey: int, cands: _Candidates) -> Groups | None:
+    """The accumulated values of each key at each of its interesting epochs, as groups by candidate (None
+    when every accumulation is zero).
 
-    ``hist`` holds a key's updates (key ``q[i]`` for row ``i``); candidate ``c`` of key ``k`` lies in
-    ``[cstart[k], cend[k])`` with epoch ``cand_e[c]``. The value rows of the key with nonzero accumulated
-    multiplicity at ``cand_e[c]`` form group ``c``.
+    ``hist`` holds a key's updates (key ``q[i]`` for row ``i``). The value rows of the key with nonzero
+    accumulated multiplicity at candidate ``c``'s epoch form group ``c``.
     """
-    vcols, vvalid = hist.select(range(nkey, hist.arity))
+    ds = hist.diffs
+    vcols, vvalid = hist.columns[nkey:], hist.valid[nkey:]
+    cstart, cend, cand_e = cands.start, cands.end, cands.epoch
+    if cands.single:
+        # one interesting epoch per key, not before any of its history: the totals are the accumulations
+        if not vcols:  # the key is the whole row: one total per key
+            acc = np.zeros(len(cstart), dtype=np.int64)
+            np.add.at(acc, q, ds)
+            nz = acc.nonzero()[0]
+            return Groups(cstart[nz], (), (), acc[nz]) if len(nz) else None
+        order, starts = sort_groups([q, *sort_keys(vcols, vvalid, None)])
+        sidx = starts.nonzero()[0]
+        acc = np.add.reduceat(ds[order], sidx)
+        nz = acc.nonzero()[0]
+        if not len(nz):
+            return None
+        rep = order[sidx[nz]]
+        return Groups(
+            cstart[q[rep]],
+            tuple([x[rep] for x in vcols]),
+            tuple([None if m is None else m[rep] for m in vvalid]),
+            acc[nz],
+        )
     epochs = hist.times[:, 0]
     vkeys = sort_keys(vcols, vvalid, None)
-    single = bool(np.all(cend - cstart == 1))
-    order = lexsort([q] + vkeys + ([] if single else [epochs]))
+    order = lexsort([q, *vkeys, epochs])
     qs = q[order]
-    ds = hist.diffs[order]
+    ds = ds[order]
     starts = group_starts([qs] + [k[order] for k in vkeys], len(qs))
     sidx = np.flatnonzero(starts)
     gq = qs[sidx]
-    if single:
-        # one interesting epoch per key, not before any of its history: the totals are the accumulations
-        acc = np.add.reduceat(ds, sidx) if len(sidx) else ds[:0]
-        nz = acc != 0
-        rep = order[sidx[nz]]
-        return Groups(
-            cstart[gq[nz]],
-            tuple(x[rep] for x in vcols),
-            tuple(None if m is None else m[rep] for m in vvalid),
-            acc[nz],
-        )
     es = epochs[order]
     gid = np.cumsum(starts) - 1
     cs = np.cumsum(ds)
@@ -532,6 +593,8 @@ def _accumulate(
     acc = np.where(ok, within[posc], 0)
     nz = acc != 0
     pg, c, acc = pg[nz], c[nz], acc[nz]
+    if not len(c):
+        return None
     reorder = np.lexsort((pg, c))
     pg, c, acc = pg[reorder], c[reorder], acc[reorder]
     rep = order[sidx[pg]]

@@ -48,11 +48,12 @@ class TraceBatch:
         return len(self.updates)
 
     @staticmethod
-    def from_updates(updates: Batch, nkey: int) -> TraceBatch:
-        """Sorts and consolidates ``updates`` keyed by their first ``nkey`` columns."""
-        cols, valid = updates.select(range(nkey))
-        h = key_hash(cols, valid, len(updates))
-        return TraceBatch.consolidated(updates, h, nkey)
+    def from_updates(updates: Batch, nkey: int, hashes: np.ndarray | None = None) -> TraceBatch:
+        """Sorts and consolidates ``updates`` keyed by their first ``nkey`` columns (whose key hashes are
+        ``hashes`` when the caller knows them already)."""
+        if hashes is None:
+            hashes = key_hash(updates.columns[:nkey], updates.valid[:nkey], len(updates))
+        return TraceBatch.consolidated(updates, hashes, nkey)
 
     @staticmethod
     def consolidated(updates: Batch, hashes: np.ndarray, nkey: int, split: int | None = None) -> TraceBatch:
@@ -65,8 +66,10 @@ class TraceBatch:
             index = slice(None)
         else:
             out = updates.take(index).with_diffs(diffs)
-        if identity_hash(*updates.select(range(nkey))):
-            return TraceBatch(out, key_hash(*out.select(range(nkey)), len(out)), nkey)
+        first = updates.columns[0] if nkey == 1 else None
+        if first is not None and updates.valid[0] is None and first.dtype.kind in "iub":
+            # a key that is its own hash: the hashes are the key column (one array for both)
+            return TraceBatch(out, key_hash(out.columns[:1], out.valid[:1], len(out)), nkey)
         return TraceBatch(out, hashes[index], nkey)
 
     def key_columns(self, index: np.ndarray | slice | None = None):
@@ -146,13 +149,13 @@ def consolidation(
     n = len(updates)
     stats.rows_sorted += n
     if n <= 1:
-        keep = np.flatnonzero(updates.diffs)
+        keep = updates.diffs.nonzero()[0]
         return keep, updates.diffs[keep]
-    cols, valid = updates.select(range(nkey))
-    skip = 1 if identity_hash(cols, valid) else 0
+    columns, valid = updates.columns, updates.valid
+    skip = 1 if nkey == 1 and valid[0] is None and columns[0].dtype.kind in "iub" else 0
     packed = None
     if skip and n >= SMALL_SORT:  # a key that is its own hash, and small values: all keys in one integer
-        rest = sort_keys(updates.columns[1:], updates.valid[1:], updates.times)
+        rest = sort_keys(columns[1:], valid[1:], updates.times)
         packed = pack_keys([hashes, *rest])
     if packed is not None:
         order, starts = sorted_runs(packed, split)
@@ -161,20 +164,20 @@ def consolidation(
         hs = hashes[order]
         eq = hs[1:] == hs[:-1]
         if not eq.any():
-            starts = np.ones(n, dtype=bool)
+            starts = None  # every row is a group of its own
         else:
-            rest = sort_keys(updates.columns[skip:], updates.valid[skip:], updates.times)
+            rest = sort_keys(columns[skip:], valid[skip:], updates.times)
             if n < SMALL_SORT:
                 order, starts = sort_groups([hashes, *rest], split)
             else:
                 order, starts = refine_ties(order, eq, rest)
-    if starts.all():
+    if starts is None or starts.all():
         diffs = updates.diffs[order]
-        keep = diffs != 0
-        return (order, diffs) if keep.all() else (order[keep], diffs[keep])
-    idx = np.flatnonzero(starts)
+        keep = diffs.nonzero()[0]
+        return (order, diffs) if len(keep) == n else (order[keep], diffs[keep])
+    idx = starts.nonzero()[0]
     sums = np.add.reduceat(updates.diffs[order], idx)
-    keep = sums != 0
+    keep = sums.nonzero()[0]
     return order[idx[keep]], sums[keep]
 
 

@@ -18,6 +18,7 @@ from ivm.engine.batch import Batch, rows_equal
 from ivm.engine.lattice import Antichain
 from ivm.engine.trace.batch import TraceBatch, consolidation, expand_ranges, identity_hash
 from ivm.engine.trace.handle import TraceHandle
+from ivm.engine.trace.seek import FEW_QUERIES
 
 __all__ = ["Spine"]
 
@@ -332,29 +333,38 @@ class Spine:
         """All updates whose key equals one of the query keys, with the index of that query key each (with
         ``keys_only``, the updates hold their key columns alone).
 
-        The query keys must be distinct. Work is proportional to the queries' log-seeks and the matches.
+        The query keys must be distinct. Work is proportional to the queries' log-seeks and the matches: the
+        ranges found in every batch are expanded together, and each batch holding some is read once.
         """
-        parts = []
-        qidx = []
         if len(hashes) == 0:
             return None, np.zeros(0, dtype=np.int64)
-        least, most = int(hashes.min()), int(hashes.max())
-        for b in self.batches():
-            if not b.may_hold(least, most):
-                continue
-            q, r = expand_ranges(*b.seek(hashes))
-            if not len(q):
-                continue
-            u = b.updates
-            if keys_only:
-                u = Batch(u.columns[: self.nkey], u.valid[: self.nkey], u.times, u.diffs)
-            parts.append(u.take(r))
-            qidx.append(q)
-        if not parts:
+        found, lo, hi = seek_batches(self.batches(), hashes)
+        if not found:
             return None, np.zeros(0, dtype=np.int64)
-        out, q = Batch.concat(parts), np.concatenate(qidx)
+        p, r = expand_ranges(lo, hi)
+        if not len(p):
+            return None, np.zeros(0, dtype=np.int64)
+        k = len(hashes)
+        nkey = self.nkey
+        if len(found) == 1:
+            u = found[0].updates
+            if keys_only:
+                u = Batch(u.columns[:nkey], u.valid[:nkey], u.times, u.diffs)
+            out, q = u.take(r), p
+        else:
+            which = p // k  # the batch of each match, ascending: each batch's matches are one slice
+            q = p - which * k
+            cuts = np.searchsorted(which, np.arange(1, len(found))).tolist()
+            parts = []
+            for b, s, e in zip(found, [0, *cuts], [*cuts, len(r)], strict=True):
+                if e > s:
+                    u = b.updates
+                    if keys_only:
+                        u = Batch(u.columns[:nkey], u.valid[:nkey], u.times, u.diffs)
+                    parts.append(u.take(r[s:e]))
+            out = Batch.concat(parts)
         if not identity_hash(cols, valid, hashes):
-            mine = out.select(range(self.nkey))
+            mine = out.select(range(nkey))
             theirs = (tuple(c[q] for c in cols), tuple(None if m is None else m[q] for m in valid))
             ok = rows_equal(*theirs, *mine, n=len(q))
             if not ok.all():
@@ -408,6 +418,35 @@ class Spine:
         )
         np.add.at(total, q[same], diffs[same])
         return total
+
+
+def seek_batches(
+    batches: list[TraceBatch], hashes: np.ndarray
+) -> tuple[list[TraceBatch], np.ndarray, np.ndarray]:
+    """The batches whose hash range meets the query hashes', with the row range ``[lo, hi)`` of each query in
+    each of them, concatenated batch after batch (``len(hashes)`` ranges per batch).
+
+    Few queries (as a single update's keys inside a loop are) are searched with two binary searches per batch
+    and nothing else, which is what a trace of many small batches needs to be cheap to read."""
+    few = len(hashes) < FEW_QUERIES
+    least, most = int(hashes.min()), int(hashes.max())
+    found: list[TraceBatch] = []
+    los: list[np.ndarray] = []
+    his: list[np.ndarray] = []
+    for b in batches:
+        first, last = b.bounds()
+        if least <= last and most >= first:
+            found.append(b)
+            if few:
+                los.append(b.hashes.searchsorted(hashes, "left"))
+                his.append(b.hashes.searchsorted(hashes, "right"))
+            else:
+                lo, hi = b.seek(hashes)
+                los.append(lo)
+                his.append(hi)
+    if len(found) <= 1:
+        return found, (los[0] if found else None), (his[0] if found else None)
+    return found, np.concatenate(los), np.concatenate(his)
 
 
 def _merged(batches: list[TraceBatch], frontier: Antichain) -> TraceBatch:
