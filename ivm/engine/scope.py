@@ -20,7 +20,7 @@ import numpy as np
 if TYPE_CHECKING:
     from ivm.engine.dataflow import Dataflow
 
-__all__ = ["Scope", "Queue", "Operator", "points_of", "split_by_point"]
+__all__ = ["Scope", "Queue", "Inlet", "Operator", "points_of", "split_by_point"]
 
 Point = tuple[int, ...]
 
@@ -79,6 +79,22 @@ class Queue:
         return self.pending.keys()
 
 
+class Inlet(Queue):
+    """The input of a stateless operator, which handles an item as soon as it is put (``push(point, item)``)
+    instead of queueing it and being scheduled: nothing waits in it, and a chain of stateless operators costs
+    one call per item and operator. Only operators without state may do this: one that reads a trace must see
+    all of its input at a point at once."""
+
+    __slots__ = ("push",)
+
+    def __init__(self, push: Any) -> None:
+        super().__init__(None)
+        self.push = push
+
+    def put(self, point: Point, item: Any) -> None:
+        self.push(point, item)
+
+
 class Operator:
     """A node of a scope. Subclasses implement ``run(point)`` and push results with ``emit``."""
 
@@ -94,6 +110,12 @@ class Operator:
 
     def new_queue(self, activates: bool = True) -> Queue:
         q = Queue(self if activates else None, self)
+        self.queues.append(q)
+        return q
+
+    def new_inlet(self, push: Any) -> Inlet:
+        """An input handled by ``push(point, item)`` as each item arrives (see ``Inlet``)."""
+        q = Inlet(push)
         self.queues.append(q)
         return q
 
@@ -134,6 +156,20 @@ class Operator:
                 parts = split_by_point(_times(out))
             for point, sel in parts:
                 queue.put(point, out if sel is None else out.take(sel))
+
+    def emit_at(self, point: Point, item: Any) -> None:
+        """Send an item whose updates are all at ``point`` to every consumer, without looking for its points."""
+        if len(item) == 0:
+            return
+        for queue, transform in self.consumers:
+            if transform is None:
+                queue.put(point, item)
+                continue
+            out = transform(item)
+            if out is None or len(out) == 0:
+                continue
+            for p, sel in split_by_point(_times(out)):
+                queue.put(p, out if sel is None else out.take(sel))
 
     def run(self, point: Point) -> None:
         raise NotImplementedError

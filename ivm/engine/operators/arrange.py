@@ -37,15 +37,28 @@ class ArrangeOp(Operator):
         batches = self.input.take(point)
         if not batches:
             return
-        self.insert(Batch.concat(batches))
+        self.insert(Batch.concat(batches), point=point)
 
-    def insert(self, updates: Batch, hashes: np.ndarray | None = None) -> None:
+    def insert(
+        self,
+        updates: Batch,
+        hashes: np.ndarray | None = None,
+        point: Point | None = None,
+        ordered: bool = False,
+    ) -> None:
         """Arrange ``updates`` (whose key hashes are ``hashes``, when known), append them to the trace and
-        forward them."""
-        tb = TraceBatch.from_updates(updates, self.nkey, hashes)
+        forward them: at ``point`` when they are all there, and as they are when ``ordered`` (sorted and
+        consolidated already, with their hashes)."""
+        if ordered:
+            tb = TraceBatch.ordered(updates, hashes, self.nkey)
+        else:
+            tb = TraceBatch.from_updates(updates, self.nkey, hashes)
         if len(tb):
             self.trace.insert(tb)
-            self.emit(tb)
+            if point is None:
+                self.emit(tb)
+            else:
+                self.emit_at(point, tb)
 
     def release(self) -> None:
         if self.handle is not None:

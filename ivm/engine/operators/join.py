@@ -20,7 +20,7 @@ from ivm.engine.scope import Operator, Point, Scope
 from ivm.engine.trace import Spine, TraceBatch
 from ivm.engine.trace.batch import expand_ranges
 
-__all__ = ["JoinOp", "join_batches"]
+__all__ = ["JoinOp", "join_batches", "join_trace"]
 
 
 def match_batches(a: TraceBatch, b: TraceBatch, nulls_match: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -77,29 +77,74 @@ def join_batches(a: TraceBatch, b: TraceBatch, dim: int, nulls_match: bool, sign
     return Batch(cols, valid, times, diffs)
 
 
-def matching(delta: TraceBatch, batches: list[TraceBatch], frontier: Antichain) -> list[TraceBatch]:
-    """The batches of a trace that hold keys of ``delta``. When several do, their updates with those keys are
-    merged into one consolidated batch, times advanced to ``frontier`` (the reader's, which ``delta``'s times
-    are in advance of: join results are unchanged), so that a row inserted and deleted in batches not merged
-    yet pairs with nothing instead of yielding pairs that cancel downstream."""
+MERGE_FOUND = 1024  # rows found in several batches from which they are consolidated before pairing
+
+
+def join_trace(
+    delta: TraceBatch,
+    trace: Spine,
+    frontier: Antichain,
+    dim: int,
+    nulls_match: bool,
+    delta_left: bool,
+) -> Batch | None:
+    """The updates of ``delta x trace`` (``trace x delta`` unless ``delta_left``): key columns, then the left
+    side's values, then the right side's.
+
+    The trace's updates with the delta's key hashes are found in all its batches at once. Many of them, from
+    several batches, are first merged into one consolidated batch, times advanced to ``frontier`` (the
+    reader's, which the delta's times are in advance of: join results are unchanged), so that a row inserted
+    and deleted in batches not merged yet pairs with nothing instead of yielding pairs that cancel downstream;
+    a few are paired as they are."""
     if not len(delta):
-        return []
-    hashes = delta.runs()[0]
-    lo, hi = int(hashes[0]), int(hashes[-1])
-    hits = []
-    for b in batches:
-        if b.may_hold(lo, hi):
-            start, end = b.seek(hashes)
-            if (end > start).any():
-                hits.append((b, start, end))
-    if len(hits) <= 1:
-        return [b for b, _, _ in hits]
-    rows = [expand_ranges(start, end)[1] for _, start, end in hits]
-    found = Batch.concat([b.updates.take(r) for (b, _, _), r in zip(hits, rows, strict=True)])
-    found = found.with_times(frontier.advance(found.times))
-    hashes = np.concatenate([b.hashes[r] for (b, _, _), r in zip(hits, rows, strict=True)])
-    merged = TraceBatch.consolidated(found, hashes, hits[0][0].nkey)
-    return [merged] if len(merged) else []
+        return None
+    hashes, starts, ends = delta.runs()
+    found, q, source = trace.find(hashes)
+    if found is None:
+        return None
+    if len(found) >= MERGE_FOUND and source is not None and source[0] != source[-1]:
+        merged = TraceBatch.consolidated(found.with_times(frontier.advance(found.times)), hashes[q], trace.nkey)
+        if not len(merged):
+            return None
+        if delta_left:
+            return join_batches(delta, merged, dim, nulls_match)
+        return join_batches(merged, delta, dim, nulls_match)
+    f, i = expand_ranges(starts[q], ends[q])  # each found row with each delta row of its key hash
+    u = delta.updates
+    nkey = delta.nkey
+    dcols, dvalid = u.columns[:nkey], u.valid[:nkey]
+    keep = None
+    if not (
+        nkey == 1
+        and dvalid[0] is None
+        and found.valid[0] is None
+        and dcols[0].dtype.kind in "iub"
+        and found.columns[0].dtype.kind in "iub"
+    ):
+        keep = rows_equal(
+            tuple([c[i] for c in dcols]),
+            tuple([None if m is None else m[i] for m in dvalid]),
+            tuple([c[f] for c in found.columns[:nkey]]),
+            tuple([None if m is None else m[f] for m in found.valid[:nkey]]),
+            n=len(i),
+        )
+    if not nulls_match:
+        for m in dvalid:
+            if m is not None:
+                keep = m[i] if keep is None else keep & m[i]
+    if keep is not None and not keep.all():
+        i, f = i[keep], f[keep]
+    if not len(i):
+        return None
+    (left, li), (right, ri) = ((u, i), (found, f)) if delta_left else ((found, f), (u, i))
+    cols = tuple([c[li] for c in left.columns]) + tuple([c[ri] for c in right.columns[nkey:]])
+    valid = tuple([None if m is None else m[li] for m in left.valid]) + tuple(
+        [None if m is None else m[ri] for m in right.valid[nkey:]]
+    )
+    times = np.maximum(
+        lift_times(left.times.take(li, axis=0), dim), lift_times(right.times.take(ri, axis=0), dim)
+    )
+    return Batch(cols, valid, times, left.diffs[li] * right.diffs[ri])
 
 
 class JoinOp(Operator):
@@ -135,17 +180,14 @@ class JoinOp(Operator):
         if not da and not db:
             return
         dim = self.scope.dim
-        out: list[Batch] = []
-        ta = self.left_handle.trace.batches() if db else []
-        tb = self.right_handle.trace.batches() if da else []
+        nm = self.nulls_match
+        out: list[Batch | None] = []
         for a in da:
-            for b in matching(a, tb, self.right_handle.frontier):
-                out.append(join_batches(a, b, dim, self.nulls_match))
+            out.append(join_trace(a, self.right_handle.trace, self.right_handle.frontier, dim, nm, True))
             for b in db:
-                out.append(join_batches(a, b, dim, self.nulls_match, sign=-1))
+                out.append(join_batches(a, b, dim, nm, sign=-1))
         for b in db:
-            for a in matching(b, ta, self.left_handle.frontier):
-                out.append(join_batches(a, b, dim, self.nulls_match))
+            out.append(join_trace(b, self.left_handle.trace, self.left_handle.frontier, dim, nm, False))
         out = [o for o in out if o is not None]
         if out:
             res = Batch.concat(out)

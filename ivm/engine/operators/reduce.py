@@ -154,11 +154,12 @@ class ReduceOp(Operator):
             return
         found = self._evaluate(_trigger_keys(deltas, pending, self.nkey), point)
         if found is not None:
-            self.output.insert(*found)
+            out, hashes, ordered = found
+            self.output.insert(out, hashes, point, ordered)
 
-    def _evaluate(self, keys: Keys, point: Point) -> tuple[Batch, np.ndarray] | None:
-        """The output updates (with their key hashes) that make the output right at every interesting time of
-        ``keys`` at ``point``."""
+    def _evaluate(self, keys: Keys, point: Point) -> tuple[Batch, np.ndarray, bool] | None:
+        """The output updates that make the output right at every interesting time of ``keys`` at ``point``,
+        with their key hashes, and whether they are sorted and consolidated already."""
         hashes, kcols, kvalid, trig = keys
         hist_in, q_in = self.handle.trace.gather(hashes, kcols, kvalid)
         hist_out, q_out = self.output.trace.gather(hashes, kcols, kvalid)
@@ -193,7 +194,7 @@ class ReduceOp(Operator):
         if errors:
             fixes = _telescope(errors, cands, keys, dim, point)
             if fixes is not None:
-                tb = TraceBatch.from_updates(fixes[0], self.nkey, fixes[1])
+                tb = TraceBatch.from_updates(fixes[0], self.nkey, fixes[1])  # (errors have a value column)
                 if len(tb):
                     self.make_error_trace().insert(tb)
                     self._count_errors(tb.updates.columns[-1], tb.updates.diffs)
@@ -489,9 +490,9 @@ def _telescope(
     keys: Keys,
     dim: int,
     point: Point,
-) -> tuple[Batch, np.ndarray] | None:
+) -> tuple[Batch, np.ndarray, bool] | None:
     """The updates that make a key's collection what ``parts`` says it lacks at each interesting epoch, with
-    their key hashes.
+    their key hashes, and whether they are sorted and consolidated already.
 
     ``parts`` are rows by candidate (of key ``cands.q[c]`` at epoch ``cands.epoch[c]``) with multiplicities:
     the target at the candidate less what was emitted up to it. Each goes out at its candidate's epoch and is
@@ -509,6 +510,21 @@ def _telescope(
     if len(c) == 0:
         return None
     hashes, kcols, kvalid, _ = keys
+    if cands.single and not cols:
+        # one epoch per key and no values: a key's update is its net change, and the keys are in the trace's
+        # order (by hash, then key), so the updates come out sorted and consolidated without a sort
+        net = np.zeros(len(cands.q), dtype=np.int64)
+        np.add.at(net, c, mult)
+        rows = net.nonzero()[0]
+        if not len(rows):
+            return None
+        times = np.empty((len(rows), dim), dtype=np.int64)
+        times[:, 0] = cands.epoch[rows]
+        if dim > 1:
+            times[:, 1:] = point
+        out_cols = tuple([k[rows] for k in kcols])
+        out_valid = tuple([None if m is None else m[rows] for m in kvalid])
+        return Batch(out_cols, out_valid, times, net[rows]), hashes[rows], True
     if cands.single:  # no key has a next interesting epoch
         rows, diffs, pick = c, mult, None
     else:
@@ -527,7 +543,7 @@ def _telescope(
     out_valid = tuple([None if m is None else m[kq] for m in kvalid]) + (
         valid if pick is None else tuple([None if m is None else m[pick] for m in valid])
     )
-    return Batch(out_cols, out_valid, times, diffs), hashes[kq]
+    return Batch(out_cols, out_valid, times, diffs), hashes[kq], False
 
 
 def _concat_masks(parts: Sequence[tuple[np.ndarray, np.ndarray | None]]):

@@ -45,7 +45,7 @@ class TraceBatch:
     _bounds: tuple[int, int] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
-        return len(self.updates)
+        return self.hashes.shape[0]
 
     @staticmethod
     def from_updates(updates: Batch, nkey: int, hashes: np.ndarray | None = None) -> TraceBatch:
@@ -66,11 +66,16 @@ class TraceBatch:
             index = slice(None)
         else:
             out = updates.take(index).with_diffs(diffs)
+        return TraceBatch.ordered(out, hashes[index], nkey)
+
+    @staticmethod
+    def ordered(updates: Batch, hashes: np.ndarray, nkey: int) -> TraceBatch:
+        """``updates``, sorted and consolidated already, with their key hashes ``hashes``."""
         first = updates.columns[0] if nkey == 1 else None
         if first is not None and updates.valid[0] is None and first.dtype.kind in "iub":
             # a key that is its own hash: the hashes are the key column (one array for both)
-            return TraceBatch(out, key_hash(out.columns[:1], out.valid[:1], len(out)), nkey)
-        return TraceBatch(out, hashes[index], nkey)
+            return TraceBatch(updates, key_hash(updates.columns[:1], updates.valid[:1], len(updates)), nkey)
+        return TraceBatch(updates, hashes, nkey)
 
     def key_columns(self, index: np.ndarray | slice | None = None):
         cols, valid = self.updates.select(range(self.nkey))
