@@ -248,7 +248,7 @@ def rows_equal(
     columns (``n`` must then be given) are all equal."""
     if n is None:
         n = len(a_cols[0])
-    eq = np.ones(n, dtype=bool)
+    eq = None
     for ca, ma, cb, mb in zip(a_cols, a_valid, b_cols, b_valid, strict=True):
         if ca.dtype.kind == "f" or cb.dtype.kind == "f":
             e = (ca == cb) | (np.isnan(ca) & np.isnan(cb))
@@ -258,8 +258,11 @@ def rows_equal(
             va = np.ones(n, dtype=bool) if ma is None else ma
             vb = np.ones(n, dtype=bool) if mb is None else mb
             e = (e & va & vb) | (~va & ~vb)
-        eq &= e
-    return eq
+        if eq is None:
+            eq = e
+        else:
+            eq &= e
+    return np.ones(n, dtype=bool) if eq is None else eq
 
 
 def pack_keys(keys: Sequence[np.ndarray]) -> np.ndarray | None:

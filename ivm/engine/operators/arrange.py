@@ -119,5 +119,6 @@ def lift_times(times: np.ndarray, dim: int) -> np.ndarray:
     """Times of an outer scope as times of a scope ``dim`` coordinates deep (iteration 0 in each loop)."""
     if times.shape[1] == dim:
         return times
-    pad = np.zeros((times.shape[0], dim - times.shape[1]), dtype=np.int64)
-    return np.hstack([times, pad])
+    out = np.zeros((times.shape[0], dim), dtype=np.int64)
+    out[:, : times.shape[1]] = times
+    return out

@@ -141,10 +141,22 @@ def join_trace(
     valid = tuple([None if m is None else m[li] for m in left.valid]) + tuple(
         [None if m is None else m[ri] for m in right.valid[nkey:]]
     )
-    times = np.maximum(
-        lift_times(left.times.take(li, axis=0), dim), lift_times(right.times.take(ri, axis=0), dim)
+    return Batch(
+        cols, valid, _joined_times(left.times, li, right.times, ri, dim), left.diffs[li] * right.diffs[ri]
     )
-    return Batch(cols, valid, times, left.diffs[li] * right.diffs[ri])
+
+
+def _joined_times(a: np.ndarray, i: np.ndarray, b: np.ndarray, j: np.ndarray, dim: int) -> np.ndarray:
+    """The joins of times ``a[i]`` and ``b[j]``, either of an outer scope (iteration 0 in each inner loop:
+    times are never negative, so the other's iterations are the join's there)."""
+    ta, tb = a.take(i, axis=0), b.take(j, axis=0)
+    if ta.shape[1] < tb.shape[1]:
+        ta, tb = tb, ta
+    if tb.shape[1] == ta.shape[1]:
+        return np.maximum(ta, tb, out=ta)
+    out = ta if ta.shape[1] == dim else lift_times(ta, dim)
+    np.maximum(out[:, : tb.shape[1]], tb, out=out[:, : tb.shape[1]])
+    return out
 
 
 class JoinOp(Operator):
@@ -181,20 +193,30 @@ class JoinOp(Operator):
             return
         dim = self.scope.dim
         nm = self.nulls_match
+        left, right = self.left_handle.trace, self.right_handle.trace
         out: list[Batch | None] = []
         for a in da:
-            out.append(join_trace(a, self.right_handle.trace, self.right_handle.frontier, dim, nm, True))
+            out.append(join_trace(a, right, self.right_handle.frontier, dim, nm, True))
             for b in db:
                 out.append(join_batches(a, b, dim, nm, sign=-1))
         for b in db:
-            out.append(join_trace(b, self.left_handle.trace, self.left_handle.frontier, dim, nm, False))
+            out.append(join_trace(b, left, self.left_handle.frontier, dim, nm, False))
         out = [o for o in out if o is not None]
         if out:
             res = Batch.concat(out)
             if self.positions is not None:
-                cols, valid = res.select(self.positions)
-                res = Batch(cols, valid, res.times, res.diffs)
-            self.emit(res)
+                res = Batch(
+                    tuple([res.columns[p] for p in self.positions]),
+                    tuple([res.valid[p] for p in self.positions]),
+                    res.times,
+                    res.diffs,
+                )
+            # new updates of one side meet the other's at time 0 of every loop when it is outside all loops:
+            # they stay at this point
+            if (not db and right.dim == 1) or (not da and left.dim == 1):
+                self.emit_at(point, res)
+            else:
+                self.emit(res)
 
     def release(self) -> None:
         self.left_handle.release()

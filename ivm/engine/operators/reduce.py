@@ -168,10 +168,13 @@ class ReduceOp(Operator):
             hist_err, q_err = self.error_trace.gather(hashes, kcols, kvalid)
         dim = self.scope.dim
         if dim > 1:
-            hist_in, q_in = self._split_future(hist_in, q_in, keys, point)
-            hist_out, q_out = self._split_future(hist_out, q_out, keys, point)
+            later: list = []
+            hist_in, q_in = self._split_future(hist_in, q_in, keys, point, later)
+            hist_out, q_out = self._split_future(hist_out, q_out, keys, point, later)
             if hist_err is not None:
-                hist_err, q_err = self._split_future(hist_err, q_err, keys, point)
+                hist_err, q_err = self._split_future(hist_err, q_err, keys, point, later)
+            if later:
+                self._defer(keys, later)
         cands = _candidates(trig, ((hist_in, q_in), (hist_out, q_out), (hist_err, q_err)))
 
         # targets per candidate (the reducer's rows and errors) less what was emitted up to it
@@ -342,34 +345,57 @@ class ReduceOp(Operator):
         state[slots] = final
         return np.concatenate((now, before)).T
 
-    def _split_future(self, hist: Batch | None, q: np.ndarray, keys: Keys, point: Point):
-        """Keep history at iterations ``<= point``; schedule later iterations' joins with this point."""
+    def _split_future(self, hist: Batch | None, q: np.ndarray, keys: Keys, point: Point, later: list):
+        """Keep history at iterations ``<= point``; add to ``later`` the joins of later iterations' with this
+        point (the keys, by their index, and the times when they are due)."""
         if hist is None:
             return hist, q
         times = hist.times
         if len(point) == 1:
-            later = times[:, 1] > point[0]
+            after = times[:, 1] > point[0]
         else:
-            later = (times[:, 1:] > np.asarray(point, dtype=np.int64)).any(axis=1)
-        fut = later.nonzero()[0]
+            after = (times[:, 1:] > np.asarray(point, dtype=np.int64)).any(axis=1)
+        fut = after.nonzero()[0]
         if not len(fut):
             return hist, q
-        hashes, kcols, kvalid, trig = keys
         fq = q[fut]
         due = np.maximum(times.take(fut, axis=0), np.asarray((0, *point), dtype=np.int64))
-        due[:, 0] = np.maximum(due[:, 0], trig[fq])
-        for p, sel in split_by_point(due):
-            rows = fq if sel is None else fq[sel]
+        due[:, 0] = np.maximum(due[:, 0], keys[3][fq])
+        later.append((fq, due))
+        keep = (~after).nonzero()[0]
+        return (hist.take(keep), q[keep]) if len(keep) else (None, q[:0])
+
+    def _defer(self, keys: Keys, later: list) -> None:
+        """Record the keys found due at later points (``_split_future``), by point: each point's are a slice
+        of them sorted by point."""
+        hashes, kcols, kvalid, _ = keys
+        fq = later[0][0] if len(later) == 1 else np.concatenate([f for f, _ in later])
+        due = later[0][1] if len(later) == 1 else np.concatenate([d for _, d in later])
+        if due.shape[1] == 2:
+            it = due[:, 1]
+            order = it.argsort(kind="stable")
+            its = it[order]
+            cuts = [0, *((its[1:] != its[:-1]).nonzero()[0] + 1).tolist(), len(its)]
+            points = [(p,) for p in its[cuts[:-1]].tolist()]
+        else:
+            parts = split_by_point(due)
+            order = np.concatenate([np.arange(len(due)) if sel is None else sel for _, sel in parts])
+            cuts = [0, *np.cumsum([len(due) if sel is None else len(sel) for _, sel in parts]).tolist()]
+            points = [p for p, _ in parts]
+        rows = fq[order]
+        h = hashes[rows]
+        cols = [k[rows] for k in kcols]
+        valid = [None if m is None else m[rows] for m in kvalid]
+        epochs = due[:, 0][order]
+        for p, s, e in zip(points, cuts[:-1], cuts[1:], strict=True):
             self.pending.setdefault(p, []).append(
                 (
-                    hashes[rows],
-                    tuple([k[rows] for k in kcols]),
-                    tuple([None if m is None else m[rows] for m in kvalid]),
-                    due[:, 0] if sel is None else due[sel, 0],
+                    h[s:e],
+                    tuple([c[s:e] for c in cols]),
+                    tuple([None if m is None else m[s:e] for m in valid]),
+                    epochs[s:e],
                 )
             )
-        keep = (~later).nonzero()[0]
-        return (hist.take(keep), q[keep]) if len(keep) else (None, q[:0])
 
 
 def streams(reducer: Reducer, scope: Scope) -> bool:

@@ -113,8 +113,12 @@ class TraceBatch:
             return self._runs
         h = self.hashes
         n = len(h)
-        starts = np.flatnonzero(np.concatenate(([True], h[1:] != h[:-1]))) if n else np.zeros(0, np.int64)
-        runs = (h[starts], starts, np.append(starts[1:], n))
+        new = np.empty(n + 1, dtype=bool)  # where a run starts, and the end of the last
+        new[0] = new[n] = True
+        np.not_equal(h[1:], h[:-1], out=new[1:n])
+        bounds = new.nonzero()[0]
+        starts = bounds[:-1]
+        runs = (h[starts], starts, bounds[1:])
         if n <= KEEP_RUNS:
             object.__setattr__(self, "_runs", runs)
         return runs
@@ -197,13 +201,14 @@ def identity_hash(cols: tuple, valid: tuple, hashes: np.ndarray | None = None) -
 def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(i, j)`` for every ``i`` and every ``j`` in ``range(lo[i], hi[i])``, vectorized."""
     counts = hi - lo
-    if len(counts) and counts.max() <= 1:  # at most one row per range, as keys with one update each have
-        q = np.flatnonzero(counts)
-        return q, lo[q]
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    q = np.repeat(np.arange(len(lo), dtype=np.int64), counts)
-    offsets = np.cumsum(counts) - counts
-    r = np.arange(total, dtype=np.int64) - np.repeat(offsets - lo, counts)
-    return q, r
+    some = counts.nonzero()[0]  # the ranges holding rows
+    if not len(some):
+        return some, some
+    counts = counts[some]
+    starts = lo[some]
+    ends = counts.cumsum()
+    total = int(ends[-1])
+    if total == len(some):  # one row per range, as keys with one update each have
+        return some, starts
+    r = np.arange(total, dtype=np.int64) - (ends - counts - starts).repeat(counts)
+    return some.repeat(counts), r

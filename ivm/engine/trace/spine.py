@@ -28,6 +28,7 @@ MIN_CHUNK = 1 << 10
 TAIL_BATCHES = 8  # small batches (under MIN_CHUNK updates) gathered at the end before they merge
 MERGE_WIDTH_BITS = 2
 MERGE_WIDTH = 1 << MERGE_WIDTH_BITS  # batches of one tier merge this many at a time
+_INT64_MAX = np.iinfo(np.int64).max
 FLAT_MAX = 1 << 16  # a trace of at most this many updates keeps them laid end to end as well (see ``_Flat``)
 
 
@@ -463,11 +464,12 @@ class Spine:
         width = nkey if keys_only else None
         k = len(hashes)
         flat = self._flat_view(batches)
-        if flat is not None and k < FEW_QUERIES:
-            # two binary searches in every batch, and one gather of what they found
-            lo = np.concatenate([h.searchsorted(hashes, "left") for h in flat.hashes])
-            hi = np.concatenate([h.searchsorted(hashes, "right") for h in flat.hashes])
-            p, r = expand_ranges(lo, hi)
+        if flat is not None and k < FEW_QUERIES and hashes.max() < _INT64_MAX:
+            # one search in every batch (for each hash, where it starts and where the next one would), and one
+            # gather of what they found
+            both = np.concatenate((hashes, hashes + 1))
+            bounds = np.array([h.searchsorted(both) for h in flat.hashes])
+            p, r = expand_ranges(bounds[:, :k].ravel(), bounds[:, k:].ravel())
             if not len(p):
                 return none
             which = p // k
