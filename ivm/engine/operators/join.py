@@ -99,10 +99,10 @@ def join_trace(
     if not len(delta):
         return None
     hashes, starts, ends = delta.runs()
-    found, q, source = trace.find(hashes)
+    found, q, source = trace.find(hashes, many=MERGE_FOUND)
     if found is None:
         return None
-    if len(found) >= MERGE_FOUND and source is not None and source[0] != source[-1]:
+    if source is not None and source[0] != source[-1]:
         merged = TraceBatch.consolidated(found.with_times(frontier.advance(found.times)), hashes[q], trace.nkey)
         if not len(merged):
             return None

@@ -91,6 +91,14 @@ class ReduceOp(Operator):
             )
         elif trace is None:
             raise ValueError("only a linear aggregate outside loops reduces a collection that is not arranged")
+        # a reducer of the key's total weight alone, over rows that are their keys: see ``_evaluate_counts``
+        self.counts_only = (
+            len(in_dtypes) == self.nkey
+            and len(out_dtypes) == self.nkey
+            and not self.failures
+            and getattr(reducer, "multiplicities", None) is not None
+            and reducer.multiplicities(np.zeros(0, dtype=np.int64)) is not None
+        )
 
     def pending_points(self):
         yield from super().pending_points()
@@ -176,6 +184,8 @@ class ReduceOp(Operator):
             if later:
                 self._defer(keys, later)
         cands = _candidates(trig, ((hist_in, q_in), (hist_out, q_out), (hist_err, q_err)))
+        if cands.single and self.counts_only:
+            return self._evaluate_counts(keys, hist_in, q_in, hist_out, q_out, point)
 
         # targets per candidate (the reducer's rows and errors) less what was emitted up to it
         parts: list[tuple[np.ndarray, tuple, tuple, np.ndarray]] = []
@@ -202,6 +212,39 @@ class ReduceOp(Operator):
                     self.make_error_trace().insert(tb)
                     self._count_errors(tb.updates.columns[-1], tb.updates.diffs)
         return _telescope(parts, cands, keys, dim, point)
+
+    def _evaluate_counts(
+        self,
+        keys: Keys,
+        hist_in: Batch | None,
+        q_in: np.ndarray,
+        hist_out: Batch | None,
+        q_out: np.ndarray,
+        point: Point,
+    ) -> tuple[Batch, np.ndarray, bool] | None:
+        """``_evaluate`` for a reducer of the key's total weight alone (distinct, a threshold) when each key
+        has one interesting epoch: per key, the multiplicity its total calls for less the total emitted, in the
+        keys' order (the trace's), so sorted and consolidated already. What the general path computes, with
+        the groups, the reducer's rows and the telescoping each reduced to one number per key."""
+        hashes, kcols, kvalid, trig = keys
+        nk = len(hashes)
+        total = np.zeros(nk, dtype=np.int64)
+        if hist_in is not None:
+            np.add.at(total, q_in, hist_in.diffs)
+        net = self.reducer.multiplicities(total)
+        if hist_out is not None:
+            np.subtract.at(net, q_out, hist_out.diffs)
+        rows = net.nonzero()[0]
+        if not len(rows):
+            return None
+        dim = self.scope.dim
+        times = np.empty((len(rows), dim), dtype=np.int64)
+        times[:, 0] = trig[rows]
+        if dim > 1:
+            times[:, 1:] = point
+        out_cols = tuple([k[rows] for k in kcols])
+        out_valid = tuple([None if m is None else m[rows] for m in kvalid])
+        return Batch(out_cols, out_valid, times, net[rows]), hashes[rows], True
 
     def _evaluate_linear(self, delta: Batch) -> Batch | None:
         """Output updates of a linear aggregate from the keys' running states and the new updates alone: at each

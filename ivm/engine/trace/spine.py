@@ -29,6 +29,8 @@ TAIL_BATCHES = 8  # small batches (under MIN_CHUNK updates) gathered at the end 
 MERGE_WIDTH_BITS = 2
 MERGE_WIDTH = 1 << MERGE_WIDTH_BITS  # batches of one tier merge this many at a time
 _INT64_MAX = np.iinfo(np.int64).max
+_NONE = np.zeros(0, dtype=np.int64)  # no rows (never written to)
+_NONE.flags.writeable = False
 FLAT_MAX = 1 << 16  # a trace of at most this many updates keeps them laid end to end as well (see ``_Flat``)
 
 
@@ -208,11 +210,33 @@ class _Flat:
             self.times[pos:end] = u.times
             self.diffs[pos:end] = u.diffs
             pos = end
-        self.batches = list(batches)
+        self.batches = batches  # (a spine never changes a list of readable batches it gave out)
         self.starts = starts
-        self.hashes = [b.hashes for b in batches]
+        self.hashes = [*self.hashes[:keep], *[b.hashes for b in batches[keep:]]]
         self.first = np.array(starts[:-1], dtype=np.int64)
         self.size = total
+
+    def find(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rows whose key hash is one of ``hashes`` (fewer than ``FEW_QUERIES``, the greatest below the
+        greatest int64), with the index of that hash each: one search in every batch (for each hash, where it
+        starts and where the next one would)."""
+        k = len(hashes)
+        both = np.concatenate((hashes, hashes + 1))
+        bounds = np.array([h.searchsorted(both) for h in self.hashes])
+        lo = bounds[:, :k]
+        counts = (bounds[:, k:] - lo).ravel()
+        some = counts.nonzero()[0]  # (batch, hash) pairs with rows, in batch order
+        if not len(some):
+            return some, some
+        which = some // k
+        starts = lo.ravel()[some] + self.first[which]
+        counts = counts[some]
+        ends = counts.cumsum()
+        total = int(ends[-1])
+        if total == len(some):  # one row per hash and batch
+            return starts, some - which * k
+        rows = np.arange(total, dtype=np.int64) - (ends - counts - starts).repeat(counts)
+        return rows, (some - which * k).repeat(counts)
 
     def _grow(self, like: Batch, keep: int, capacity: int) -> None:
         """Arrays for ``capacity`` rows of batches like ``like``, the first ``keep`` rows copied over."""
@@ -230,6 +254,10 @@ class _Flat:
         self.valid = [None if m is None else bigger(m) for m in self.valid]
         self.times = bigger(self.times, (like.dim,))
         self.diffs = bigger(self.diffs)
+
+    def source(self, rows: np.ndarray) -> np.ndarray:
+        """The batch of each row (rows in batch order)."""
+        return self.first.searchsorted(rows, "right") - 1
 
     def take(self, rows: np.ndarray, width: int | None = None) -> Batch:
         """The updates at ``rows`` (with their first ``width`` columns only, when given)."""
@@ -450,13 +478,14 @@ class Spine:
         return sum(len(b) for b in self.batches())
 
     def find(
-        self, hashes: np.ndarray, keys_only: bool = False
+        self, hashes: np.ndarray, keys_only: bool = False, many: int | None = None
     ) -> tuple[Batch | None, np.ndarray, np.ndarray | None]:
         """The updates whose key hash is one of ``hashes`` (not checked for exact key equality), with the
-        index of that hash each, and the batch each comes from (in order; None when all come from one),
-        with ``keys_only`` the updates' key columns alone. The ranges found in every batch are expanded
-        together, and each batch holding some is read once (all at once in a small trace: see ``_Flat``)."""
-        none = None, np.zeros(0, dtype=np.int64), None
+        index of that hash each (with ``keys_only``, the updates' key columns alone), and when ``many`` or
+        more were found in several batches, the batch each comes from (in order; else None). The ranges found
+        in every batch are expanded together, and each batch holding some is read once (all at once in a small
+        trace: see ``_Flat``)."""
+        none = None, _NONE, None
         if len(hashes) == 0:
             return none
         batches = self.batches()
@@ -465,16 +494,11 @@ class Spine:
         k = len(hashes)
         flat = self._flat_view(batches)
         if flat is not None and k < FEW_QUERIES and hashes.max() < _INT64_MAX:
-            # one search in every batch (for each hash, where it starts and where the next one would), and one
-            # gather of what they found
-            both = np.concatenate((hashes, hashes + 1))
-            bounds = np.array([h.searchsorted(both) for h in flat.hashes])
-            p, r = expand_ranges(bounds[:, :k].ravel(), bounds[:, k:].ravel())
-            if not len(p):
+            rows, q = flat.find(hashes)  # and one gather of what it found
+            if not len(rows):
                 return none
-            which = p // k
-            r += flat.first[which]
-            return flat.take(r, width), p - which * k, which
+            source = flat.source(rows) if many is not None and len(rows) >= many else None
+            return flat.take(rows, width), q, source
         found, lo, hi = seek_batches(batches, hashes)
         if not found:
             return none
@@ -495,7 +519,7 @@ class Spine:
                 if keys_only:
                     u = Batch(u.columns[:nkey], u.valid[:nkey], u.times, u.diffs)
                 taken.append(u.take(r[s:e]))
-        return Batch.concat(taken), p - which * k, which
+        return Batch.concat(taken), p - which * k, which if many is not None and len(r) >= many else None
 
     def _flat_view(self, batches: list[TraceBatch]) -> _Flat | None:
         """The batches laid end to end, while the trace is small (from at most ``FLAT_MAX`` updates until it
