@@ -61,7 +61,8 @@ class LeaveOp(Operator):
         source.subscribe(self.inner)
 
     def push(self, point: Point, b: Batch) -> None:
-        self.emit_at(point[:-1], b.with_times(np.ascontiguousarray(b.times[:, :-1])))
+        if self.consumers:
+            self.emit_at(point[:-1], b.with_times(np.ascontiguousarray(b.times[:, :-1])))
 
     def run(self, point: Point) -> None:
         pass  # nothing ever waits for it

@@ -87,9 +87,10 @@ def join_trace(
     dim: int,
     nulls_match: bool,
     delta_left: bool,
+    positions: Sequence[int] | None = None,
 ) -> Batch | None:
     """The updates of ``delta x trace`` (``trace x delta`` unless ``delta_left``): key columns, then the left
-    side's values, then the right side's.
+    side's values, then the right side's (those at ``positions`` of them, when given).
 
     The trace's updates with the delta's key hashes are found in all its batches at once. Many of them, from
     several batches, are first merged into one consolidated batch, times advanced to ``frontier`` (the
@@ -106,9 +107,12 @@ def join_trace(
         merged = TraceBatch.consolidated(found.with_times(frontier.advance(found.times)), hashes[q], trace.nkey)
         if not len(merged):
             return None
-        if delta_left:
-            return join_batches(delta, merged, dim, nulls_match)
-        return join_batches(merged, delta, dim, nulls_match)
+        out = (
+            join_batches(delta, merged, dim, nulls_match)
+            if delta_left
+            else join_batches(merged, delta, dim, nulls_match)
+        )
+        return out if out is None or positions is None else _project(out, positions)
     f, i = expand_ranges(starts[q], ends[q])  # each found row with each delta row of its key hash
     u = delta.updates
     nkey = delta.nkey
@@ -137,12 +141,20 @@ def join_trace(
     if not len(i):
         return None
     (left, li), (right, ri) = ((u, i), (found, f)) if delta_left else ((found, f), (u, i))
-    cols = tuple([c[li] for c in left.columns]) + tuple([c[ri] for c in right.columns[nkey:]])
-    valid = tuple([None if m is None else m[li] for m in left.valid]) + tuple(
-        [None if m is None else m[ri] for m in right.valid[nkey:]]
-    )
+    sources = [(left, li, j) for j in range(left.arity)] + [(right, ri, j) for j in range(nkey, right.arity)]
+    if positions is not None:
+        sources = [sources[p] for p in positions]
+    cols = tuple([b.columns[j][ix] for b, ix, j in sources])
+    valid = tuple([None if b.valid[j] is None else b.valid[j][ix] for b, ix, j in sources])
     return Batch(
         cols, valid, _joined_times(left.times, li, right.times, ri, dim), left.diffs[li] * right.diffs[ri]
+    )
+
+
+def _project(b: Batch, positions: Sequence[int]) -> Batch:
+    """``b`` with the columns at ``positions``."""
+    return Batch(
+        tuple([b.columns[p] for p in positions]), tuple([b.valid[p] for p in positions]), b.times, b.diffs
     )
 
 
@@ -194,23 +206,18 @@ class JoinOp(Operator):
         dim = self.scope.dim
         nm = self.nulls_match
         left, right = self.left_handle.trace, self.right_handle.trace
+        pos = self.positions
         out: list[Batch | None] = []
         for a in da:
-            out.append(join_trace(a, right, self.right_handle.frontier, dim, nm, True))
+            out.append(join_trace(a, right, self.right_handle.frontier, dim, nm, True, pos))
             for b in db:
-                out.append(join_batches(a, b, dim, nm, sign=-1))
+                both = join_batches(a, b, dim, nm, sign=-1)
+                out.append(both if both is None or pos is None else _project(both, pos))
         for b in db:
-            out.append(join_trace(b, left, self.left_handle.frontier, dim, nm, False))
+            out.append(join_trace(b, left, self.left_handle.frontier, dim, nm, False, pos))
         out = [o for o in out if o is not None]
         if out:
             res = Batch.concat(out)
-            if self.positions is not None:
-                res = Batch(
-                    tuple([res.columns[p] for p in self.positions]),
-                    tuple([res.valid[p] for p in self.positions]),
-                    res.times,
-                    res.diffs,
-                )
             # new updates of one side meet the other's at time 0 of every loop when it is outside all loops:
             # they stay at this point
             if (not db and right.dim == 1) or (not da and left.dim == 1):

@@ -177,8 +177,9 @@ class ReduceOp(Operator):
         dim = self.scope.dim
         if dim > 1:
             later: list = []
-            hist_in, q_in = self._split_future(hist_in, q_in, keys, point, later)
-            hist_out, q_out = self._split_future(hist_out, q_out, keys, point, later)
+            slim = self.counts_only  # only times and diffs are read on
+            hist_in, q_in = self._split_future(hist_in, q_in, keys, point, later, slim)
+            hist_out, q_out = self._split_future(hist_out, q_out, keys, point, later, slim)
             if hist_err is not None:
                 hist_err, q_err = self._split_future(hist_err, q_err, keys, point, later)
             if later:
@@ -388,9 +389,12 @@ class ReduceOp(Operator):
         state[slots] = final
         return np.concatenate((now, before)).T
 
-    def _split_future(self, hist: Batch | None, q: np.ndarray, keys: Keys, point: Point, later: list):
-        """Keep history at iterations ``<= point``; add to ``later`` the joins of later iterations' with this
-        point (the keys, by their index, and the times when they are due)."""
+    def _split_future(
+        self, hist: Batch | None, q: np.ndarray, keys: Keys, point: Point, later: list, slim: bool = False
+    ):
+        """Keep history at iterations ``<= point`` (its times and diffs alone when ``slim``); add to ``later``
+        the joins of later iterations' with this point (the keys, by their index, and the times when they are
+        due)."""
         if hist is None:
             return hist, q
         times = hist.times
@@ -406,7 +410,11 @@ class ReduceOp(Operator):
         due[:, 0] = np.maximum(due[:, 0], keys[3][fq])
         later.append((fq, due))
         keep = (~after).nonzero()[0]
-        return (hist.take(keep), q[keep]) if len(keep) else (None, q[:0])
+        if not len(keep):
+            return None, q[:0]
+        if slim:
+            return Batch((), (), times.take(keep, axis=0), hist.diffs[keep]), q[keep]
+        return hist.take(keep), q[keep]
 
     def _defer(self, keys: Keys, later: list) -> None:
         """Record the keys found due at later points (``_split_future``), by point: each point's are a slice
