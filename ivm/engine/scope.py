@@ -87,8 +87,8 @@ class Inlet(Queue):
 
     __slots__ = ("push",)
 
-    def __init__(self, push: Any) -> None:
-        super().__init__(None)
+    def __init__(self, push: Any, consumer: Operator) -> None:
+        super().__init__(None, consumer)
         self.push = push
 
     def put(self, point: Point, item: Any) -> None:
@@ -115,7 +115,7 @@ class Operator:
 
     def new_inlet(self, push: Any) -> Inlet:
         """An input handled by ``push(point, item)`` as each item arrives (see ``Inlet``)."""
-        q = Inlet(push)
+        q = Inlet(push, self)
         self.queues.append(q)
         return q
 
