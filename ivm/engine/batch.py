@@ -96,12 +96,21 @@ class Batch:
     def dtypes(self) -> tuple[np.dtype, ...]:
         return tuple(c.dtype for c in self.columns)
 
-    def take(self, index: np.ndarray) -> Batch:
-        """Rows at ``index`` (an integer array or a boolean mask)."""
+    def take(self, index: np.ndarray | slice) -> Batch:
+        """Rows at ``index`` (an integer array, a boolean mask or a slice).
+
+        A mask becomes row numbers first (each column is then one gather), and the two-dimensional times are
+        gathered with ``take``: numpy's general fancy indexing costs several times more on small batches."""
+        if type(index) is np.ndarray:
+            if index.dtype == np.bool_:
+                index = index.nonzero()[0]
+            times = self.times.take(index, axis=0)
+        else:
+            times = self.times[index]
         return Batch(
-            tuple(c[index] for c in self.columns),
-            tuple(None if m is None else m[index] for m in self.valid),
-            self.times[index],
+            tuple([c[index] for c in self.columns]),
+            tuple([None if m is None else m[index] for m in self.valid]),
+            times,
             self.diffs[index],
         )
 
@@ -121,14 +130,15 @@ class Batch:
     @staticmethod
     def concat(batches: Sequence[Batch]) -> Batch:
         """All updates of ``batches`` (same arity and time dimension) in one batch."""
-        batches = [b for b in batches if len(b)] or list(batches[:1])
         if len(batches) == 1:
             return batches[0]
-        arity = batches[0].arity
-        cols = tuple(map(np.concatenate, zip(*(b.columns for b in batches), strict=True)))
-        masks: list[Mask] = [None] * arity
+        batches = [b for b in batches if b.diffs.shape[0]] or list(batches[:1])
+        if len(batches) == 1:
+            return batches[0]
+        cols = tuple([np.concatenate(c) for c in zip(*[b.columns for b in batches], strict=True)])
+        masks: list[Mask] = [None] * len(cols)
         if any(m is not None for b in batches for m in b.valid):
-            for i in range(arity):
+            for i in range(len(cols)):
                 if any(b.valid[i] is not None for b in batches):
                     masks[i] = np.concatenate(
                         [np.ones(len(b), dtype=bool) if b.valid[i] is None else b.valid[i] for b in batches]
@@ -238,7 +248,7 @@ def rows_equal(
     columns (``n`` must then be given) are all equal."""
     if n is None:
         n = len(a_cols[0])
-    eq = np.ones(n, dtype=bool)
+    eq = None
     for ca, ma, cb, mb in zip(a_cols, a_valid, b_cols, b_valid, strict=True):
         if ca.dtype.kind == "f" or cb.dtype.kind == "f":
             e = (ca == cb) | (np.isnan(ca) & np.isnan(cb))
@@ -248,8 +258,11 @@ def rows_equal(
             va = np.ones(n, dtype=bool) if ma is None else ma
             vb = np.ones(n, dtype=bool) if mb is None else mb
             e = (e & va & vb) | (~va & ~vb)
-        eq &= e
-    return eq
+        if eq is None:
+            eq = e
+        else:
+            eq &= e
+    return np.ones(n, dtype=bool) if eq is None else eq
 
 
 def pack_keys(keys: Sequence[np.ndarray]) -> np.ndarray | None:
@@ -297,7 +310,7 @@ def merge_order(values: np.ndarray, split: int) -> np.ndarray:
 
     numpy's stable sort is a run-detecting merge sort for these, so this is a linear merge of the two runs.
     """
-    return np.argsort(values, kind="stable")
+    return values.argsort(kind="stable")
 
 
 def sorted_runs(values: np.ndarray, split: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -323,8 +336,8 @@ def argsort(values: np.ndarray) -> np.ndarray:
         if descents == 0:
             return np.arange(len(values))
         if descents < RUNS_FOR_MERGING:
-            return np.argsort(values, kind="stable")
-    return np.argsort(values)
+            return values.argsort(kind="stable")
+    return values.argsort()
 
 
 def lexsort(keys: Sequence[np.ndarray], split: int | None = None) -> np.ndarray:
@@ -349,13 +362,22 @@ def sort_groups(keys: Sequence[np.ndarray], split: int | None = None) -> tuple[n
     if n < 2:
         return np.arange(n, dtype=np.int64), np.ones(n, dtype=bool)
     if n < SMALL_SORT:
+        if len(keys) == 1:
+            k = keys[0]
+            order = k.argsort(kind="stable")
+            ordered = k[order]
+            starts = np.empty(n, dtype=bool)
+            starts[0] = True
+            np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+            return order, starts
         # one array of all keys (booleans and integers share int64 exactly), sorted and compared at once
-        table = np.stack(keys) if len(keys) > 1 else keys[0][None]
+        # (``np.array`` of equal-length arrays is the cheapest way to stack a few small ones)
+        table = np.array(keys)
         if table.dtype.kind not in "biu":
             order = np.lexsort(tuple(reversed(keys)))
             return order, group_starts([k[order] for k in keys], n)
         order = np.lexsort(table[::-1])
-        ordered = table[:, order]
+        ordered = table.take(order, axis=1)
         starts = np.empty(n, dtype=bool)
         starts[0] = True
         np.any(ordered[:, 1:] != ordered[:, :-1], axis=0, out=starts[1:])

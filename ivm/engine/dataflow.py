@@ -490,14 +490,18 @@ class Arranged:
 
 
 class _Flatten(Operator):
+    """An arrangement's sorted batches as plain batches of updates, passed on as they come."""
+
     def __init__(self, scope: Scope, source: Operator) -> None:
         super().__init__(scope, "flatten")
-        self.input = self.new_queue()
+        self.input = self.new_inlet(self.push)
         source.subscribe(self.input)
 
+    def push(self, point: Point, tb: TraceBatch) -> None:
+        self.emit_at(point, tb.updates)
+
     def run(self, point: Point) -> None:
-        for tb in self.input.take(point):
-            self.emit(tb.updates)
+        pass  # nothing ever waits for it
 
 
 class _EnterArranged(EnterOp):

@@ -20,18 +20,23 @@ import numpy as np
 if TYPE_CHECKING:
     from ivm.engine.dataflow import Dataflow
 
-__all__ = ["Scope", "Queue", "Operator", "points_of", "split_by_point"]
+__all__ = ["Scope", "Queue", "Inlet", "Operator", "points_of", "split_by_point"]
 
 Point = tuple[int, ...]
 
 
 def points_of(times: np.ndarray) -> Point | None:
     """The single point of ``times`` if they all share one, else ``None``."""
-    if times.shape[1] == 1 or times.shape[0] == 0:
+    dim = times.shape[1]
+    if dim == 1 or times.shape[0] == 0:
         return ()
+    if dim == 2:  # one loop: one comparison of a column
+        it = times[:, 1]
+        first = it[0]
+        return (int(first),) if (it == first).all() else None
     it = times[:, 1:]
     if (it == it[0]).all():
-        return tuple(int(x) for x in it[0])
+        return tuple(it[0].tolist())
     return None
 
 
@@ -42,13 +47,13 @@ def split_by_point(times: np.ndarray) -> list[tuple[Point, np.ndarray | None]]:
         return [(p, None)]
     if times.shape[1] == 2:
         it = times[:, 1]
-        order = np.argsort(it, kind="stable")
+        order = it.argsort(kind="stable")
         sorted_it = it[order]
-        cuts = np.flatnonzero(sorted_it[1:] != sorted_it[:-1]) + 1
+        cuts = (sorted_it[1:] != sorted_it[:-1]).nonzero()[0] + 1
         return [((int(it[g[0]]),), g) for g in np.split(order, cuts)]
     uniq, inv = np.unique(times[:, 1:], axis=0, return_inverse=True)
     inv = inv.reshape(-1)
-    return [(tuple(int(x) for x in u), np.flatnonzero(inv == i)) for i, u in enumerate(uniq)]
+    return [(tuple(u.tolist()), (inv == i).nonzero()[0]) for i, u in enumerate(uniq)]
 
 
 class Queue:
@@ -74,6 +79,22 @@ class Queue:
         return self.pending.keys()
 
 
+class Inlet(Queue):
+    """The input of a stateless operator, which handles an item as soon as it is put (``push(point, item)``)
+    instead of queueing it and being scheduled: nothing waits in it, and a chain of stateless operators costs
+    one call per item and operator. Only operators without state may do this: one that reads a trace must see
+    all of its input at a point at once."""
+
+    __slots__ = ("push",)
+
+    def __init__(self, push: Any, consumer: Operator) -> None:
+        super().__init__(None, consumer)
+        self.push = push
+
+    def put(self, point: Point, item: Any) -> None:
+        self.push(point, item)
+
+
 class Operator:
     """A node of a scope. Subclasses implement ``run(point)`` and push results with ``emit``."""
 
@@ -92,6 +113,12 @@ class Operator:
         self.queues.append(q)
         return q
 
+    def new_inlet(self, push: Any) -> Inlet:
+        """An input handled by ``push(point, item)`` as each item arrives (see ``Inlet``)."""
+        q = Inlet(push, self)
+        self.queues.append(q)
+        return q
+
     def activate(self, point: Point) -> None:
         """Schedule this operator to run at ``point`` (input arrived, or a time it holds became due)."""
         self.scope.activate(self, point)
@@ -105,19 +132,44 @@ class Operator:
             consumer.sources.append(self)
 
     def emit(self, item: Any) -> None:
-        """Send an item to every consumer, split by point."""
+        """Send an item to every consumer, split by point (the split is found once for the consumers that
+        take the item as it is)."""
         if len(item) == 0:
             return
-        root = self.scope.dim == 1  # one point only: nothing to split
+        if self.scope.dim == 1:  # one point only: nothing to split
+            for queue, transform in self.consumers:
+                out = transform(item) if transform is not None else item
+                if out is not None and len(out):
+                    queue.put((), out)
+            return
+        split = None
         for queue, transform in self.consumers:
-            out = transform(item) if transform is not None else item
+            if transform is None:
+                out = item
+                if split is None:
+                    split = split_by_point(_times(item))
+                parts = split
+            else:
+                out = transform(item)
+                if out is None or len(out) == 0:
+                    continue
+                parts = split_by_point(_times(out))
+            for point, sel in parts:
+                queue.put(point, out if sel is None else out.take(sel))
+
+    def emit_at(self, point: Point, item: Any) -> None:
+        """Send an item whose updates are all at ``point`` to every consumer, without looking for its points."""
+        if len(item) == 0:
+            return
+        for queue, transform in self.consumers:
+            if transform is None:
+                queue.put(point, item)
+                continue
+            out = transform(item)
             if out is None or len(out) == 0:
                 continue
-            if root:
-                queue.put((), out)
-                continue
-            for point, sel in split_by_point(_times(out)):
-                queue.put(point, out if sel is None else out.take(sel))
+            for p, sel in split_by_point(_times(out)):
+                queue.put(p, out if sel is None else out.take(sel))
 
     def run(self, point: Point) -> None:
         raise NotImplementedError
@@ -131,7 +183,9 @@ class Operator:
 
 
 def _times(item: Any) -> np.ndarray:
-    return item.updates.times if hasattr(item, "updates") else item.times
+    """The times of a batch of updates or of a trace batch."""
+    times = getattr(item, "times", None)
+    return item.updates.times if times is None else times
 
 
 class Scope:

@@ -112,8 +112,6 @@ def _run_loop(loop: LoopOp, point: Point) -> None:
         if nxt is None:
             return
         run_point(loop.inner, nxt)
-        for leave in loop.leaves:
-            leave.collect(nxt)
 
 
 def _exchange(sharding: Sharding, error: Exception | None) -> None:

@@ -217,11 +217,12 @@ def test_sliding_window_keeps_traces_bounded():
     assert worst <= 6.0, worst
 
 
-def test_a_join_delta_meets_the_trace_consolidated_across_batches():
-    """``matching``: the batches holding a delta's keys; when several do, one batch of their matching updates
-    consolidated as of the reader's frontier, so a row inserted and deleted in batches not merged yet pairs
-    with nothing."""
-    from ivm.engine.operators.join import join_batches, matching
+def test_a_join_delta_meets_the_trace_consolidated_across_batches(monkeypatch):
+    """``join_trace``: a delta's pairs with the trace's updates of its keys, found in all batches at once. Many
+    found in several batches are first consolidated as of the reader's frontier, so that a row inserted and
+    deleted in batches not merged yet pairs with nothing; a few are paired as they are (their pairs cancel)."""
+    from ivm.engine.batch import consolidate
+    from ivm.engine.operators import join
 
     spine = Spine(1, (np.dtype(np.int64), np.dtype(np.int64)), 1)
     spine.handle(Antichain([0]))
@@ -231,17 +232,19 @@ def test_a_join_delta_meets_the_trace_consolidated_across_batches():
         _batch([3], [30], [2], [1]),
     ):
         spine.insert(b)
-    batches = spine.batches()
-    assert len(batches) == 3  # small batches wait at the tail unmerged
+    assert len(spine.batches()) == 3  # small batches wait at the tail unmerged
     frontier = Antichain([3])
 
-    # key 1 was inserted and deleted: nothing to pair with
-    assert matching(_batch([1], [0], [3], [1]), batches, frontier) == []
-    # key 3 lies in one batch: that batch itself
-    assert matching(_batch([3], [0], [3], [1]), batches, frontier) == [batches[2]]
-    # keys 1 and 2 over two batches: their live updates, times advanced to the frontier
-    delta = _batch([1, 2], [0, 0], [3, 3], [1, 1])
-    (merged,) = matching(delta, batches, frontier)
-    assert sorted(merged.updates.to_rows()) == [(2, 20, 3, 1), (2, 21, 3, 1)]
-    out = join_batches(delta, merged, 1, False)
-    assert sorted(out.to_rows()) == [(2, 0, 20, 3, 1), (2, 0, 21, 3, 1)]
+    delta = _batch([1, 2, 3], [0, 0, 0], [3, 3, 3], [1, 1, 1])
+    expect = [(2, 0, 20, 3, 1), (2, 0, 21, 3, 1), (3, 0, 30, 3, 1)]
+    few = join.join_trace(delta, spine, frontier, 1, False, delta_left=True)
+    assert sorted(consolidate(few)[0].to_rows()) == expect
+    assert len(few) == len(expect) + 2  # key 1's insertion and its deletion, each paired
+    left = join.join_trace(delta, spine, frontier, 1, False, delta_left=False)
+    assert sorted(consolidate(left)[0].to_rows()) == [(k, v, 0, t, d) for k, _, v, t, d in expect]
+    assert join.join_trace(_batch([5], [0], [3], [1]), spine, frontier, 1, False, delta_left=True) is None
+
+    monkeypatch.setattr(join, "MERGE_FOUND", 1)
+    many = join.join_trace(delta, spine, frontier, 1, False, delta_left=True)
+    assert sorted(many.to_rows()) == expect  # consolidated first: key 1 pairs with nothing
+    assert join.join_trace(_batch([1], [0], [3], [1]), spine, frontier, 1, False, delta_left=True) is None

@@ -37,13 +37,28 @@ class ArrangeOp(Operator):
         batches = self.input.take(point)
         if not batches:
             return
-        self.insert(Batch.concat(batches))
+        self.insert(Batch.concat(batches), point=point)
 
-    def insert(self, updates: Batch) -> None:
-        tb = TraceBatch.from_updates(updates, self.nkey)
+    def insert(
+        self,
+        updates: Batch,
+        hashes: np.ndarray | None = None,
+        point: Point | None = None,
+        ordered: bool = False,
+    ) -> None:
+        """Arrange ``updates`` (whose key hashes are ``hashes``, when known), append them to the trace and
+        forward them: at ``point`` when they are all there, and as they are when ``ordered`` (sorted and
+        consolidated already, with their hashes)."""
+        if ordered:
+            tb = TraceBatch.ordered(updates, hashes, self.nkey)
+        else:
+            tb = TraceBatch.from_updates(updates, self.nkey, hashes)
         if len(tb):
             self.trace.insert(tb)
-            self.emit(tb)
+            if point is None:
+                self.emit(tb)
+            else:
+                self.emit_at(point, tb)
 
     def release(self) -> None:
         if self.handle is not None:
@@ -104,5 +119,6 @@ def lift_times(times: np.ndarray, dim: int) -> np.ndarray:
     """Times of an outer scope as times of a scope ``dim`` coordinates deep (iteration 0 in each loop)."""
     if times.shape[1] == dim:
         return times
-    pad = np.zeros((times.shape[0], dim - times.shape[1]), dtype=np.int64)
-    return np.hstack([times, pad])
+    out = np.zeros((times.shape[0], dim), dtype=np.int64)
+    out[:, : times.shape[1]] = times
+    return out

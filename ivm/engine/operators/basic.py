@@ -1,6 +1,8 @@
 """Stateless operators: map, filter, project, concat, negate, and the capture of output diffs.
 
-Map and filter apply vectorized functions to whole column arrays; none of them looks at a row alone.
+Map and filter apply vectorized functions to whole column arrays; none of them looks at a row alone. Having no
+state, they (and project, negate, concat) handle each batch when it is emitted, at its point, rather than
+waiting to be scheduled: see ``ivm.engine.scope.Inlet``.
 """
 
 from __future__ import annotations
@@ -50,21 +52,41 @@ class _Unary(Operator):
         raise NotImplementedError
 
 
-class _Fallible(_Unary):
+class _Stateless(Operator):
+    """An operator applying a function to each batch alone: it handles a batch as soon as its source emits
+    it, at the batch's point, without being scheduled (see ``Inlet``)."""
+
+    def __init__(self, scope: Scope, name: str, source: Operator) -> None:
+        super().__init__(scope, name)
+        self.input = self.new_inlet(self.push)
+        source.subscribe(self.input)
+
+    def push(self, point: Point, batch: Batch) -> None:
+        out = self.apply(batch)
+        if out is not None:
+            self.emit_at(point, out)
+
+    def run(self, point: Point) -> None:
+        pass  # nothing ever waits for it
+
+    def apply(self, batch: Batch) -> Batch | None:
+        raise NotImplementedError
+
+
+class _Fallible(_Stateless):
     """A map or filter whose function may fail on some rows. Errors are data: a row the function cannot
     evaluate leaves the output and enters the dataflow's error collection instead, under the error's message
     with the row's time and diff, so that retracting the row retracts its error (the dataflow is in error
     while some error's count is not zero). The rows at fault are found by bisecting the batch, which costs
     O(k log n) evaluations of parts of it for k bad rows of n, nothing when no row fails."""
 
-    def run(self, point: Point) -> None:
-        for batch in self.input.take(point):
-            try:
-                out = self.apply(batch)
-            except EvaluationError:
-                out = self._apart(batch)
-            if out is not None:
-                self.emit(out)
+    def push(self, point: Point, batch: Batch) -> None:
+        try:
+            out = self.apply(batch)
+        except EvaluationError:
+            out = self._apart(batch)
+        if out is not None:
+            self.emit_at(point, out)
 
     def _apart(self, batch: Batch) -> Batch | None:
         bad: list[int] = []
@@ -143,7 +165,7 @@ class FilterOp(_Fallible):
         return batch.take(keep) if keep.any() else None
 
 
-class ProjectOp(_Unary):
+class ProjectOp(_Stateless):
     """The columns at the given positions, in that order."""
 
     def __init__(self, scope: Scope, source: Operator, positions: Sequence[int]) -> None:
@@ -155,7 +177,7 @@ class ProjectOp(_Unary):
         return Batch(cols, valid, batch.times, batch.diffs)
 
 
-class NegateOp(_Unary):
+class NegateOp(_Stateless):
     """Every update with its diff negated."""
 
     def __init__(self, scope: Scope, source: Operator) -> None:
@@ -166,18 +188,16 @@ class NegateOp(_Unary):
 
 
 class ConcatOp(Operator):
-    """The sum of several collections of the same columns."""
+    """The sum of several collections of the same columns: each source's batches passed on as they come."""
 
     def __init__(self, scope: Scope, sources: Sequence[Operator]) -> None:
         super().__init__(scope, "concat")
-        self.input = self.new_queue()
+        self.input = self.new_inlet(self.emit_at)
         for s in sources:
             s.subscribe(self.input)
 
     def run(self, point: Point) -> None:
-        batches = self.input.take(point)
-        if batches:
-            self.emit(Batch.concat(batches))
+        pass  # nothing ever waits for it
 
 
 class CaptureOp(_Unary):

@@ -51,28 +51,27 @@ class EnterOp(Operator):
 
 
 class LeaveOp(Operator):
-    """A loop collection outside the loop: every iteration's updates at the outer time."""
+    """A loop collection outside the loop: every iteration's updates at the outer time, passed on as they
+    come (into the enclosing scope's queues, whose operators run once the loop is done at that point)."""
 
     def __init__(self, scope: Scope, source: Operator, outer: Scope) -> None:
         super().__init__(outer, "leave")
-        self.inner = self.new_queue(activates=False)  # drained by the loop after each of its points
+        self.inner = self.new_inlet(self.push)
         self.loop_scope = scope
         source.subscribe(self.inner)
 
-    def pending_points(self):
-        return ()
-
-    def collect(self, inner_point: Point) -> None:
-        """Forward the updates at an inner point to the outer scope."""
-        for b in self.inner.take(inner_point):
-            self.emit(b.with_times(np.ascontiguousarray(b.times[:, :-1])))
+    def push(self, point: Point, b: Batch) -> None:
+        if self.consumers:
+            self.emit_at(point[:-1], b.with_times(np.ascontiguousarray(b.times[:, :-1])))
 
     def run(self, point: Point) -> None:
-        pass
+        pass  # nothing ever waits for it
 
 
 class VariableOp(Operator):
-    """A loop variable: its initial value at iteration 0 plus what is set to it, one iteration later."""
+    """A loop variable: its initial value at iteration 0 plus what is set to it, one iteration later. What is
+    set to it at a point waits for the next point in its queue (which also ends the chain of operators that
+    handle batches as they come, as a loop of them would never end otherwise)."""
 
     def __init__(self, scope: Scope, limit: int | None, on_limit: str) -> None:
         super().__init__(scope, "variable")
@@ -84,26 +83,25 @@ class VariableOp(Operator):
     def feed(self, source: Operator, negate: bool = False) -> None:
         """Deliver ``source``'s updates at iteration ``i`` as this variable's at ``i + 1``."""
 
-        def delay(b: Batch) -> Batch | None:
+        def delay(point: Point, b: Batch) -> None:
+            nxt = (*point[:-1], point[-1] + 1)
+            if self.limit is not None and nxt[-1] >= self.limit:
+                # the body has run ``limit`` times: rounds 0 .. limit - 1
+                if self.on_limit != "return":
+                    raise IterationLimitError(
+                        f"recursion did not reach a fixed point within {self.limit} rounds"
+                    )
+                return
             t = b.times.copy()
             t[:, -1] += 1
-            out = Batch(b.columns, b.valid, t, -b.diffs if negate else b.diffs)
-            if self.limit is not None:
-                over = t[:, -1] >= self.limit  # the body has run ``limit`` times: rounds 0 .. limit - 1
-                if over.any():
-                    if self.on_limit != "return":
-                        raise IterationLimitError(
-                            f"recursion did not reach a fixed point within {self.limit} rounds"
-                        )
-                    out = out.take(~over)
-            return out
+            self.input.put(nxt, Batch(b.columns, b.valid, t, -b.diffs if negate else b.diffs))
 
-        source.subscribe(self.input, delay, feedback=True)
+        source.subscribe(self.new_inlet(delay), feedback=True)
 
     def run(self, point: Point) -> None:
         batches = self.input.take(point)
         if batches:
-            self.emit(Batch.concat(batches))
+            self.emit_at(point, Batch.concat(batches))
 
 
 class LoopOp(Operator):
@@ -125,7 +123,4 @@ class LoopOp(Operator):
             pts = [p for p in self.inner.pending_points() if p[:n] == point]
             if not pts:
                 break
-            nxt = min(pts)
-            self.inner.run_point(nxt)
-            for leave in self.leaves:
-                leave.collect(nxt)
+            self.inner.run_point(min(pts))

@@ -20,7 +20,7 @@ from ivm.engine.scope import Operator, Point, Scope
 from ivm.engine.trace import Spine, TraceBatch
 from ivm.engine.trace.batch import expand_ranges
 
-__all__ = ["JoinOp", "join_batches"]
+__all__ = ["JoinOp", "join_batches", "join_trace"]
 
 
 def match_batches(a: TraceBatch, b: TraceBatch, nulls_match: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -77,29 +77,98 @@ def join_batches(a: TraceBatch, b: TraceBatch, dim: int, nulls_match: bool, sign
     return Batch(cols, valid, times, diffs)
 
 
-def matching(delta: TraceBatch, batches: list[TraceBatch], frontier: Antichain) -> list[TraceBatch]:
-    """The batches of a trace that hold keys of ``delta``. When several do, their updates with those keys are
-    merged into one consolidated batch, times advanced to ``frontier`` (the reader's, which ``delta``'s times
-    are in advance of: join results are unchanged), so that a row inserted and deleted in batches not merged
-    yet pairs with nothing instead of yielding pairs that cancel downstream."""
+MERGE_FOUND = 1024  # rows found in several batches from which they are consolidated before pairing
+
+
+def join_trace(
+    delta: TraceBatch,
+    trace: Spine,
+    frontier: Antichain,
+    dim: int,
+    nulls_match: bool,
+    delta_left: bool,
+    positions: Sequence[int] | None = None,
+) -> Batch | None:
+    """The updates of ``delta x trace`` (``trace x delta`` unless ``delta_left``): key columns, then the left
+    side's values, then the right side's (those at ``positions`` of them, when given).
+
+    The trace's updates with the delta's key hashes are found in all its batches at once. Many of them, from
+    several batches, are first merged into one consolidated batch, times advanced to ``frontier`` (the
+    reader's, which the delta's times are in advance of: join results are unchanged), so that a row inserted
+    and deleted in batches not merged yet pairs with nothing instead of yielding pairs that cancel downstream;
+    a few are paired as they are."""
     if not len(delta):
-        return []
-    hashes = delta.runs()[0]
-    lo, hi = int(hashes[0]), int(hashes[-1])
-    hits = []
-    for b in batches:
-        if b.may_hold(lo, hi):
-            start, end = b.seek(hashes)
-            if (end > start).any():
-                hits.append((b, start, end))
-    if len(hits) <= 1:
-        return [b for b, _, _ in hits]
-    rows = [expand_ranges(start, end)[1] for _, start, end in hits]
-    found = Batch.concat([b.updates.take(r) for (b, _, _), r in zip(hits, rows, strict=True)])
-    found = found.with_times(frontier.advance(found.times))
-    hashes = np.concatenate([b.hashes[r] for (b, _, _), r in zip(hits, rows, strict=True)])
-    merged = TraceBatch.consolidated(found, hashes, hits[0][0].nkey)
-    return [merged] if len(merged) else []
+        return None
+    hashes, starts, ends = delta.runs()
+    found, q, source = trace.find(hashes, many=MERGE_FOUND)
+    if found is None:
+        return None
+    if source is not None and source[0] != source[-1]:
+        merged = TraceBatch.consolidated(found.with_times(frontier.advance(found.times)), hashes[q], trace.nkey)
+        if not len(merged):
+            return None
+        out = (
+            join_batches(delta, merged, dim, nulls_match)
+            if delta_left
+            else join_batches(merged, delta, dim, nulls_match)
+        )
+        return out if out is None or positions is None else _project(out, positions)
+    f, i = expand_ranges(starts[q], ends[q])  # each found row with each delta row of its key hash
+    u = delta.updates
+    nkey = delta.nkey
+    dcols, dvalid = u.columns[:nkey], u.valid[:nkey]
+    keep = None
+    if not (
+        nkey == 1
+        and dvalid[0] is None
+        and found.valid[0] is None
+        and dcols[0].dtype.kind in "iub"
+        and found.columns[0].dtype.kind in "iub"
+    ):
+        keep = rows_equal(
+            tuple([c[i] for c in dcols]),
+            tuple([None if m is None else m[i] for m in dvalid]),
+            tuple([c[f] for c in found.columns[:nkey]]),
+            tuple([None if m is None else m[f] for m in found.valid[:nkey]]),
+            n=len(i),
+        )
+    if not nulls_match:
+        for m in dvalid:
+            if m is not None:
+                keep = m[i] if keep is None else keep & m[i]
+    if keep is not None and not keep.all():
+        i, f = i[keep], f[keep]
+    if not len(i):
+        return None
+    (left, li), (right, ri) = ((u, i), (found, f)) if delta_left else ((found, f), (u, i))
+    sources = [(left, li, j) for j in range(left.arity)] + [(right, ri, j) for j in range(nkey, right.arity)]
+    if positions is not None:
+        sources = [sources[p] for p in positions]
+    cols = tuple([b.columns[j][ix] for b, ix, j in sources])
+    valid = tuple([None if b.valid[j] is None else b.valid[j][ix] for b, ix, j in sources])
+    return Batch(
+        cols, valid, _joined_times(left.times, li, right.times, ri, dim), left.diffs[li] * right.diffs[ri]
+    )
+
+
+def _project(b: Batch, positions: Sequence[int]) -> Batch:
+    """``b`` with the columns at ``positions``."""
+    return Batch(
+        tuple([b.columns[p] for p in positions]), tuple([b.valid[p] for p in positions]), b.times, b.diffs
+    )
+
+
+def _joined_times(a: np.ndarray, i: np.ndarray, b: np.ndarray, j: np.ndarray, dim: int) -> np.ndarray:
+    """The joins of times ``a[i]`` and ``b[j]``, either of an outer scope (iteration 0 in each inner loop:
+    times are never negative, so the other's iterations are the join's there)."""
+    ta, tb = a.take(i, axis=0), b.take(j, axis=0)
+    if ta.shape[1] < tb.shape[1]:
+        ta, tb = tb, ta
+    if tb.shape[1] == ta.shape[1]:
+        return np.maximum(ta, tb, out=ta)
+    out = ta if ta.shape[1] == dim else lift_times(ta, dim)
+    np.maximum(out[:, : tb.shape[1]], tb, out=out[:, : tb.shape[1]])
+    return out
 
 
 class JoinOp(Operator):
@@ -135,24 +204,26 @@ class JoinOp(Operator):
         if not da and not db:
             return
         dim = self.scope.dim
-        out: list[Batch] = []
-        ta = self.left_handle.trace.batches() if db else []
-        tb = self.right_handle.trace.batches() if da else []
+        nm = self.nulls_match
+        left, right = self.left_handle.trace, self.right_handle.trace
+        pos = self.positions
+        out: list[Batch | None] = []
         for a in da:
-            for b in matching(a, tb, self.right_handle.frontier):
-                out.append(join_batches(a, b, dim, self.nulls_match))
+            out.append(join_trace(a, right, self.right_handle.frontier, dim, nm, True, pos))
             for b in db:
-                out.append(join_batches(a, b, dim, self.nulls_match, sign=-1))
+                both = join_batches(a, b, dim, nm, sign=-1)
+                out.append(both if both is None or pos is None else _project(both, pos))
         for b in db:
-            for a in matching(b, ta, self.left_handle.frontier):
-                out.append(join_batches(a, b, dim, self.nulls_match))
+            out.append(join_trace(b, left, self.left_handle.frontier, dim, nm, False, pos))
         out = [o for o in out if o is not None]
         if out:
             res = Batch.concat(out)
-            if self.positions is not None:
-                cols, valid = res.select(self.positions)
-                res = Batch(cols, valid, res.times, res.diffs)
-            self.emit(res)
+            # new updates of one side meet the other's at time 0 of every loop when it is outside all loops:
+            # they stay at this point
+            if (not db and right.dim == 1) or (not da and left.dim == 1):
+                self.emit_at(point, res)
+            else:
+                self.emit(res)
 
     def release(self) -> None:
         self.left_handle.release()

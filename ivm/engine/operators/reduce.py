@@ -20,21 +20,25 @@ searches; nothing iterates over keys or times in Python.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
-from ivm.engine.batch import Batch, group_starts, key_hash, lexsort, sort_keys
+from ivm.engine.batch import Batch, group_starts, key_hash, lexsort, sort_groups, sort_keys
 from ivm.engine.operators import exact
 from ivm.engine.operators.arrange import ArrangeOp
 from ivm.engine.operators.reducers import Aggregate, Groups, Reducer
 from ivm.engine.operators.running import RunningStates
-from ivm.engine.scope import Operator, Point, Scope
+from ivm.engine.scope import Operator, Point, Scope, split_by_point
 from ivm.engine.trace import Spine, TraceBatch
 from ivm.engine.trace.batch import expand_ranges, identity_hash
 
 __all__ = ["ReduceOp", "streams"]
 
 _TRUE = np.ones(1, dtype=bool)
+
+# keys to evaluate: their hashes, columns and validity, and per key the least epoch it was triggered at
+Keys = tuple[np.ndarray, tuple, tuple, np.ndarray]
 
 
 class ReduceOp(Operator):
@@ -70,7 +74,7 @@ class ReduceOp(Operator):
         out_dtypes = key_dtypes + tuple(reducer.out_dtypes(in_dtypes[self.nkey :]))
         self.output = ArrangeOp(scope, None, self.nkey, out_dtypes)
         self.output.sources.append(self)
-        self.pending: dict[Point, list[Batch]] = {}
+        self.pending: dict[Point, list[Keys]] = {}  # keys found due at later points, by point
         # the groups the reducer may fail to compute: error code -> message (see ``Aggregate.failures``)
         self.failures: dict[int, str] = {}
         if isinstance(reducer, Aggregate):
@@ -92,6 +96,15 @@ class ReduceOp(Operator):
             self.state = RunningStates(key_dtypes, state_dtypes, wide=2 * len(self.wide_layout))
         elif trace is None:
             raise ValueError("only a linear aggregate outside loops reduces a collection that is not arranged")
+        # a reducer of the key's total weight alone, over rows that are their keys: see ``_evaluate_counts``
+        self.counts_only = (
+            not self.signed_keys  # (its output is written under the key as the trigger writes it)
+            and len(in_dtypes) == self.nkey
+            and len(out_dtypes) == self.nkey
+            and not self.failures
+            and getattr(reducer, "multiplicities", None) is not None
+            and reducer.multiplicities(np.zeros(0, dtype=np.int64)) is not None
+        )
 
     def pending_points(self):
         yield from super().pending_points()
@@ -153,18 +166,15 @@ class ReduceOp(Operator):
             if out is not None:
                 self.output.insert(out)
             return
-        if len(deltas) == 1 and not pending:
-            keys = _sorted_unique_keys(deltas[0])
-        else:
-            triggers = [tb.updates for tb in deltas] + pending
-            keys = _unique_keys(Batch.concat([_keys_only(b, self.nkey) for b in triggers]), self.nkey)
-        out = self._evaluate(keys, point)
-        if out is not None:
-            self.output.insert(out)
+        found = self._evaluate(_trigger_keys(deltas, pending, self.nkey), point)
+        if found is not None:
+            out, hashes, ordered = found
+            self.output.insert(out, hashes, point, ordered)
 
-    def _evaluate(self, keys: tuple, point: Point) -> Batch | None:
+    def _evaluate(self, keys: Keys, point: Point) -> tuple[Batch, np.ndarray, bool] | None:
+        """The output updates that make the output right at every interesting time of ``keys`` at ``point``,
+        with their key hashes, and whether they are sorted and consolidated already."""
         hashes, kcols, kvalid, trig = keys
-        nk = len(hashes)
         hist_in, q_in = self.handle.trace.gather(hashes, kcols, kvalid)
         hist_out, q_out = self.output.trace.gather(hashes, kcols, kvalid)
         hist_err, q_err = None, q_out[:0]
@@ -172,50 +182,82 @@ class ReduceOp(Operator):
             hist_err, q_err = self.error_trace.gather(hashes, kcols, kvalid)
         dim = self.scope.dim
         if dim > 1:
-            hist_in, q_in = self._split_future(hist_in, q_in, keys, point)
-            hist_out, q_out = self._split_future(hist_out, q_out, keys, point)
-            hist_err, q_err = self._split_future(hist_err, q_err, keys, point)
+            later: list = []
+            slim = self.counts_only  # only times and diffs are read on
+            hist_in, q_in = self._split_future(hist_in, q_in, keys, point, later, slim)
+            hist_out, q_out = self._split_future(hist_out, q_out, keys, point, later, slim)
+            if hist_err is not None:
+                hist_err, q_err = self._split_future(hist_err, q_err, keys, point, later)
+            if later:
+                self._defer(keys, later)
+        cands = _candidates(trig, ((hist_in, q_in), (hist_out, q_out), (hist_err, q_err)))
+        if cands.single and self.counts_only:
+            return self._evaluate_counts(keys, hist_in, q_in, hist_out, q_out, point)
 
-        # interesting epochs per key: history epochs not before the key's first trigger, and the triggers
-        cq = [np.arange(nk)]
-        ce = [trig]
-        for h, q in ((hist_in, q_in), (hist_out, q_out), (hist_err, q_err)):
-            if h is not None:
-                e = h.times[:, 0]
-                late = e >= trig[q]
-                cq.append(q[late])
-                ce.append(e[late])
-        cand_q, cand_e = _unique_pairs(np.concatenate(cq), np.concatenate(ce))
-        cstart = np.searchsorted(cand_q, np.arange(nk), side="left")
-        cend = np.searchsorted(cand_q, np.arange(nk), side="right")
-
-        # targets per candidate (the reducer's rows and errors) less what was emitted up to it, as whole rows:
-        # the targets under the key as the triggers write it, what was emitted as it was (see ``signed_keys``)
+        # targets per candidate (the reducer's rows and errors) less what was emitted up to it; where a key of
+        # doubles may be written two ways, as whole rows: the targets under the key as the triggers write it,
+        # what was emitted as it was (see ``signed_keys``)
         parts: list[tuple[np.ndarray, tuple, tuple, np.ndarray]] = []
         errors: list[tuple[np.ndarray, tuple, tuple, np.ndarray]] = []
-        keyed = (cand_q, kcols, kvalid)
+        whole = self.signed_keys
+        keyed = (cands.q, kcols, kvalid)
         if hist_in is not None:
-            g = _accumulate(hist_in, q_in, self.nkey, cstart, cend, cand_e)
+            g = _accumulate(hist_in, q_in, self.nkey, cands)
             if g is not None:
                 if self.failures:
                     out, (bad, codes) = self.reducer.evaluate(g)
-                    parts.append(_keyed(out, *keyed))
-                    errors.append(_keyed((bad, (codes,), (None,), np.ones(len(bad), dtype=np.int64)), *keyed))
+                    parts.append(_keyed(out, whole, *keyed))
+                    errors.append(
+                        _keyed((bad, (codes,), (None,), np.ones(len(bad), dtype=np.int64)), whole, *keyed)
+                    )
                 else:
-                    parts.append(_keyed(self.reducer(g), *keyed))
+                    parts.append(_keyed(self.reducer(g), whole, *keyed))
         for h, q, into in ((hist_out, q_out, parts), (hist_err, q_err, errors)):
             if h is not None:
-                g = _accumulate(h, q, 0 if self.signed_keys else self.nkey, cstart, cend, cand_e)
+                g = _accumulate(h, q, 0 if whole else self.nkey, cands)
                 if g is not None:
-                    emitted = (g.group, g.columns, g.valid, -g.weights)
-                    into.append(emitted if self.signed_keys else _keyed(emitted, *keyed))
-        fixes = _telescope(errors, cand_q, cend, cand_e, dim, point)
-        if fixes is not None:
-            tb = TraceBatch.from_updates(fixes, self.nkey)
-            if len(tb):
-                self.make_error_trace().insert(tb)
-                self._count_errors(tb.updates.columns[-1], tb.updates.diffs)
-        return _telescope(parts, cand_q, cend, cand_e, dim, point)
+                    into.append((g.group, g.columns, g.valid, -g.weights))
+        if errors:
+            fixes = _telescope(errors, cands, keys, dim, point, whole)
+            if fixes is not None:
+                tb = TraceBatch.from_updates(fixes[0], self.nkey, fixes[1])  # (errors have a value column)
+                if len(tb):
+                    self.make_error_trace().insert(tb)
+                    self._count_errors(tb.updates.columns[-1], tb.updates.diffs)
+        return _telescope(parts, cands, keys, dim, point, whole)
+
+    def _evaluate_counts(
+        self,
+        keys: Keys,
+        hist_in: Batch | None,
+        q_in: np.ndarray,
+        hist_out: Batch | None,
+        q_out: np.ndarray,
+        point: Point,
+    ) -> tuple[Batch, np.ndarray, bool] | None:
+        """``_evaluate`` for a reducer of the key's total weight alone (distinct, a threshold) when each key
+        has one interesting epoch: per key, the multiplicity its total calls for less the total emitted, in the
+        keys' order (the trace's), so sorted and consolidated already. What the general path computes, with
+        the groups, the reducer's rows and the telescoping each reduced to one number per key."""
+        hashes, kcols, kvalid, trig = keys
+        nk = len(hashes)
+        total = np.zeros(nk, dtype=np.int64)
+        if hist_in is not None:
+            np.add.at(total, q_in, hist_in.diffs)
+        net = self.reducer.multiplicities(total)
+        if hist_out is not None:
+            np.subtract.at(net, q_out, hist_out.diffs)
+        rows = net.nonzero()[0]
+        if not len(rows):
+            return None
+        dim = self.scope.dim
+        times = np.empty((len(rows), dim), dtype=np.int64)
+        times[:, 0] = trig[rows]
+        if dim > 1:
+            times[:, 1:] = point
+        out_cols = tuple([k[rows] for k in kcols])
+        out_valid = tuple([None if m is None else m[rows] for m in kvalid])
+        return Batch(out_cols, out_valid, times, net[rows]), hashes[rows], True
 
     def _evaluate_linear(self, delta: Batch) -> Batch | None:
         """Output updates of a linear aggregate from the keys' running states and the new updates alone: at each
@@ -375,33 +417,64 @@ class ReduceOp(Operator):
         state[slots] = final
         return np.concatenate((now, before)).T
 
-    def _split_future(self, hist: Batch | None, q: np.ndarray, keys: tuple, point: Point):
-        """Keep history at iterations ``<= point``; schedule later iterations' joins with this point."""
+    def _split_future(
+        self, hist: Batch | None, q: np.ndarray, keys: Keys, point: Point, later: list, slim: bool = False
+    ):
+        """Keep history at iterations ``<= point`` (its times and diffs alone when ``slim``); add to ``later``
+        the joins of later iterations' with this point (the keys, by their index, and the times when they are
+        due)."""
         if hist is None:
             return hist, q
-        it = hist.times[:, 1:]
-        here = np.asarray(point, dtype=np.int64)
-        le = (it <= here).all(axis=1)
-        if le.all():
+        times = hist.times
+        if len(point) == 1:
+            after = times[:, 1] > point[0]
+        else:
+            after = (times[:, 1:] > np.asarray(point, dtype=np.int64)).any(axis=1)
+        fut = after.nonzero()[0]
+        if not len(fut):
             return hist, q
-        fut = np.flatnonzero(~le)
-        hashes, kcols, kvalid, trig = keys
         fq = q[fut]
-        times = np.empty((len(fut), hist.dim), dtype=np.int64)
-        times[:, 0] = np.maximum(hist.times[fut, 0], trig[fq])
-        times[:, 1:] = np.maximum(it[fut], here)
-        trig_batch = Batch(
-            tuple(k[fq] for k in kcols),
-            tuple(None if m is None else m[fq] for m in kvalid),
-            times,
-            np.ones(len(fut), dtype=np.int64),
-        )
-        from ivm.engine.scope import split_by_point
+        due = np.maximum(times.take(fut, axis=0), np.asarray((0, *point), dtype=np.int64))
+        due[:, 0] = np.maximum(due[:, 0], keys[3][fq])
+        later.append((fq, due))
+        keep = (~after).nonzero()[0]
+        if not len(keep):
+            return None, q[:0]
+        if slim:
+            return Batch((), (), times.take(keep, axis=0), hist.diffs[keep]), q[keep]
+        return hist.take(keep), q[keep]
 
-        for p, sel in split_by_point(times):
-            self.pending.setdefault(p, []).append(trig_batch if sel is None else trig_batch.take(sel))
-        keep = np.flatnonzero(le)
-        return (hist.take(keep), q[keep]) if len(keep) else (None, q[:0])
+    def _defer(self, keys: Keys, later: list) -> None:
+        """Record the keys found due at later points (``_split_future``), by point: each point's are a slice
+        of them sorted by point."""
+        hashes, kcols, kvalid, _ = keys
+        fq = later[0][0] if len(later) == 1 else np.concatenate([f for f, _ in later])
+        due = later[0][1] if len(later) == 1 else np.concatenate([d for _, d in later])
+        if due.shape[1] == 2:
+            it = due[:, 1]
+            order = it.argsort(kind="stable")
+            its = it[order]
+            cuts = [0, *((its[1:] != its[:-1]).nonzero()[0] + 1).tolist(), len(its)]
+            points = [(p,) for p in its[cuts[:-1]].tolist()]
+        else:
+            parts = split_by_point(due)
+            order = np.concatenate([np.arange(len(due)) if sel is None else sel for _, sel in parts])
+            cuts = [0, *np.cumsum([len(due) if sel is None else len(sel) for _, sel in parts]).tolist()]
+            points = [p for p, _ in parts]
+        rows = fq[order]
+        h = hashes[rows]
+        cols = [k[rows] for k in kcols]
+        valid = [None if m is None else m[rows] for m in kvalid]
+        epochs = due[:, 0][order]
+        for p, s, e in zip(points, cuts[:-1], cuts[1:], strict=True):
+            self.pending.setdefault(p, []).append(
+                (
+                    h[s:e],
+                    tuple([c[s:e] for c in cols]),
+                    tuple([None if m is None else m[s:e] for m in valid]),
+                    epochs[s:e],
+                )
+            )
 
 
 def streams(reducer: Reducer, scope: Scope) -> bool:
@@ -409,50 +482,117 @@ def streams(reducer: Reducer, scope: Scope) -> bool:
     return isinstance(reducer, Aggregate) and reducer.linear and scope.dim == 1
 
 
-def _keys_only(b: Batch, nkey: int) -> Batch:
-    cols, valid = b.select(range(nkey))
-    return Batch(cols, valid, b.times, b.diffs)
+def _own_hash(cols: tuple, valid: tuple) -> bool:
+    """Whether rows' key hashes are their keys: one integer column without NULLs."""
+    return len(cols) == 1 and valid[0] is None and cols[0].dtype.kind in "iub"
 
 
-def _sorted_unique_keys(tb: TraceBatch) -> tuple:
-    """``_unique_keys`` of one trace batch, which is sorted by key already."""
-    cols, valid = tb.key_columns()
-    starts = np.flatnonzero(group_starts([tb.hashes, *sort_keys(cols, valid, None, False)], len(tb)))
-    epochs = np.minimum.reduceat(tb.updates.times[:, 0], starts)
+def _trigger_keys(deltas: list[TraceBatch], pending: list[Keys], nkey: int) -> Keys:
+    """The distinct keys of new input batches and of keys found due at this point, each with the least
+    epoch it was triggered at (sorted by key hash, then key)."""
+    if len(deltas) == 1 and not pending:
+        return _sorted_unique_keys(deltas[0], nkey)
+    sets = [_keys_of(tb, nkey) for tb in deltas] + pending
+    if len(sets) == 1:
+        h, cols, valid, epochs = sets[0]
+    else:
+        h = np.concatenate([k[0] for k in sets])
+        cols = tuple([np.concatenate([k[1][i] for k in sets]) for i in range(nkey)])
+        valid = tuple([_concat_masks([(k[1][i], k[2][i]) for k in sets]) for i in range(nkey)])
+        epochs = np.concatenate([k[3] for k in sets])
+    if len(h) == 1:
+        return h, cols, valid, epochs
+    keys = [h] if _own_hash(cols, valid) else [h, *sort_keys(cols, valid, None, False)]
+    order, starts = sort_groups(keys)
+    if starts.all():
+        rows = order
+        least = epochs[order]
+    else:
+        first = starts.nonzero()[0]
+        rows = order[first]
+        least = np.minimum.reduceat(epochs[order], first)
     return (
-        tb.hashes[starts],
-        tuple(c[starts] for c in cols),
-        tuple(None if m is None else m[starts] for m in valid),
-        epochs,
+        h[rows],
+        tuple([c[rows] for c in cols]),
+        tuple([None if m is None else m[rows] for m in valid]),
+        least,
     )
 
 
-def _unique_keys(b: Batch, nkey: int) -> tuple:
-    """Distinct keys of ``b`` (hash, columns, validity) with the least epoch each was triggered at."""
-    h = key_hash(b.columns, b.valid, len(b))
-    epochs = b.times[:, 0]
-    kk = [h] + sort_keys(b.columns, b.valid, None, False)
-    order = lexsort(kk + [epochs])
-    starts = np.flatnonzero(group_starts([k[order] for k in kk], len(b)))
-    first = order[starts]
+def _keys_of(tb: TraceBatch, nkey: int) -> Keys:
+    """The keys of a trace batch's updates (one per update) with their epochs."""
+    u = tb.updates
+    return tb.hashes, u.columns[:nkey], u.valid[:nkey], u.times[:, 0]
+
+
+def _sorted_unique_keys(tb: TraceBatch, nkey: int) -> Keys:
+    """The distinct keys of one trace batch (sorted by key already), each with its least epoch."""
+    u = tb.updates
+    h, cols, valid = tb.hashes, u.columns[:nkey], u.valid[:nkey]
+    epochs = u.times[:, 0]
+    n = len(h)
+    if n == 1:
+        return h, cols, valid, epochs
+    if _own_hash(cols, valid):
+        starts = np.empty(n, dtype=bool)
+        starts[0] = True
+        np.not_equal(h[1:], h[:-1], out=starts[1:])
+    else:
+        starts = group_starts([h, *sort_keys(cols, valid, None, False)], n)
+    if starts.all():
+        return h, cols, valid, epochs
+    first = starts.nonzero()[0]
     return (
         h[first],
-        tuple(c[first] for c in b.columns),
-        tuple(None if m is None else m[first] for m in b.valid),
-        epochs[first],
+        tuple([c[first] for c in cols]),
+        tuple([None if m is None else m[first] for m in valid]),
+        np.minimum.reduceat(epochs, first),
     )
+
+
+class _Candidates(NamedTuple):
+    """The interesting epochs of the keys being evaluated: candidate ``c`` is key ``q[c]`` at epoch
+    ``epoch[c]``, sorted by key then epoch, key ``k``'s in ``[start[k], end[k])``; ``single`` when each key
+    has one (its trigger's epoch)."""
+
+    q: np.ndarray
+    epoch: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    single: bool
+
+
+def _candidates(trig: np.ndarray, hists) -> _Candidates:
+    """Per key, its trigger's epoch and the epochs of its history after it."""
+    nk = len(trig)
+    late_q, late_e = [], []
+    for h, q in hists:
+        if h is not None:
+            e = h.times[:, 0]
+            late = (e > trig[q]).nonzero()[0]
+            if len(late):
+                late_q.append(q[late])
+                late_e.append(e[late])
+    idx = np.arange(nk)
+    if not late_q:
+        return _Candidates(idx, trig, idx, idx + 1, True)
+    cq, ce = _unique_pairs(np.concatenate([idx, *late_q]), np.concatenate([trig, *late_e]))
+    return _Candidates(cq, ce, cq.searchsorted(idx, "left"), cq.searchsorted(idx, "right"), len(cq) == nk)
 
 
 def _unique_pairs(q: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order = np.lexsort((e, q))
     q, e = q[order], e[order]
-    new = np.ones(len(q), dtype=bool)
+    new = np.empty(len(q), dtype=bool)
+    new[0] = True
     new[1:] = (q[1:] != q[:-1]) | (e[1:] != e[:-1])
     return q[new], e[new]
 
 
-def _keyed(part: tuple, cand_q: np.ndarray, kcols: tuple, kvalid: tuple) -> tuple:
-    """Rows by candidate (value columns) as whole rows, behind the key of their candidate."""
+def _keyed(part: tuple, whole: bool, cand_q: np.ndarray, kcols: tuple, kvalid: tuple) -> tuple:
+    """Rows by candidate (value columns), as whole rows behind the key of their candidate if ``whole``."""
+    if not whole:
+        return part
     c, cols, valid, mult = part
     kq = cand_q[c]
     return (
@@ -465,42 +605,67 @@ def _keyed(part: tuple, cand_q: np.ndarray, kcols: tuple, kvalid: tuple) -> tupl
 
 def _telescope(
     parts: list[tuple[np.ndarray, tuple, tuple, np.ndarray]],
-    cand_q: np.ndarray,
-    cend: np.ndarray,
-    cand_e: np.ndarray,
+    cands: _Candidates,
+    keys: Keys,
     dim: int,
     point: Point,
-) -> Batch | None:
-    """The updates that make a key's collection what ``parts`` says it lacks at each interesting epoch.
+    whole: bool = False,
+) -> tuple[Batch, np.ndarray, bool] | None:
+    """The updates that make a key's collection what ``parts`` says it lacks at each interesting epoch, with
+    their key hashes, and whether they are sorted and consolidated already.
 
-    ``parts`` are whole rows by candidate (of key ``cand_q[c]`` at epoch ``cand_e[c]``) with multiplicities:
+    ``parts`` are rows by candidate (of key ``cands.q[c]`` at epoch ``cands.epoch[c]``) with multiplicities,
+    whole rows if ``whole``, else their values behind the candidate's key:
     the target at the candidate less what was emitted up to it. Each goes out at its candidate's epoch and is
     taken back at the key's next candidate, whose own part says what it needs instead."""
     if not parts:
         return None
-    c = np.concatenate([p[0] for p in parts])
+    if len(parts) == 1:
+        c, cols, valid, mult = parts[0]
+    else:
+        c = np.concatenate([p[0] for p in parts])
+        ncol = len(parts[0][1])
+        cols = tuple([np.concatenate([p[1][i] for p in parts]) for i in range(ncol)])
+        valid = tuple([_concat_masks([(p[1][i], p[2][i]) for p in parts]) for i in range(ncol)])
+        mult = np.concatenate([p[3] for p in parts])
     if len(c) == 0:
         return None
-    ncol = len(parts[0][1])
-    cols = tuple(np.concatenate([p[1][i] for p in parts]) for i in range(ncol))
-    valid = tuple(_concat_masks([(p[1][i], p[2][i]) for p in parts]) for i in range(ncol))
-    mult = np.concatenate([p[3] for p in parts])
-
-    # target(c) at epoch e_c, and minus target(c) at the key's next interesting epoch
-    q = cand_q[c]
-    nxt = c + 1
-    has_next = nxt < cend[q]
-    rows = np.concatenate([c, nxt[has_next]])
-    diffs = np.concatenate([mult, -mult[has_next]])
-    pick = np.concatenate([np.arange(len(c)), np.flatnonzero(has_next)])
-    epochs = cand_e[rows]
+    hashes, kcols, kvalid, _ = keys
+    if cands.single and not cols:
+        # one epoch per key and no values: a key's update is its net change, and the keys are in the trace's
+        # order (by hash, then key), so the updates come out sorted and consolidated without a sort
+        net = np.zeros(len(cands.q), dtype=np.int64)
+        np.add.at(net, c, mult)
+        rows = net.nonzero()[0]
+        if not len(rows):
+            return None
+        times = np.empty((len(rows), dim), dtype=np.int64)
+        times[:, 0] = cands.epoch[rows]
+        if dim > 1:
+            times[:, 1:] = point
+        out_cols = tuple([k[rows] for k in kcols])
+        out_valid = tuple([None if m is None else m[rows] for m in kvalid])
+        return Batch(out_cols, out_valid, times, net[rows]), hashes[rows], True
+    if cands.single:  # no key has a next interesting epoch
+        rows, diffs, pick = c, mult, None
+    else:
+        # target(c) at epoch e_c, and minus target(c) at the key's next interesting epoch
+        nxt = c + 1
+        has_next = (nxt < cands.end[cands.q[c]]).nonzero()[0]
+        rows = np.concatenate([c, nxt[has_next]])
+        diffs = np.concatenate([mult, -mult[has_next]])
+        pick = np.concatenate([np.arange(len(c)), has_next])
     times = np.empty((len(rows), dim), dtype=np.int64)
-    times[:, 0] = epochs
+    times[:, 0] = cands.epoch[rows]
     if dim > 1:
         times[:, 1:] = point
-    out_cols = tuple(x[pick] for x in cols)
-    out_valid = tuple(None if m is None else m[pick] for m in valid)
-    return Batch(out_cols, out_valid, times, diffs)
+    kq = cands.q[rows]
+    out_cols = cols if pick is None else tuple([x[pick] for x in cols])
+    out_valid = valid if pick is None else tuple([None if m is None else m[pick] for m in valid])
+    if not whole:
+        out_cols = tuple([k[kq] for k in kcols]) + out_cols
+        out_valid = tuple([None if m is None else m[kq] for m in kvalid]) + out_valid
+    return Batch(out_cols, out_valid, times, diffs), hashes[kq], False
 
 
 def _concat_masks(parts: Sequence[tuple[np.ndarray, np.ndarray | None]]):
@@ -509,41 +674,44 @@ def _concat_masks(parts: Sequence[tuple[np.ndarray, np.ndarray | None]]):
     return np.concatenate([np.ones(len(x), dtype=bool) if m is None else m for x, m in parts])
 
 
-def _accumulate(
-    hist: Batch,
-    q: np.ndarray,
-    nkey: int,
-    cstart: np.ndarray,
-    cend: np.ndarray,
-    cand_e: np.ndarray,
-) -> Groups | None:
-    """The accumulated values of each key at each of its interesting epochs, as groups by candidate.
+def _accumulate(hist: Batch, q: np.ndarray, nkey: int, cands: _Candidates) -> Groups | None:
+    """The accumulated values of each key at each of its interesting epochs, as groups by candidate (None
+    when every accumulation is zero).
 
-    ``hist`` holds a key's updates (key ``q[i]`` for row ``i``); candidate ``c`` of key ``k`` lies in
-    ``[cstart[k], cend[k])`` with epoch ``cand_e[c]``. The value rows of the key with nonzero accumulated
-    multiplicity at ``cand_e[c]`` form group ``c``.
+    ``hist`` holds a key's updates (key ``q[i]`` for row ``i``). The value rows of the key with nonzero
+    accumulated multiplicity at candidate ``c``'s epoch form group ``c``.
     """
-    vcols, vvalid = hist.select(range(nkey, hist.arity))
+    ds = hist.diffs
+    vcols, vvalid = hist.columns[nkey:], hist.valid[nkey:]
+    cstart, cend, cand_e = cands.start, cands.end, cands.epoch
+    if cands.single:
+        # one interesting epoch per key, not before any of its history: the totals are the accumulations
+        if not vcols:  # the key is the whole row: one total per key
+            acc = np.zeros(len(cstart), dtype=np.int64)
+            np.add.at(acc, q, ds)
+            nz = acc.nonzero()[0]
+            return Groups(cstart[nz], (), (), acc[nz]) if len(nz) else None
+        order, starts = sort_groups([q, *sort_keys(vcols, vvalid, None)])
+        sidx = starts.nonzero()[0]
+        acc = np.add.reduceat(ds[order], sidx)
+        nz = acc.nonzero()[0]
+        if not len(nz):
+            return None
+        rep = order[sidx[nz]]
+        return Groups(
+            cstart[q[rep]],
+            tuple([x[rep] for x in vcols]),
+            tuple([None if m is None else m[rep] for m in vvalid]),
+            acc[nz],
+        )
     epochs = hist.times[:, 0]
     vkeys = sort_keys(vcols, vvalid, None)
-    single = bool(np.all(cend - cstart == 1))
-    order = lexsort([q] + vkeys + ([] if single else [epochs]))
+    order = lexsort([q, *vkeys, epochs])
     qs = q[order]
-    ds = hist.diffs[order]
+    ds = ds[order]
     starts = group_starts([qs] + [k[order] for k in vkeys], len(qs))
     sidx = np.flatnonzero(starts)
     gq = qs[sidx]
-    if single:
-        # one interesting epoch per key, not before any of its history: the totals are the accumulations
-        acc = np.add.reduceat(ds, sidx) if len(sidx) else ds[:0]
-        nz = acc != 0
-        rep = order[sidx[nz]]
-        return Groups(
-            cstart[gq[nz]],
-            tuple(x[rep] for x in vcols),
-            tuple(None if m is None else m[rep] for m in vvalid),
-            acc[nz],
-        )
     es = epochs[order]
     gid = np.cumsum(starts) - 1
     cs = np.cumsum(ds)
@@ -563,6 +731,8 @@ def _accumulate(
     acc = np.where(ok, within[posc], 0)
     nz = acc != 0
     pg, c, acc = pg[nz], c[nz], acc[nz]
+    if not len(c):
+        return None
     reorder = np.lexsort((pg, c))
     pg, c, acc = pg[reorder], c[reorder], acc[reorder]
     rep = order[sidx[pg]]

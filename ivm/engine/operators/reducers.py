@@ -34,7 +34,13 @@ class Groups:
     def __post_init__(self) -> None:
         g = self.group
         n = len(g)
-        s = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1]))) if n else g[:0]
+        if n:
+            first = np.empty(n, dtype=bool)
+            first[0] = True
+            np.not_equal(g[1:], g[:-1], out=first[1:])
+            s = first.nonzero()[0]
+        else:
+            s = g[:0]
         object.__setattr__(self, "starts", s)
 
     @property
@@ -96,6 +102,14 @@ class Threshold:
 
     def out_dtypes(self, in_dtypes):
         return ()
+
+    def multiplicities(self, total: np.ndarray) -> np.ndarray:
+        """Per group, the multiplicity of its key given its total weight (none without rows)."""
+        out = np.zeros(len(total), dtype=np.int64)
+        some = total.nonzero()[0]
+        if len(some):
+            out[some] = np.asarray(self.fn(total[some]), dtype=np.int64)
+        return out
 
     def __call__(self, g: Groups) -> Output:
         if len(g.group) == 0:
@@ -268,6 +282,11 @@ class Aggregate:
                 out.append(np.dtype(in_dtypes[pos]))
         return tuple(out)
 
+    def multiplicities(self, total: np.ndarray) -> np.ndarray | None:
+        """Per group, the multiplicity of its key given its total weight, when that is all the aggregate needs
+        (no aggregates: one row per group with rows, as distinct wants); else None."""
+        return None if self.specs else (total > 0).astype(np.int64)
+
     def __call__(self, g: Groups) -> Output:
         """The groups' output rows; ``EvaluationError`` if a group cannot be computed (``evaluate`` keeps the
         groups in error apart instead)."""
@@ -281,6 +300,13 @@ class Aggregate:
         position in ``specs`` of the first aggregate failing for each (see ``failures``)."""
         w = g.weights
         count = g.segment_sum(w)
+        if not self.specs:  # the groups present, as distinct wants
+            ids = g.ids
+            present = (count > 0).nonzero()[0]
+            return (ids[present], (), (), np.ones(len(present), dtype=np.int64)), (
+                ids[:0],
+                ids[:0].astype(np.int64),
+            )
         keep = count > 0
         cols: list[np.ndarray] = []
         masks: list[Mask] = []

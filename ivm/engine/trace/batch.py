@@ -45,14 +45,15 @@ class TraceBatch:
     _bounds: tuple[int, int] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
-        return len(self.updates)
+        return self.hashes.shape[0]
 
     @staticmethod
-    def from_updates(updates: Batch, nkey: int) -> TraceBatch:
-        """Sorts and consolidates ``updates`` keyed by their first ``nkey`` columns."""
-        cols, valid = updates.select(range(nkey))
-        h = key_hash(cols, valid, len(updates))
-        return TraceBatch.consolidated(updates, h, nkey)
+    def from_updates(updates: Batch, nkey: int, hashes: np.ndarray | None = None) -> TraceBatch:
+        """Sorts and consolidates ``updates`` keyed by their first ``nkey`` columns (whose key hashes are
+        ``hashes`` when the caller knows them already)."""
+        if hashes is None:
+            hashes = key_hash(updates.columns[:nkey], updates.valid[:nkey], len(updates))
+        return TraceBatch.consolidated(updates, hashes, nkey)
 
     @staticmethod
     def consolidated(updates: Batch, hashes: np.ndarray, nkey: int, split: int | None = None) -> TraceBatch:
@@ -65,9 +66,16 @@ class TraceBatch:
             index = slice(None)
         else:
             out = updates.take(index).with_diffs(diffs)
-        if identity_hash(*updates.select(range(nkey))):
-            return TraceBatch(out, key_hash(*out.select(range(nkey)), len(out)), nkey)
-        return TraceBatch(out, hashes[index], nkey)
+        return TraceBatch.ordered(out, hashes[index], nkey)
+
+    @staticmethod
+    def ordered(updates: Batch, hashes: np.ndarray, nkey: int) -> TraceBatch:
+        """``updates``, sorted and consolidated already, with their key hashes ``hashes``."""
+        first = updates.columns[0] if nkey == 1 else None
+        if first is not None and updates.valid[0] is None and first.dtype.kind in "iub":
+            # a key that is its own hash: the hashes are the key column (one array for both)
+            return TraceBatch(updates, key_hash(updates.columns[:1], updates.valid[:1], len(updates)), nkey)
+        return TraceBatch(updates, hashes, nkey)
 
     def key_columns(self, index: np.ndarray | slice | None = None):
         cols, valid = self.updates.select(range(self.nkey))
@@ -105,8 +113,12 @@ class TraceBatch:
             return self._runs
         h = self.hashes
         n = len(h)
-        starts = np.flatnonzero(np.concatenate(([True], h[1:] != h[:-1]))) if n else np.zeros(0, np.int64)
-        runs = (h[starts], starts, np.append(starts[1:], n))
+        new = np.empty(n + 1, dtype=bool)  # where a run starts, and the end of the last
+        new[0] = new[n] = True
+        np.not_equal(h[1:], h[:-1], out=new[1:n])
+        bounds = new.nonzero()[0]
+        starts = bounds[:-1]
+        runs = (h[starts], starts, bounds[1:])
         if n <= KEEP_RUNS:
             object.__setattr__(self, "_runs", runs)
         return runs
@@ -146,13 +158,13 @@ def consolidation(
     n = len(updates)
     stats.rows_sorted += n
     if n <= 1:
-        keep = np.flatnonzero(updates.diffs)
+        keep = updates.diffs.nonzero()[0]
         return keep, updates.diffs[keep]
-    cols, valid = updates.select(range(nkey))
-    skip = 1 if identity_hash(cols, valid) else 0
+    columns, valid = updates.columns, updates.valid
+    skip = 1 if nkey == 1 and valid[0] is None and columns[0].dtype.kind in "iub" else 0
     packed = None
     if skip and n >= SMALL_SORT:  # a key that is its own hash, and small values: all keys in one integer
-        rest = sort_keys(updates.columns[1:], updates.valid[1:], updates.times)
+        rest = sort_keys(columns[1:], valid[1:], updates.times)
         packed = pack_keys([hashes, *rest])
     if packed is not None:
         order, starts = sorted_runs(packed, split)
@@ -161,20 +173,20 @@ def consolidation(
         hs = hashes[order]
         eq = hs[1:] == hs[:-1]
         if not eq.any():
-            starts = np.ones(n, dtype=bool)
+            starts = None  # every row is a group of its own
         else:
-            rest = sort_keys(updates.columns[skip:], updates.valid[skip:], updates.times)
+            rest = sort_keys(columns[skip:], valid[skip:], updates.times)
             if n < SMALL_SORT:
                 order, starts = sort_groups([hashes, *rest], split)
             else:
                 order, starts = refine_ties(order, eq, rest)
-    if starts.all():
+    if starts is None or starts.all():
         diffs = updates.diffs[order]
-        keep = diffs != 0
-        return (order, diffs) if keep.all() else (order[keep], diffs[keep])
-    idx = np.flatnonzero(starts)
+        keep = diffs.nonzero()[0]
+        return (order, diffs) if len(keep) == n else (order[keep], diffs[keep])
+    idx = starts.nonzero()[0]
     sums = np.add.reduceat(updates.diffs[order], idx)
-    keep = sums != 0
+    keep = sums.nonzero()[0]
     return order[idx[keep]], sums[keep]
 
 
@@ -189,13 +201,14 @@ def identity_hash(cols: tuple, valid: tuple, hashes: np.ndarray | None = None) -
 def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(i, j)`` for every ``i`` and every ``j`` in ``range(lo[i], hi[i])``, vectorized."""
     counts = hi - lo
-    if len(counts) and counts.max() <= 1:  # at most one row per range, as keys with one update each have
-        q = np.flatnonzero(counts)
-        return q, lo[q]
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    q = np.repeat(np.arange(len(lo), dtype=np.int64), counts)
-    offsets = np.cumsum(counts) - counts
-    r = np.arange(total, dtype=np.int64) - np.repeat(offsets - lo, counts)
-    return q, r
+    some = counts.nonzero()[0]  # the ranges holding rows
+    if not len(some):
+        return some, some
+    counts = counts[some]
+    starts = lo[some]
+    ends = counts.cumsum()
+    total = int(ends[-1])
+    if total == len(some):  # one row per range, as keys with one update each have
+        return some, starts
+    r = np.arange(total, dtype=np.int64) - (ends - counts - starts).repeat(counts)
+    return some.repeat(counts), r

@@ -8,7 +8,8 @@ Three ways, chosen per batch when it is first searched:
   binary-searched directly);
 - other batches are binary-searched as they are.
 Ranges are then closed by looking at the next row: most keys own one row or a few, and only the rest need a
-second search (fewer than 32 queries search both ends at once, in fewer numpy calls).
+second search (fewer than 256 queries search both ends at once: two binary searches cost less than the
+numpy calls that spare the second, whatever the batch's size).
 Large batches searched for many queries at once also get a *filter*: one bit per slice of their hash range,
 set where a hash falls, 8 to 16 bits per row. A query whose bit is clear is absent without a search; most
 queries are absent from most batches of a trace (a new key from all, a stored key from all but one), and a
@@ -27,7 +28,7 @@ DIRECT_MIN = 1 << 14
 DIRECT_DENSITY = 2  # at most this many table slots per row
 FENCE_QUERIES = 256  # fewer queries than this search the whole array: the fence's own steps cost more
 FILTER_MIN = 1 << 14
-FEW_QUERIES = 32  # fewer queries than this are searched for both ends at once: fewer numpy calls
+FEW_QUERIES = 256  # fewer queries than this are searched for both ends at once: fewer numpy calls
 FILTER_QUERIES = 1024  # fewer queries than this are searched directly: the filter's own steps cost more
 FILTER_BITS = 16  # per row, at most (a query absent from the batch passes with chance about 1/8 to 1/16)
 FILTER_BLOCK = 1 << 23  # bits of a filter set at once (a multiple of 8)
@@ -157,7 +158,7 @@ def seek_ranges(
             lo[maybe], hi[maybe] = seek_ranges(arr, q[maybe], index)
         return lo, hi
     if len(q) < FEW_QUERIES and not isinstance(index, DirectIndex):
-        return np.searchsorted(arr, q, side="left"), np.searchsorted(arr, q, side="right")
+        return arr.searchsorted(q, "left"), arr.searchsorted(q, "right")
     if isinstance(index, DirectIndex):
         lo, hit = _direct(index, q)
     else:

@@ -18,6 +18,7 @@ from ivm.engine.batch import Batch, rows_equal
 from ivm.engine.lattice import Antichain
 from ivm.engine.trace.batch import TraceBatch, consolidation, expand_ranges, identity_hash
 from ivm.engine.trace.handle import TraceHandle
+from ivm.engine.trace.seek import FEW_QUERIES
 
 __all__ = ["Spine"]
 
@@ -27,6 +28,10 @@ MIN_CHUNK = 1 << 10
 TAIL_BATCHES = 8  # small batches (under MIN_CHUNK updates) gathered at the end before they merge
 MERGE_WIDTH_BITS = 2
 MERGE_WIDTH = 1 << MERGE_WIDTH_BITS  # batches of one tier merge this many at a time
+_INT64_MAX = np.iinfo(np.int64).max
+_NONE = np.zeros(0, dtype=np.int64)  # no rows (never written to)
+_NONE.flags.writeable = False
+FLAT_MAX = 1 << 16  # a trace of at most this many updates keeps them laid end to end as well (see ``_Flat``)
 
 
 class _Merge:
@@ -145,6 +150,127 @@ class _Buffer:
         return TraceBatch(updates, columns[0] if self.identity else cut(self.hashes), nkey)
 
 
+class _Flat:
+    """The readable batches of a small trace laid end to end in one set of arrays, so that a lookup gathers
+    what it finds in all the batches with one take per column, instead of one per batch and column: a lookup
+    of a few keys in a trace of many small batches (a loop's, one per round) costs little more than in one.
+
+    Kept in step with the batches when read: the batches appended since are copied after the others, and
+    from the first batch that changed (merges replace a run of batches by one) the rows are written again, so
+    that keeping it costs about what the merges copy anyway. Only for traces of at most ``FLAT_MAX``
+    updates (it doubles what they hold)."""
+
+    __slots__ = ("batches", "starts", "hashes", "first", "columns", "valid", "times", "diffs", "size", "shape")
+
+    def __init__(self) -> None:
+        self.batches: list[TraceBatch] = []
+        self.starts: list[int] = [0]  # the first row of each batch, and the end of the last
+        self.hashes: list[np.ndarray] = []  # each batch's key hashes (its own array)
+        self.first = np.zeros(0, dtype=np.int64)  # the first row of each batch
+        self.columns: list[np.ndarray] = []
+        self.valid: list[np.ndarray | None] = []
+        self.times = np.zeros((0, 0), dtype=np.int64)
+        self.diffs = np.zeros(0, dtype=np.int64)
+        self.size = 0
+        self.shape = -1
+
+    def sync(self, batches: list[TraceBatch], shape: int) -> None:
+        """Lay out ``batches`` (the trace's readable batches now, at least one; ``shape`` counts the changes
+        of the trace other than appending a batch)."""
+        old = self.batches
+        if shape == self.shape:  # batches were only appended since
+            keep = len(old)
+            if keep == len(batches):
+                return
+        else:
+            keep = 0
+            while keep < len(old) and keep < len(batches) and old[keep] is batches[keep]:
+                keep += 1
+            self.shape = shape
+        first = batches[0].updates
+        if len(self.columns) != first.arity or self.times.shape[1] != first.dim:
+            keep = 0  # laid out for nothing yet
+        at = self.starts[keep]
+        starts = self.starts[: keep + 1]
+        for b in batches[keep:]:
+            starts.append(starts[-1] + len(b))
+        total = starts[-1]
+        if keep == 0 or total > len(self.diffs):
+            self._grow(first, at, max(total, 2 * len(self.diffs)))
+        pos = at
+        for b in batches[keep:]:
+            u, end = b.updates, pos + len(b)
+            for buf, col in zip(self.columns, u.columns, strict=True):
+                buf[pos:end] = col
+            for j, mask in enumerate(u.valid):
+                if mask is not None and self.valid[j] is None:
+                    self.valid[j] = np.ones(len(self.diffs), dtype=bool)
+                if self.valid[j] is not None:
+                    self.valid[j][pos:end] = True if mask is None else mask
+            self.times[pos:end] = u.times
+            self.diffs[pos:end] = u.diffs
+            pos = end
+        self.batches = batches  # (a spine never changes a list of readable batches it gave out)
+        self.starts = starts
+        self.hashes = [*self.hashes[:keep], *[b.hashes for b in batches[keep:]]]
+        self.first = np.array(starts[:-1], dtype=np.int64)
+        self.size = total
+
+    def find(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rows whose key hash is one of ``hashes`` (fewer than ``FEW_QUERIES``, the greatest below the
+        greatest int64), with the index of that hash each: one search in every batch (for each hash, where it
+        starts and where the next one would)."""
+        k = len(hashes)
+        both = np.concatenate((hashes, hashes + 1))
+        bounds = np.array([h.searchsorted(both) for h in self.hashes])
+        lo = bounds[:, :k]
+        counts = (bounds[:, k:] - lo).ravel()
+        some = counts.nonzero()[0]  # (batch, hash) pairs with rows, in batch order
+        if not len(some):
+            return some, some
+        which = some // k
+        starts = lo.ravel()[some] + self.first[which]
+        counts = counts[some]
+        ends = counts.cumsum()
+        total = int(ends[-1])
+        if total == len(some):  # one row per hash and batch
+            return starts, some - which * k
+        rows = np.arange(total, dtype=np.int64) - (ends - counts - starts).repeat(counts)
+        return rows, (some - which * k).repeat(counts)
+
+    def _grow(self, like: Batch, keep: int, capacity: int) -> None:
+        """Arrays for ``capacity`` rows of batches like ``like``, the first ``keep`` rows copied over."""
+        if keep == 0:
+            self.columns = [c[:0] for c in like.columns]
+            self.valid = [None] * like.arity
+
+        def bigger(old: np.ndarray, shape: tuple = ()) -> np.ndarray:
+            new = np.empty((capacity, *shape), dtype=old.dtype)
+            if keep:
+                new[:keep] = old[:keep]
+            return new
+
+        self.columns = [bigger(c) for c in self.columns]
+        self.valid = [None if m is None else bigger(m) for m in self.valid]
+        self.times = bigger(self.times, (like.dim,))
+        self.diffs = bigger(self.diffs)
+
+    def source(self, rows: np.ndarray) -> np.ndarray:
+        """The batch of each row (rows in batch order)."""
+        return self.first.searchsorted(rows, "right") - 1
+
+    def take(self, rows: np.ndarray, width: int | None = None) -> Batch:
+        """The updates at ``rows`` (with their first ``width`` columns only, when given)."""
+        cols = self.columns if width is None else self.columns[:width]
+        valid = self.valid if width is None else self.valid[:width]
+        return Batch(
+            tuple([c[rows] for c in cols]),
+            tuple([None if m is None else m[rows] for m in valid]),
+            self.times.take(rows, axis=0),
+            self.diffs[rows],
+        )
+
+
 class Spine:
     """A trace: sorted batches of updates keyed by their first ``nkey`` columns, shared by handles."""
 
@@ -154,6 +280,9 @@ class Spine:
         self.dim = dim
         self.entries: list[TraceBatch | _Merge] = []
         self._readable: list[TraceBatch] | None = None  # what ``batches`` returns, until the entries change
+        self._shape = 0  # counts the changes of the entries other than appending a batch
+        self._small: int | None = 0  # small batches at the end of the entries (None: to be counted again)
+        self._flat: _Flat | None = None  # the readable batches laid end to end, while the trace is small
         self.handles: list[TraceHandle] = []
         self.freed = False
         self.inserted = 0
@@ -177,7 +306,10 @@ class Spine:
         self.handles.remove(handle)
         self._readable = None
         if not self.handles:
+            self._reshaped()
+            self._emptied = False
             self.entries = []
+            self._flat = None
             self.freed = True
         else:
             self._since_stale = True
@@ -216,13 +348,26 @@ class Spine:
         """Append a sorted batch and spend merge effort proportional to its size."""
         if self.freed:
             return
-        self._readable = None
         n = len(batch)
+        shape = self._shape
         if n:
             self.entries.append(batch)
             self.inserted += n
+            if self._small is not None:
+                self._small = self._small + 1 if n < MIN_CHUNK else 0
             self._schedule_merges()
         self.exert(max(n, 1) * FUEL_PER_UPDATE)
+        if self._shape != shape or self._readable is None:
+            self._readable = None
+        elif n:  # only appended: the readable batches are those of before and this one
+            self._readable = [*self._readable, batch]
+
+    def _reshaped(self) -> None:
+        """The entries changed other than by appending a batch (a merge replaced some)."""
+        self._readable = None
+        self._shape += 1
+        self._small = None
+        self._emptied = True
 
     def exert(self, fuel: int) -> None:
         """Spend ``fuel`` on each merge under way, oldest (largest) first."""
@@ -232,7 +377,7 @@ class Spine:
                     e.work(fuel)
                     if e.result is not None:
                         self.entries[i] = e.result
-                        self._emptied = True
+                        self._reshaped()
         if self._emptied:  # a merge finished, or merged small batches: what cancelled out goes
             self.entries = [e for e in self.entries if isinstance(e, _Merge) or len(e)]
             self._merging = any(isinstance(e, _Merge) for e in self.entries)
@@ -241,11 +386,14 @@ class Spine:
     def _schedule_merges(self) -> None:
         # small batches (as small transactions bring) wait at the end until there are TAIL_BATCHES of them,
         # then the newest of them merge: one merge per several insertions instead of about one per insertion
-        small = 0
-        for e in reversed(self.entries):
-            if isinstance(e, _Merge) or len(e) >= MIN_CHUNK:
-                break
-            small += 1
+        small = self._small
+        if small is None:
+            small = 0
+            for e in reversed(self.entries):
+                if isinstance(e, _Merge) or len(e) >= MIN_CHUNK:
+                    break
+                small += 1
+            self._small = small
         if 0 < small < TAIL_BATCHES:
             return
         if small > 1:
@@ -260,7 +408,7 @@ class Spine:
                 take = small
             if take > 1:
                 self.entries[-take:] = [_merged(self.entries[-take:], self.since)]
-                self._emptied = True
+                self._reshaped()
             if len(self.entries[-1]) < MIN_CHUNK:
                 return
         entries = self.entries
@@ -278,13 +426,14 @@ class Spine:
             else:
                 entries[-group:] = [_Merge(parts, self.since)]
                 self._merging = True
-            self._emptied = True
+            self._reshaped()
 
     def load(self, batches: list[TraceBatch]) -> None:
         """Take ``batches`` (as ``batches()`` gave them, oldest first) as the whole trace: a trace opened from
         a checkpoint. Later insertions merge with them as with any batches."""
         self.entries = [b for b in batches if len(b)]
         self._readable = None
+        self._reshaped()
         self._merging = False
         self._emptied = False
         self.inserted = sum(len(b) for b in self.entries)
@@ -300,6 +449,8 @@ class Spine:
         """Merge everything into one batch now (for tests and explicit maintenance, not the hot path)."""
         batches = list(self.batches())
         self._readable = None
+        self._reshaped()
+        self._emptied = False
         self.entries = []
         if len(batches) == 1 and len(self.since):
             batches.append(_empty_like(batches[0]))  # a merge advances the times to the frontier
@@ -326,6 +477,67 @@ class Spine:
         """Updates currently stored (in all readable batches)."""
         return sum(len(b) for b in self.batches())
 
+    def find(
+        self, hashes: np.ndarray, keys_only: bool = False, many: int | None = None
+    ) -> tuple[Batch | None, np.ndarray, np.ndarray | None]:
+        """The updates whose key hash is one of ``hashes`` (not checked for exact key equality), with the
+        index of that hash each (with ``keys_only``, the updates' key columns alone), and when ``many`` or
+        more were found in several batches, the batch each comes from (in order; else None). The ranges found
+        in every batch are expanded together, and each batch holding some is read once (all at once in a small
+        trace: see ``_Flat``)."""
+        none = None, _NONE, None
+        if len(hashes) == 0:
+            return none
+        batches = self.batches()
+        nkey = self.nkey
+        width = nkey if keys_only else None
+        k = len(hashes)
+        flat = self._flat_view(batches)
+        if flat is not None and k < FEW_QUERIES and hashes.max() < _INT64_MAX:
+            rows, q = flat.find(hashes)  # and one gather of what it found
+            if not len(rows):
+                return none
+            source = flat.source(rows) if many is not None and len(rows) >= many else None
+            return flat.take(rows, width), q, source
+        found, lo, hi = seek_batches(batches, hashes)
+        if not found:
+            return none
+        p, r = expand_ranges(lo, hi)
+        if not len(p):
+            return none
+        if len(found) == 1:
+            u = found[0].updates
+            if keys_only:
+                u = Batch(u.columns[:nkey], u.valid[:nkey], u.times, u.diffs)
+            return u.take(r), p, None
+        which = p // k  # the batch of each match, ascending: each batch's matches are one slice
+        cuts = which.searchsorted(np.arange(1, len(found))).tolist()
+        taken = []
+        for b, s, e in zip(found, [0, *cuts], [*cuts, len(r)], strict=True):
+            if e > s:
+                u = b.updates
+                if keys_only:
+                    u = Batch(u.columns[:nkey], u.valid[:nkey], u.times, u.diffs)
+                taken.append(u.take(r[s:e]))
+        return Batch.concat(taken), p - which * k, which if many is not None and len(r) >= many else None
+
+    def _flat_view(self, batches: list[TraceBatch]) -> _Flat | None:
+        """The batches laid end to end, while the trace is small (from at most ``FLAT_MAX`` updates until it
+        holds twice as many, so that a trace about that size does not lay itself out again and again)."""
+        flat = self._flat
+        if len(batches) < 2:  # one batch is read as it is
+            self._flat = None
+            return None
+        if flat is None:
+            if sum(len(b) for b in batches) > FLAT_MAX:
+                return None
+            flat = self._flat = _Flat()
+        flat.sync(batches, self._shape)
+        if flat.size > 2 * FLAT_MAX:
+            self._flat = None
+            return None
+        return flat
+
     def gather(
         self, hashes: np.ndarray, cols: tuple, valid: tuple, keys_only: bool = False
     ) -> tuple[Batch | None, np.ndarray]:
@@ -334,25 +546,9 @@ class Spine:
 
         The query keys must be distinct. Work is proportional to the queries' log-seeks and the matches.
         """
-        parts = []
-        qidx = []
-        if len(hashes) == 0:
-            return None, np.zeros(0, dtype=np.int64)
-        least, most = int(hashes.min()), int(hashes.max())
-        for b in self.batches():
-            if not b.may_hold(least, most):
-                continue
-            q, r = expand_ranges(*b.seek(hashes))
-            if not len(q):
-                continue
-            u = b.updates
-            if keys_only:
-                u = Batch(u.columns[: self.nkey], u.valid[: self.nkey], u.times, u.diffs)
-            parts.append(u.take(r))
-            qidx.append(q)
-        if not parts:
-            return None, np.zeros(0, dtype=np.int64)
-        out, q = Batch.concat(parts), np.concatenate(qidx)
+        out, q, _ = self.find(hashes, keys_only)
+        if out is None:
+            return out, q
         if not identity_hash(cols, valid, hashes):
             mine = out.select(range(self.nkey))
             theirs = (tuple(c[q] for c in cols), tuple(None if m is None else m[q] for m in valid))
@@ -408,6 +604,35 @@ class Spine:
         )
         np.add.at(total, q[same], diffs[same])
         return total
+
+
+def seek_batches(
+    batches: list[TraceBatch], hashes: np.ndarray
+) -> tuple[list[TraceBatch], np.ndarray, np.ndarray]:
+    """The batches whose hash range meets the query hashes', with the row range ``[lo, hi)`` of each query in
+    each of them, concatenated batch after batch (``len(hashes)`` ranges per batch).
+
+    Few queries (as a single update's keys inside a loop are) are searched with two binary searches per batch
+    and nothing else, which is what a trace of many small batches needs to be cheap to read."""
+    few = len(hashes) < FEW_QUERIES
+    least, most = int(hashes.min()), int(hashes.max())
+    found: list[TraceBatch] = []
+    los: list[np.ndarray] = []
+    his: list[np.ndarray] = []
+    for b in batches:
+        first, last = b.bounds()
+        if least <= last and most >= first:
+            found.append(b)
+            if few:
+                los.append(b.hashes.searchsorted(hashes, "left"))
+                his.append(b.hashes.searchsorted(hashes, "right"))
+            else:
+                lo, hi = b.seek(hashes)
+                los.append(lo)
+                his.append(hi)
+    if len(found) <= 1:
+        return found, (los[0] if found else None), (his[0] if found else None)
+    return found, np.concatenate(los), np.concatenate(his)
 
 
 def _merged(batches: list[TraceBatch], frontier: Antichain) -> TraceBatch:
