@@ -102,6 +102,13 @@ class SqlType:
         """Whether this is VARCHAR (compared with a CHAR without trailing spaces, unlike TEXT)."""
         return self.kind == "text" and self.precision == 0 and self.scale == 1
 
+    @property
+    def pg_name(self) -> str:
+        """The type's name as PostgreSQL's input functions write it in their errors."""
+        if self.kind == "int":
+            return {16: "smallint", 32: "integer"}.get(self.precision, "bigint")
+        return {"decimal": "numeric", "float": "double precision", "bool": "boolean"}.get(self.kind, self.kind)
+
     def __str__(self) -> str:
         if self.varchar and self.length:
             return f"VARCHAR({self.length})"
@@ -320,7 +327,7 @@ def parse_text(text: str, t: SqlType) -> object:
     else:
         if t.kind == "text":
             return text
-    raise ValueError(f"invalid input for {t}: {text!r}")
+    raise ValueError(f'invalid input syntax for type {t.pg_name}: "{text}"')
 
 
 def format_text(value: object, t: SqlType) -> str:

@@ -296,10 +296,16 @@ def drop(db: Connection, stmt: exp.Drop) -> None:
         if v.view.name == name:
             continue
         if any(isinstance(p, Scan) and p.table == name for p, _, _ in v.used):
+            if v in db.views.values():
+                raise error_at(stmt, f"cannot drop {name!r}: view {v.view.name!r} depends on it")
             reader = v
             while reader not in db.views.values():  # a dropped view kept for those reading it
                 reader = next(r for r in _readers(db, reader.df.name))
-            raise error_at(stmt, f"cannot drop {name!r}: view {reader.view.name!r} depends on it")
+            raise error_at(
+                stmt,
+                f"cannot drop {name!r}: view {reader.view.name!r} reads an arrangement that dropped view "
+                f"{v.view.name!r} (kept running for it) maintains from {name!r}; drop {reader.view.name!r} first",
+            )
     if db.in_transaction:
         raise error_at(stmt, f"DROP {kind} inside a transaction is not supported: run it alone", True)
     if is_view:

@@ -294,7 +294,7 @@ def _literal_value(node: exp.Expression, t: SqlType, column: str, row: int) -> o
             return parse_engine(v.this, t)
         except ValueError:
             raise error_at(
-                node, f"{where}: invalid input syntax for type {t}: {v.this!r}", cls=DataError
+                node, f'{where}: invalid input syntax for type {t.pg_name}: "{v.this}"', cls=DataError
             ) from None
     try:
         if isinstance(v, exp.Boolean):
