@@ -304,7 +304,8 @@ def drop(db: Connection, stmt: exp.Drop) -> None:
             raise error_at(
                 stmt,
                 f"cannot drop {name!r}: view {reader.view.name!r} reads an arrangement that dropped view "
-                f"{v.view.name!r} (kept running for it) maintains from {name!r}; drop {reader.view.name!r} first",
+                f"{v.view.name!r} (kept running for it) maintains from {name!r}; "
+                f"drop {reader.view.name!r} first",
             )
     if db.in_transaction:
         raise error_at(stmt, f"DROP {kind} inside a transaction is not supported: run it alone", True)

@@ -13,6 +13,7 @@ rolls back. This is the local form of the distributed engine; the design is in d
 
 from __future__ import annotations
 
+import pickle
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -21,45 +22,54 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from ivm.db.arrow import converter
+from ivm.db.arrow import arrow_type, converter
 from ivm.db.connection import Connection, connect
 from ivm.db.parsing import parse
-from ivm.engine.exchange import LocalGroup, Sharding, shard_of
+from ivm.engine.exchange import Collective, ShardGroup, Sharding, shard_of
 from ivm.errors import Error, InternalError, NotSupportedError
 
 __all__ = ["Shards"]
 
 
 class Shards:
-    """``count`` connections in lockstep, each one shard of every table and view."""
+    """``count`` connections in lockstep, each one shard of every table and view.
 
-    def __init__(self, count: int) -> None:
+    All of them live here unless ``hosted`` names the range of shards this process holds, the others being in
+    other processes reached through ``collective`` (``ivm.engine.exchange.Collective``); then every process
+    runs the same calls in the same order, and each decision (commit or roll back, which relations every
+    shard made) is agreed among all of them."""
+
+    def __init__(self, count: int, hosted: range | None = None, collective: Collective | None = None) -> None:
         if count < 1:
             raise ValueError("a sharded database needs at least one shard")
         self.count = count
-        self.group = LocalGroup(count)
-        self.shards: list[Connection] = [connect() for _ in range(count)]
-        for i, db in enumerate(self.shards):
+        self.group = ShardGroup(count, hosted, collective)
+        self.hosted = self.group.hosted
+        if not self.hosted:
+            raise ValueError("a process of a sharded database hosts at least one shard")
+        self.shards: list[Connection] = [connect() for _ in self.hosted]
+        for i, db in zip(self.hosted, self.shards, strict=True):
             db.engine.sharding = Sharding(i, count, self.group.transport(i))
         self.broken: str | None = None
 
-    def _together(self, fn: Callable[[int, Connection], Any]) -> list[Any]:
-        """``fn(i, shard)`` in every shard at once; the first shard's error is raised (an unexpected one
-        breaks the group: the shards' states can no longer be trusted)."""
+    def _together(self, fn: Callable[[int, Connection], Any]) -> tuple[list[Any], Error | None]:
+        """``fn(i, shard)`` in every hosted shard at once: their results, and the error of the first shard
+        (of all processes) whose call failed. An unexpected error breaks the group, and is raised: the
+        shards' states can no longer be trusted."""
         if self.broken is not None:
             raise InternalError(f"the sharded database cannot be used any more: {self.broken}")
-        out: list[Any] = [None] * self.count
-        errors: list[BaseException | None] = [None] * self.count
+        out: list[Any] = [None] * len(self.shards)
+        errors: list[BaseException | None] = [None] * len(self.shards)
 
-        def run(i: int) -> None:
+        def run(local: int) -> None:
             try:
-                out[i] = fn(i, self.shards[i])
+                out[local] = fn(self.hosted[local], self.shards[local])
             except BaseException as err:
-                errors[i] = err
+                errors[local] = err
                 if not isinstance(err, Error):
                     self.group.abort()
 
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(self.count)]
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(self.shards))]
         for t in threads:
             t.start()
         for t in threads:
@@ -68,10 +78,27 @@ class Shards:
             if err is not None and (self.group.broken or not isinstance(err, Error)):
                 self.broken = f"{type(err).__name__}: {err}"
                 raise err
-        for err in errors:
-            if err is not None:
-                raise err
+        return out, self._first([e for e in errors if e is not None])
+
+    def _first(self, errors: list[Error]) -> Error | None:
+        """The first of every process's ``errors`` (this process's, in shard order)."""
+        if self.group.collective is None:
+            return errors[0] if errors else None
+        every = self.group.collective.all_gather(pickle.dumps(_portable(errors[0]) if errors else None))
+        return next((e for e in map(pickle.loads, every) if e is not None), None)
+
+    def _all(self, fn: Callable[[int, Connection], Any]) -> list[Any]:
+        """``_together``, raising the first error."""
+        out, err = self._together(fn)
+        if err is not None:
+            raise err
         return out
+
+    def _agreed(self, values: list[Any]) -> list[Any]:
+        """Every process's ``values`` (small, picklable), in shard order."""
+        if self.group.collective is None:
+            return values
+        return [v for m in self.group.collective.all_gather(pickle.dumps(values)) for v in pickle.loads(m)]
 
     def execute(self, sql: str) -> None:
         """Run ``sql`` in every shard: DDL, or a change every shard makes to the rows it holds (a DELETE or
@@ -82,23 +109,22 @@ class Shards:
             raise NotSupportedError("a sharded database takes new rows by insert_arrow, not INSERT or COPY")
         if any(isinstance(s, (exp.Update, exp.Delete)) for s in statements):
             self._transaction(lambda i, db: db.execute(sql))
-        else:
-            try:
-                self._together(lambda i, db: db.execute(sql))
-            except Error:
-                self._reconcile()
-                raise
+            return
+        _, err = self._together(lambda i, db: db.execute(sql))
+        if err is not None:
+            self._reconcile()
+            raise err
 
     def _reconcile(self) -> None:
         """After DDL some shards refused (a view whose rows are in error in some shards only), the relations
         it made in the others are dropped there, so that every shard holds the same ones again."""
         for kind, held in (
-            ("VIEW", [set(db.views) for db in self.shards]),
-            ("TABLE", [set(db.tables) for db in self.shards]),
+            ("VIEW", self._agreed([sorted(db.views) for db in self.shards])),
+            ("TABLE", self._agreed([sorted(db.tables) for db in self.shards])),
         ):
-            everywhere = set.intersection(*held)
-            for db, names in zip(self.shards, held, strict=True):
-                for name in sorted(names - everywhere):
+            everywhere = set.intersection(*map(set, held))
+            for db, names in zip(self.shards, held[self.hosted.start : self.hosted.stop], strict=True):
+                for name in sorted(set(names) - everywhere):
                     db.execute(f"DROP {kind} {exp.to_identifier(name).sql(dialect='postgres')}")
 
     def insert_arrow(self, table: str, data: pa.Table) -> None:
@@ -117,19 +143,15 @@ class Shards:
         """``change`` in one transaction in every shard: committed together if every shard made it, else
         rolled back everywhere (the first error raised)."""
 
-        def attempt(i: int, db: Connection) -> BaseException | None:
+        def attempt(i: int, db: Connection) -> None:
             db.execute("BEGIN")
-            try:
-                change(i, db)
-            except Error as err:
-                return err
-            return None
+            change(i, db)
 
-        failed = [e for e in self._together(attempt) if e is not None]
-        if failed:
-            self._together(lambda i, db: db.execute("ROLLBACK"))
-            raise failed[0]
-        self._together(lambda i, db: db.execute("COMMIT"))
+        _, err = self._together(attempt)
+        if err is not None:
+            self._all(lambda i, db: db.execute("ROLLBACK"))
+            raise err
+        self._all(lambda i, db: db.execute("COMMIT"))
 
     def _route(self, table: str, data: pa.Table) -> list[pa.Table]:
         """``data`` split by the shard of each row's key."""
@@ -154,15 +176,33 @@ class Shards:
             dest = shard_of(cols, valid, texts, self.count, data.num_rows)
         return [data.take(pa.array(np.flatnonzero(dest == i))) for i in range(self.count)]
 
+    def schema(self, table: str) -> pa.Schema:
+        """The Arrow schema of ``table``'s rows, as ``insert_arrow`` takes them. (A shard's connection is not
+        to be queried alone: its engine steps only together with the other shards.)"""
+        t = self.shards[0].catalog.tables.get(table)
+        if t is None:
+            raise ValueError(f"table {table!r} does not exist")
+        return pa.schema([pa.field(c.name, arrow_type(c.type)) for c in t.columns])
+
     def contents(self, relation: str) -> pa.Table:
-        """The rows of a table or view: the union of every shard's part. (A query over the parts would not
-        be one over the whole: an aggregate would give a row per shard. Make it a view.)"""
+        """The rows of a table or view in the hosted shards: the union of their parts (of the whole, when
+        every shard is here). A query over the parts would not be one over the whole (an aggregate would give
+        a row per shard): make it a view."""
         db = self.shards[0]
         if relation not in db.tables and relation not in db.views:
             raise ValueError(f"relation {relation!r} does not exist")
         name = exp.to_identifier(relation).sql(dialect="postgres")
-        return pa.concat_tables(self._together(lambda i, db: db.execute(f"SELECT * FROM {name}").fetch_arrow()))
+        return pa.concat_tables(self._all(lambda i, db: db.execute(f"SELECT * FROM {name}").fetch_arrow()))
 
     def close(self) -> None:
         for db in self.shards:
             db.close()
+
+
+def _portable(err: Error) -> Error:
+    """``err`` as it can cross to another process (its class and message, where it does not pickle)."""
+    try:
+        pickle.loads(pickle.dumps(err))
+    except Exception:
+        return type(err)(str(err)) if isinstance(err, Error) else InternalError(str(err))
+    return err

@@ -14,6 +14,7 @@ of Python's per-process string hash, so every process agrees on it.
 
 from __future__ import annotations
 
+import pickle
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,8 @@ from ivm.engine.strings import POOL
 __all__ = [
     "Sharding",
     "Transport",
-    "LocalGroup",
+    "ShardGroup",
+    "Collective",
     "ExchangeOp",
     "ReceiveOp",
     "shard_of",
@@ -218,16 +220,48 @@ class ReceiveOp(Operator):
             self.emit(Batch.concat(batches))
 
 
-class LocalGroup:
-    """A transport for shards running in threads of one process (tests, and one machine's shards)."""
+class Collective(Protocol):
+    """Collective operations among the processes that host a group's shards (``ShardGroup``), numbered
+    0 .. count - 1; every process calls them in the same order (see ``ivm.engine.collective``)."""
 
-    def __init__(self, count: int) -> None:
+    index: int
+    count: int
+
+    def all_gather(self, message: bytes) -> list[bytes]:
+        """Every process's ``message`` (small), in process order."""
+
+    def all_to_all(self, outgoing: list[bytes]) -> list[bytes]:
+        """Send ``outgoing[q]`` to process ``q`` (empty: nothing); what every process sent this one, in
+        process order."""
+
+
+class ShardGroup:
+    """The shards of a group that run in this process, as threads, and the transport each steps with.
+
+    With no ``collective`` every shard of the group is here (tests, and one machine's shards). With one, the
+    group's ``count`` shards are spread over the collective's processes in order, each hosting a contiguous
+    range (``hosted``): a collective call of the shards here is made once, by whichever thread arrives last,
+    for all of them, and exchanged updates for shards elsewhere cross in one message per process."""
+
+    def __init__(self, count: int, hosted: range | None = None, collective: Collective | None = None) -> None:
         self.count = count
-        self._barrier = threading.Barrier(count)
-        self._slots: list[Any] = [None] * count
+        self.hosted = range(count) if hosted is None else hosted
+        if collective is None and self.hosted != range(count):
+            raise ValueError("shards hosted elsewhere need a collective to reach them")
+        if not (0 <= self.hosted.start <= self.hosted.stop <= count and self.hosted.step == 1):
+            raise ValueError(f"hosted shards {self.hosted} are not a range of 0 .. {count - 1}")
+        self.collective = collective
+        self._slots: list[Any] = [None] * len(self.hosted)
+        self._results: list[Any] = []
+        self._failure: BaseException | None = None
+        self._combine: Any = None
+        self._owner: list[int] | None = None  # the process hosting each shard
+        self._barrier = threading.Barrier(max(len(self.hosted), 1), action=self._act)
 
     def transport(self, index: int) -> Transport:
-        return _LocalTransport(self, index)
+        if index not in self.hosted:
+            raise ValueError(f"shard {index} is not hosted here ({self.hosted})")
+        return _GroupTransport(self, index)
 
     def abort(self) -> None:
         """Break the group: shards waiting in a collective raise ``threading.BrokenBarrierError``."""
@@ -237,26 +271,84 @@ class LocalGroup:
     def broken(self) -> bool:
         return self._barrier.broken
 
+    def _act(self) -> None:
+        try:
+            self._results = self._combine(list(self._slots))
+        except BaseException as err:
+            self._failure = err
+            raise
 
-class _LocalTransport:
-    def __init__(self, group: LocalGroup, index: int) -> None:
-        self.group = group
-        self.index = index
-
-    def _all(self, value: Any) -> list[Any]:
-        g = self.group
-        g._slots[self.index] = value
-        g._barrier.wait()
-        out = list(g._slots)
-        g._barrier.wait()  # every shard has read the slots before any writes them again
+    def _all(self, local: int, value: Any, combine: Any) -> Any:
+        """Every hosted shard's ``value`` combined (once, by the last to arrive) into one result per hosted
+        shard: this one's."""
+        self._slots[local] = value
+        self._combine = combine
+        try:
+            self._barrier.wait()
+        except threading.BrokenBarrierError:
+            if self._failure is not None:
+                raise self._failure from None
+            raise
+        out = self._results[local]
+        self._barrier.wait()  # every shard has its result before any writes its slot again
         return out
 
+    def _layout(self) -> list[int]:
+        """The process hosting each shard of the group, learnt from every process at the first collective
+        call (which every process makes at the same step)."""
+        if self._owner is None:
+            ranges = [pickle.loads(p) for p in self.collective.all_gather(pickle.dumps(self.hosted))]
+            owner = [q for q, r in enumerate(ranges) for _ in r]
+            if [i for r in ranges for i in r] != list(range(self.count)):
+                raise RuntimeError(f"processes host shards {ranges}: not 0 .. {self.count - 1} in order")
+            self._owner = owner
+        return self._owner
+
+    def _gather(self, values: list[Any]) -> list[list[Any]]:
+        every = values
+        if self.collective is not None:
+            self._layout()
+            parts = self.collective.all_gather(pickle.dumps(values))
+            every = [v for p in parts for v in pickle.loads(p)]
+        return [every] * len(values)
+
+    def _exchange(self, outgoing: list[list[list[Any]]]) -> list[list[Any]]:
+        """``outgoing[l][d]``: what hosted shard ``l`` sends shard ``d``; per hosted shard, what it receives,
+        in the order of the shards that sent it."""
+        lo = self.hosted.start
+        received: list[list[tuple[int, list]]] = [[] for _ in self.hosted]  # (sender, items) per hosted shard
+        if self.collective is not None:
+            owner = self._layout()
+            remote: list[list] = [[] for _ in range(self.collective.count)]
+            for i, sent in enumerate(outgoing):
+                for d, items in enumerate(sent):
+                    if items and d not in self.hosted:
+                        remote[owner[d]].append((lo + i, d, items))
+            for payload in self.collective.all_to_all([pickle.dumps(r) if r else b"" for r in remote]):
+                for src, d, items in pickle.loads(payload) if payload else ():
+                    received[d - lo].append((src, items))
+        for i, sent in enumerate(outgoing):
+            for d in self.hosted:
+                if sent[d]:
+                    received[d - lo].append((lo + i, sent[d]))
+        return [[item for _, items in sorted(r, key=_sender) for item in items] for r in received]
+
+
+def _sender(received: tuple[int, list]) -> int:
+    return received[0]
+
+
+class _GroupTransport:
+    def __init__(self, group: ShardGroup, index: int) -> None:
+        self.group = group
+        self.index = index
+        self.local = index - group.hosted.start
+
     def gather(self, value: Any) -> list[Any]:
-        return self._all(value)
+        return self.group._all(self.local, value, self.group._gather)
 
     def exchange(self, outgoing: list[list[Any]]) -> list[Any]:
-        every = self._all(outgoing)
-        return [item for sent in every for item in sent[self.index]]
+        return self.group._all(self.local, outgoing, self.group._exchange)
 
     def abort(self) -> None:
         self.group.abort()

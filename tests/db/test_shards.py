@@ -5,6 +5,7 @@ grouped, joined, outer-joined, distinct, ranked and subquery views over text, co
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -41,8 +42,6 @@ class Both:
     def __init__(self, shards: int) -> None:
         self.one = ivm.connect()
         self.many = Shards(shards)
-        self.rows: dict[str, list[tuple]] = {}
-        self.next_id = 0
 
     def execute(self, sql: str) -> None:
         self.one.execute(sql)
@@ -74,24 +73,21 @@ def _rows(t: pa.Table) -> list:
     return sorted(map(repr, zip(*[t.column(i).to_pylist() for i in range(t.num_columns)], strict=True)))
 
 
-def _item(rng: random.Random, both: Both) -> tuple:
-    both.next_id += 1
-    return (both.next_id, rng.choice(GROUPS), round(rng.uniform(0, 100), 2), rng.randrange(-3, 9))
-
-
-def run(shards: int, seed: int, batches: int) -> None:
+def script(seed: int, batches: int) -> Iterator[tuple]:
+    """A random stream of operations over the recursive and text views: ``("execute", sql)``, ``("change",
+    table, columns, inserts, deletes)`` and ``("check", views)`` after each batch."""
     rng = random.Random(seed)
-    both = Both(shards)
     for s in SCHEMA + TEXT_SCHEMA:
-        both.execute(s)
+        yield "execute", s
     for name, sql in STANDARD.items():
-        both.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+        yield "execute", f"CREATE MATERIALIZED VIEW {name} AS {sql}"
     for name, (defs, final) in MUTUAL.items():
-        both.execute(f"CREATE MATERIALIZED VIEW {name} AS {mutual_sql(defs, final)}")
+        yield "execute", f"CREATE MATERIALIZED VIEW {name} AS {mutual_sql(defs, final)}"
     for name, sql in TEXT_VIEWS.items():
-        both.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+        yield "execute", f"CREATE MATERIALIZED VIEW {name} AS {sql}"
     views = [*STANDARD, *MUTUAL, *TEXT_VIEWS]
     state: dict[str, list[tuple]] = {t: [] for t in [*TABLES, "item", "tag"]}
+    next_id = 0
     for batch in range(batches):
         for t in TABLES if batch == 0 else rng.sample(TABLES, 4):
             inserts = [_row(rng, t) for _ in range(SIZES[t] if batch == 0 else rng.randrange(1, 4))]
@@ -99,8 +95,11 @@ def run(shards: int, seed: int, batches: int) -> None:
             for r in deletes:
                 state[t].remove(r)
             state[t].extend(inserts)
-            both.change(t, _cols(t), inserts, deletes)
-        items = [_item(rng, both) for _ in range(rng.randrange(1, 8))]
+            yield "change", t, _cols(t), inserts, deletes
+        items = []
+        for _ in range(rng.randrange(1, 8)):
+            next_id += 1
+            items.append((next_id, rng.choice(GROUPS), round(rng.uniform(0, 100), 2), rng.randrange(-3, 9)))
         gone = rng.sample(state["item"], min(len(state["item"]), rng.randrange(0, 3)))
         tags = [(rng.choice([r[0] for r in state["item"] + items]), rng.choice(LABELS)) for _ in range(3)]
         untag = rng.sample(state["tag"], min(len(state["tag"]), rng.randrange(0, 3)))
@@ -110,14 +109,37 @@ def run(shards: int, seed: int, batches: int) -> None:
             state["tag"].remove(r)
         state["item"] += items
         state["tag"] += tags
-        both.change("item", ["id", "grp", "price", "qty"], items, gone)
-        both.change("tag", ["item_id", "label"], tags, untag)
+        yield "change", "item", ["id", "grp", "price", "qty"], items, gone
+        yield "change", "tag", ["item_id", "label"], tags, untag
         if batch % 3 == 2:  # a change every shard makes to the rows it holds
-            both.execute("UPDATE item SET qty = qty + 1 WHERE grp = 'g1'")
-            both.execute("DELETE FROM e WHERE src = dst")
+            yield "execute", "UPDATE item SET qty = qty + 1 WHERE grp = 'g1'"
+            yield "execute", "DELETE FROM e WHERE src = dst"
             state["item"] = [(i, g, p, q + 1) if g == "g1" else (i, g, p, q) for i, g, p, q in state["item"]]
             state["e"] = [(a, b) for a, b in state["e"] if a is None or a != b]
-        both.same(views)
+        yield "check", views
+
+
+def apply(db, op: tuple, schema) -> None:
+    """Make operation ``op`` of ``script`` (other than a check) on ``db`` (a connection or ``Shards``);
+    ``schema(table)`` is the Arrow schema of a table's rows."""
+    if op[0] == "execute":
+        db.execute(op[1])
+        return
+    _, table, cols, inserts, deletes = op
+    for data, write in ((deletes, db.delete_arrow), (inserts, db.insert_arrow)):
+        if data:
+            write(table, pa.table({c: [r[i] for r in data] for i, c in enumerate(cols)}, schema=schema(table)))
+
+
+def run(shards: int, seed: int, batches: int) -> None:
+    both = Both(shards)
+    for op in script(seed, batches):
+        if op[0] == "check":
+            both.same(op[1])
+        elif op[0] == "execute":
+            both.execute(op[1])
+        else:
+            both.change(*op[1:])
 
 
 @pytest.mark.parametrize("shards", [1, 2, 3])
