@@ -26,9 +26,11 @@ from ivm.db.arrow import arrow_type, converter
 from ivm.db.connection import Connection, connect
 from ivm.db.parsing import parse
 from ivm.engine.exchange import Collective, ShardGroup, Sharding, shard_of
+from ivm.engine.strings import StringPool
 from ivm.errors import Error, InternalError, NotSupportedError
+from sql.catalog import Table
 
-__all__ = ["Shards"]
+__all__ = ["Shards", "shards_of_rows"]
 
 
 class Shards:
@@ -129,15 +131,11 @@ class Shards:
 
     def insert_arrow(self, table: str, data: pa.Table) -> None:
         """Insert the rows of ``data``, each in the shard of its key."""
-        self._routed(table, data, lambda db, part: db.insert_arrow(table, part))
+        self.change([(table, "insert", data)])
 
     def delete_arrow(self, table: str, data: pa.Table) -> None:
         """Delete the rows of ``data`` (whole rows), each in the shard of its key."""
-        self._routed(table, data, lambda db, part: db.delete_arrow(table, part))
-
-    def _routed(self, table: str, data: pa.Table, write: Callable[[Connection, pa.Table], None]) -> None:
-        parts = self._route(table, data)
-        self._transaction(lambda i, db: write(db, parts[i]) if parts[i].num_rows else None)
+        self.change([(table, "delete", data)])
 
     def _transaction(self, change: Callable[[int, Connection], Any]) -> None:
         """``change`` in one transaction in every shard: committed together if every shard made it, else
@@ -155,26 +153,32 @@ class Shards:
 
     def _route(self, table: str, data: pa.Table) -> list[pa.Table]:
         """``data`` split by the shard of each row's key."""
-        db = self.shards[0]
-        if table not in db.catalog.tables:
+        t = self.shards[0].catalog.tables.get(table)
+        if t is None:
             raise ValueError(f"table {table!r} does not exist")
-        t = db.catalog.tables[table]
-        key = t.primary_key or tuple(range(len(t.columns)))
-        names = data.schema.names
-        cols, valid, texts = [], [], []
-        with db.pool.active():
-            for j, p in enumerate(key):
-                c = t.columns[p]
-                if c.name not in names:
-                    raise ValueError(f"the rows lack key column {c.name!r}")
-                arr = data.column(c.name)
-                col, mask = converter(arr.type, c.type, c.name)(arr)
-                cols.append(col)
-                valid.append(mask)
-                if c.type.kind == "text":
-                    texts.append(j)
-            dest = shard_of(cols, valid, texts, self.count, data.num_rows)
+        dest = shards_of_rows(t, data, self.count)
         return [data.take(pa.array(np.flatnonzero(dest == i))) for i in range(self.count)]
+
+    def change(self, writes: list[tuple[str, str, pa.Table]], whole: bool = True) -> None:
+        """Make ``writes`` (table, ``"insert"`` or ``"delete"``, rows) in one transaction, each row in the shard
+        of its key. Every process may be given all the rows (``whole``), each keeping those of its shards;
+        else each row must belong to a shard of this process (routed by ``shards_of_rows`` already)."""
+        parts = []
+        for table, kind, data in writes:
+            if kind not in ("insert", "delete"):
+                raise ValueError(f"a write is an insert or a delete, not {kind!r}")
+            routed = self._route(table, data)
+            elsewhere = sum(p.num_rows for i, p in enumerate(routed) if i not in self.hosted)
+            if elsewhere and not whole:
+                raise InternalError(f"{elsewhere} rows of {table!r} were routed to the wrong process")
+            parts.append((table, kind, routed))
+
+        def write(i: int, db: Connection) -> None:
+            for table, kind, routed in parts:
+                if routed[i].num_rows:
+                    (db.insert_arrow if kind == "insert" else db.delete_arrow)(table, routed[i])
+
+        self._transaction(write)
 
     def schema(self, table: str) -> pa.Schema:
         """The Arrow schema of ``table``'s rows, as ``insert_arrow`` takes them. (A shard's connection is not
@@ -206,3 +210,23 @@ def _portable(err: Error) -> Error:
     except Exception:
         return type(err)(str(err)) if isinstance(err, Error) else InternalError(str(err))
     return err
+
+
+def shards_of_rows(table: Table, data: pa.Table | pa.RecordBatch, count: int) -> np.ndarray:
+    """The shard (0 .. count - 1) of each row of ``data`` (rows of ``table``): the shard of its key, the
+    primary key or else all columns, as the engine holds its values (any process computes the same)."""
+    key = table.primary_key or tuple(range(len(table.columns)))
+    names = data.schema.names
+    cols, valid, texts = [], [], []
+    with StringPool().active():  # text is hashed by its strings, whatever pool codes it
+        for j, p in enumerate(key):
+            c = table.columns[p]
+            if c.name not in names:
+                raise ValueError(f"the rows lack key column {c.name!r}")
+            arr = data.column(c.name)
+            col, mask = converter(arr.type, c.type, c.name)(arr)
+            cols.append(col)
+            valid.append(mask)
+            if c.type.kind == "text":
+                texts.append(j)
+        return shard_of(cols, valid, texts, count, data.num_rows)

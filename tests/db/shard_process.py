@@ -9,14 +9,25 @@ import pyarrow as pa
 import pyarrow.ipc
 
 from ivm.db.shards import Shards
-from ivm.engine.collective import FileCollective
+from ivm.engine.collective import SocketCollective
 from tests.db.test_shards import apply, script
 
 
 def host(index: int, hosted: list[range], barrier, directory: str, seed: int, batches: int) -> None:
     """Process ``index`` of ``len(hosted)``, holding shards ``hosted[index]`` of ``hosted[-1].stop``."""
     try:
-        collective = FileCollective(os.path.join(directory, "messages"), index, len(hosted), barrier.wait)
+
+        def publish(text: str) -> list[str]:  # every process's text, through files
+            with open(os.path.join(directory, f"said{index}"), "w") as f:
+                f.write(text)
+            barrier.wait()
+            said = []
+            for q in range(len(hosted)):
+                with open(os.path.join(directory, f"said{q}")) as f:
+                    said.append(f.read())
+            return said
+
+        collective = SocketCollective(index, len(hosted), publish, authkey=b"test")
         db = Shards(hosted[-1].stop, hosted[index], collective)
         checks = 0
         for op in script(seed, batches):
@@ -31,6 +42,7 @@ def host(index: int, hosted: list[range], barrier, directory: str, seed: int, ba
                     w.write_table(part)
             checks += 1
         db.close()
+        collective.close()
     except BaseException:
         barrier.abort()  # the other processes must not wait for this one
         raise

@@ -1,12 +1,11 @@
-"""Shards spread over processes (``ivm.db.shards`` with a ``FileCollective``) give the embedded engine's
+"""Shards spread over processes (``ivm.db.shards`` with a ``SocketCollective``) give the embedded engine's
 results: each process hosts a range of the shards and runs the same operations; exchanged updates cross
-between the processes as files, text as text (each process has its own string pool). After every batch the
+between the processes over sockets, text as text (each process has its own string pool). After every batch the
 union of the processes' parts of every view equals the embedded engine's view."""
 
 from __future__ import annotations
 
 import multiprocessing
-import os
 
 import pyarrow as pa
 import pyarrow.ipc
@@ -50,9 +49,6 @@ def test_shards_in_two_processes_equal_the_embedded_engine(tmp_path, hosted):
     for p in procs:
         p.join()
     assert [p.exitcode for p in procs] == [0] * len(procs)
-    assert not os.listdir(tmp_path / "messages") or all(
-        name.endswith(".msg") for name in os.listdir(tmp_path / "messages")
-    )
     for k, want in enumerate(_embedded(seed, batches)):
         for view, rows in want.items():
             parts = [

@@ -1,0 +1,89 @@
+"""Views kept by Spark in shards on a multi-process cluster (``connectors.spark.distributed``), checked against
+the embedded engine after every micro-batch; run by test_distributed.py in a process of its own (a Spark
+driver serves one master). Prints one line of JSON: what was checked."""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+
+import pyarrow as pa
+
+import ivm
+from connectors.spark.distributed import DistributedViews
+from connectors.spark.local import cluster_session
+from ivm.db.arrow import arrow_type
+from tests.db.test_shards import script
+
+
+def _bag(t: pa.Table) -> collections.Counter:
+    return collections.Counter(zip(*[t.column(i).to_pylist() for i in range(t.num_columns)], strict=True))
+
+
+def main(state: str, shards: int, seed: int, batches: int) -> None:
+    spark = cluster_session("ivm-distributed-test", executors=2, cores=1)
+    ops = list(script(seed, batches))
+    ddl = [op[1] for op in ops if op[0] == "execute" and op[1].startswith("CREATE TABLE")]
+    views = {}
+    for op in ops:
+        if op[0] == "execute" and op[1].startswith("CREATE MATERIALIZED VIEW"):
+            name, _, sql = op[1][len("CREATE MATERIALIZED VIEW ") :].partition(" AS ")
+            views[name] = sql
+    schema = "; ".join(ddl)
+    one = ivm.connect()
+    one.execute(schema)
+    for name, sql in views.items():
+        one.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    kept = DistributedViews(spark, schema, views, state, shards=shards, tasks=2)
+    arrow = {
+        t: pa.schema([pa.field(c.name, arrow_type(c.type)) for c in table.columns])
+        for t, table in kept.tables.items()
+    }
+    contents = {v: collections.Counter() for v in views}
+    batch, pending, checked = 0, collections.defaultdict(lambda: ([], [])), []
+    for op in ops:
+        if op[0] == "change":
+            _, table, cols, inserts, deletes = op
+            pending[table][0].extend(inserts)
+            pending[table][1].extend(deletes)
+            continue
+        if op[0] != "check":
+            continue  # the script's DDL is made above; statements over all shards are not micro-batches
+        frames, tables = {}, {}
+        for table, (inserts, deletes) in pending.items():
+            cols = arrow[table].names
+            pair = []
+            for rows in (inserts, deletes):
+                t = pa.table({c: [r[i] for r in rows] for i, c in enumerate(cols)}, schema=arrow[table])
+                pair.append(spark.createDataFrame(t) if rows else None)
+                tables.setdefault(table, []).append(t)
+            frames[table] = tuple(pair)
+        for table, (ins, dels) in tables.items():
+            if dels.num_rows:
+                one.delete_arrow(table, dels)
+            if ins.num_rows:
+                one.insert_arrow(table, ins)
+        if batch == 3:  # a new driver with another layout of the shards over tasks: every shard is rebuilt
+            kept = DistributedViews(spark, schema, views, state, shards=shards, tasks=1)
+        diffs = kept.apply(batch, frames)
+        assert kept.apply(batch, frames) is None  # a replayed batch id changes nothing
+        for v, df in diffs.items():
+            d = df.toArrow()
+            assert set(d.column("time").to_pylist()) <= {batch}
+            rows = d.drop_columns(["time", "diff"])
+            listed = zip(*[rows.column(i).to_pylist() for i in range(rows.num_columns)], strict=True)
+            for row, diff in zip(listed, d.column("diff").to_pylist(), strict=True):
+                contents[v][row] += diff
+            contents[v] = +contents[v]
+            want = _bag(one.execute(f"SELECT * FROM {v}").fetch_arrow())
+            assert contents[v] == want, (batch, v, contents[v], want)
+        checked.append(batch)
+        batch += 1
+        pending.clear()
+    spark.stop()
+    print(json.dumps({"batches": checked, "views": sorted(views)}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
