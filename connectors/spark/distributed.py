@@ -112,11 +112,15 @@ class DistributedViews:
                     self._route(df, self.tables[table]).write.mode("overwrite").partitionBy(_SHARD).parquet(
                         join(directory, "input", table, kind)
                     )
+        remove_tree(join(directory, "output"))  # what an attempt with another layout of tasks left
         job = _Job(self, batch_id, done)
         sc = self.spark.sparkContext
-        counts = sc.parallelize(range(self.tasks), self.tasks).barrier().mapPartitions(job.run).collect()
-        if len(counts) != self.tasks:
-            raise RuntimeError(f"{len(counts)} of {self.tasks} tasks reported")
+        # the barrier stage feeds a shuffle, so that Spark retries it whole when a task fails (a barrier stage
+        # that returns its results to the driver is never retried)
+        stage = sc.parallelize(range(self.tasks), self.tasks).barrier().mapPartitions(job.run)
+        reported = stage.map(_one).reduceByKey(_add, 1).collect()
+        if not reported or reported[0][1][0] != self.tasks:
+            raise RuntimeError(f"not every one of the {self.tasks} tasks reported: {reported}")
         write_bytes(json.dumps([*done, batch_id]).encode(), join(self.state, _DONE))
         return {v: self.spark.read.parquet(join(directory, "output", v)) for v in self.views}
 
@@ -131,6 +135,14 @@ class DistributedViews:
         from pyspark.sql.types import IntegerType, StructField, StructType
 
         return df.mapInArrow(route, StructType([*df.schema.fields, StructField(_SHARD, IntegerType())]))
+
+
+def _one(rows: int) -> tuple[int, list[int]]:
+    return 0, [1, rows]
+
+
+def _add(a: list[int], b: list[int]) -> list[int]:
+    return [a[0] + b[0], a[1] + b[1]]
 
 
 def _batch_dir(state: str, batch_id: int) -> str:
@@ -217,6 +229,11 @@ class _Job:
             db.change(writes, whole=False)
         except Error as err:
             raise Error(f"micro-batch {batch_id}: {err}") from err
+
+
+def remove_tree(path: str) -> None:
+    fs, local = resolve(path)
+    fs.delete_dir_contents(local, missing_dir_ok=True)
 
 
 def _exists(path: str) -> bool:

@@ -1,11 +1,13 @@
 """Views kept by Spark in shards on a multi-process cluster (``connectors.spark.distributed``), checked against
-the embedded engine after every micro-batch; run by test_distributed.py in a process of its own (a Spark
-driver serves one master). Prints one line of JSON: what was checked."""
+the embedded engine after every micro-batch, while one task's Python worker dies midway through a batch;
+run by test_distributed.py in a process of its own (a Spark driver serves one master). Prints one line of
+JSON: what was checked."""
 
 from __future__ import annotations
 
 import collections
 import json
+import os
 import sys
 
 import pyarrow as pa
@@ -21,7 +23,12 @@ def _bag(t: pa.Table) -> collections.Counter:
     return collections.Counter(zip(*[t.column(i).to_pylist() for i in range(t.num_columns)], strict=True))
 
 
-def main(state: str, shards: int, seed: int, batches: int) -> None:
+def main(state: str, shards: int, seed: int, batches: int, fault: int) -> None:
+    # a Python worker of an executor kills itself while applying micro-batch ``fault`` (faults/sitecustomize.py)
+    marker = os.path.join(os.path.dirname(state), "killed")
+    os.environ.update(IVM_FAULT_MARKER=marker, IVM_FAULT_BATCH=str(fault))
+    faults = os.path.join(os.path.dirname(os.path.abspath(__file__)), "faults")
+    os.environ["PYTHONPATH"] = os.pathsep.join([*os.environ.get("PYTHONPATH", "").split(os.pathsep), faults])
     spark = cluster_session("ivm-distributed-test", executors=2, cores=1)
     ops = list(script(seed, batches))
     ddl = [op[1] for op in ops if op[0] == "execute" and op[1].startswith("CREATE TABLE")]
@@ -82,8 +89,8 @@ def main(state: str, shards: int, seed: int, batches: int) -> None:
         batch += 1
         pending.clear()
     spark.stop()
-    print(json.dumps({"batches": checked, "views": sorted(views)}))
+    print(json.dumps({"batches": checked, "views": sorted(views), "killed": os.path.exists(marker)}))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))

@@ -2,8 +2,9 @@
 and their executors, each a JVM of its own, with Python workers of their own): the recursive views (closure,
 shortest paths with MIN, components, points-to, ...) and the grouped, joined, DISTINCT, top-k and text views
 of tests/db/test_shards.py, in 3 shards over 2 tasks, equal the embedded engine after every micro-batch; a
-replayed batch id changes nothing; a new driver with another layout of shards over tasks rebuilds the shards
-from the logged input and goes on exactly."""
+Python worker killed midway through a micro-batch makes Spark run the barrier stage again, and the shards are
+rebuilt from the logged input; a replayed batch id changes nothing; a new driver with another layout of
+shards over tasks rebuilds the shards too and goes on exactly."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 
 def test_views_kept_by_spark_in_shards_equal_the_embedded_engine(tmp_path):
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": ROOT}
+    shards, seed, batches, killed_in = 3, 5, 5, 2
+    child = "tests.connectors.spark.distributed_child"
     run = subprocess.run(
-        [sys.executable, "-m", "tests.connectors.spark.distributed_child", str(tmp_path / "s"), "3", "5", "5"],
+        [sys.executable, "-m", child, str(tmp_path / "s"), *map(str, (shards, seed, batches, killed_in))],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -28,4 +31,5 @@ def test_views_kept_by_spark_in_shards_equal_the_embedded_engine(tmp_path):
     assert run.returncode == 0, run.stderr[-5000:]
     said = json.loads(run.stdout.strip().splitlines()[-1])
     assert said["batches"] == [0, 1, 2, 3, 4]
+    assert said["killed"]  # a worker died in micro-batch 2, and Spark ran its barrier stage again
     assert {"tc", "reach_from_zero", "by_grp", "labels", "top3"} <= set(said["views"])

@@ -1,0 +1,24 @@
+"""A fault for test_distributed.py, loaded by the executors' Python workers (this directory is on their path):
+with IVM_FAULT_MARKER set, the first worker to start applying micro-batch IVM_FAULT_BATCH in a barrier stage
+kills itself (SIGKILL), once: the marker file says it happened."""
+
+import os
+
+if os.environ.get("IVM_FAULT_MARKER"):
+    import signal
+
+    import connectors.spark.distributed as distributed
+
+    _apply = distributed._Job._apply
+
+    def _apply_or_die(self, db, batch_id):
+        if batch_id == self.batch_id == int(os.environ["IVM_FAULT_BATCH"]):
+            try:
+                os.close(os.open(os.environ["IVM_FAULT_MARKER"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                pass
+            else:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return _apply(self, db, batch_id)
+
+    distributed._Job._apply = _apply_or_die
