@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from collections.abc import Mapping
 
 import numpy as np
@@ -33,7 +34,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 import ivm
-from ivm.db.shards import Shards, shards_of_rows
+from ivm.db.shards import Shards, portable_error, shards_of_rows
 from ivm.engine.collective import SocketCollective
 from ivm.engine.files import join, listdir, makedirs, read_whole, resolve, write_bytes
 from ivm.errors import Error, ProgrammingError
@@ -106,6 +107,7 @@ class DistributedViews:
             if table not in self.tables:
                 raise ProgrammingError(f"table {table!r} does not exist")
         directory = _batch_dir(self.state, batch_id)
+        remove_tree(join(directory, "input"))  # what an attempt of this batch id that failed left
         for table, pair in changes.items():
             for kind, df in zip(("insert", "delete"), pair, strict=True):
                 if df is not None:
@@ -118,9 +120,12 @@ class DistributedViews:
         # the barrier stage feeds a shuffle, so that Spark retries it whole when a task fails (a barrier stage
         # that returns its results to the driver is never retried)
         stage = sc.parallelize(range(self.tasks), self.tasks).barrier().mapPartitions(job.run)
-        reported = stage.map(_one).reduceByKey(_add, 1).collect()
-        if not reported or reported[0][1][0] != self.tasks:
-            raise RuntimeError(f"not every one of the {self.tasks} tasks reported: {reported}")
+        reported = [pickle.loads(r) for r in stage.map(_keyed).groupByKey(1).flatMap(_values).collect()]
+        if len(reported) != self.tasks:
+            raise RuntimeError(f"{len(reported)} of the {self.tasks} tasks reported")
+        for r in reported:
+            if isinstance(r, Error):
+                raise type(r)(f"micro-batch {batch_id} was not applied: {r}")
         write_bytes(json.dumps([*done, batch_id]).encode(), join(self.state, _DONE))
         return {v: self.spark.read.parquet(join(directory, "output", v)) for v in self.views}
 
@@ -137,12 +142,12 @@ class DistributedViews:
         return df.mapInArrow(route, StructType([*df.schema.fields, StructField(_SHARD, IntegerType())]))
 
 
-def _one(rows: int) -> tuple[int, list[int]]:
-    return 0, [1, rows]
+def _keyed(report: bytes) -> tuple[int, bytes]:
+    return 0, report
 
 
-def _add(a: list[int], b: list[int]) -> list[int]:
-    return [a[0] + b[0], a[1] + b[1]]
+def _values(pair: tuple[int, object]) -> list[bytes]:
+    return list(pair[1])
 
 
 def _batch_dir(state: str, batch_id: int) -> str:
@@ -196,7 +201,13 @@ class _Job:
         else:
             _, db, subs = held
             db.group.collective = collective
-        self._apply(db, self.batch_id)
+        try:
+            self._apply(db, self.batch_id)
+        except Error as err:  # refused in every task alike (the shards agree on errors), and rolled back
+            collective.close()
+            _HELD[key] = (last, db, subs)
+            yield pickle.dumps(portable_error(err))
+            return
         rows = 0
         for view, parts in subs.items():
             diffs = _diffs(
@@ -208,7 +219,7 @@ class _Job:
             pq.write_table(diffs, join(out, f"task-{task:05d}.parquet"))
         collective.close()
         _HELD[key] = (self.batch_id, db, subs)
-        yield rows
+        yield pickle.dumps(rows)
 
     def _apply(self, db: Shards, batch_id: int) -> None:
         """Make batch ``batch_id``'s routed rows for the hosted shards, in one transaction."""
@@ -225,10 +236,7 @@ class _Job:
                     filter=pc.field(_SHARD).isin(list(db.hosted))
                 )
                 writes.append((table, kind, data.drop_columns([_SHARD])))
-        try:
-            db.change(writes, whole=False)
-        except Error as err:
-            raise Error(f"micro-batch {batch_id}: {err}") from err
+        db.change(writes, whole=False)
 
 
 def remove_tree(path: str) -> None:

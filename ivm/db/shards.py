@@ -30,7 +30,7 @@ from ivm.engine.strings import StringPool
 from ivm.errors import Error, InternalError, NotSupportedError
 from sql.catalog import Table
 
-__all__ = ["Shards", "shards_of_rows"]
+__all__ = ["Shards", "shards_of_rows", "portable_error"]
 
 
 class Shards:
@@ -86,7 +86,7 @@ class Shards:
         """The first of every process's ``errors`` (this process's, in shard order)."""
         if self.group.collective is None:
             return errors[0] if errors else None
-        every = self.group.collective.all_gather(pickle.dumps(_portable(errors[0]) if errors else None))
+        every = self.group.collective.all_gather(pickle.dumps(portable_error(errors[0]) if errors else None))
         return next((e for e in map(pickle.loads, every) if e is not None), None)
 
     def _all(self, fn: Callable[[int, Connection], Any]) -> list[Any]:
@@ -203,7 +203,7 @@ class Shards:
             db.close()
 
 
-def _portable(err: Error) -> Error:
+def portable_error(err: Error) -> Error:
     """``err`` as it can cross to another process (its class and message, where it does not pickle)."""
     try:
         pickle.loads(pickle.dumps(err))

@@ -71,6 +71,14 @@ def main(state: str, shards: int, seed: int, batches: int, fault: int) -> None:
                 one.delete_arrow(table, dels)
             if ins.num_rows:
                 one.insert_arrow(table, ins)
+        if batch == 1:  # a micro-batch with a row breaking a primary key is refused whole, and changes nothing
+            dup = pa.table({"id": [1], "grp": ["dup"], "price": [1.0], "qty": [1]}, schema=arrow["item"])
+            try:
+                kept.apply(batch, {**frames, "item": (spark.createDataFrame(dup), None)})
+            except ivm.IntegrityError as err:
+                assert "micro-batch 1 was not applied" in str(err) and "duplicate key" in str(err), err
+            else:
+                raise AssertionError("a duplicate key was accepted")
         if batch == 3:  # a new driver with another layout of the shards over tasks: every shard is rebuilt
             kept = DistributedViews(spark, schema, views, state, shards=shards, tasks=1)
         diffs = kept.apply(batch, frames)
