@@ -19,7 +19,20 @@ from ivm.db.arrow import arrow_type
 from tests.db.test_shards import script
 
 
-def _bag(t: pa.Table) -> collections.Counter:
+def add_diffs(contents: collections.Counter, diffs, batch: int) -> None:
+    """Add a view's diffs of micro-batch ``batch`` (a DataFrame) to its rows ``contents``."""
+    d = diffs.toArrow()
+    assert set(d.column("time").to_pylist()) <= {batch}
+    rows = d.drop_columns(["time", "diff"])
+    listed = zip(*[rows.column(i).to_pylist() for i in range(rows.num_columns)], strict=True)
+    for row, diff in zip(listed, d.column("diff").to_pylist(), strict=True):
+        contents[row] += diff
+    for row in [r for r, n in contents.items() if n == 0]:
+        del contents[row]
+    assert all(n > 0 for n in contents.values()), "a diff took away a row the view did not have"
+
+
+def bag(t: pa.Table) -> collections.Counter:
     return collections.Counter(zip(*[t.column(i).to_pylist() for i in range(t.num_columns)], strict=True))
 
 
@@ -84,14 +97,8 @@ def main(state: str, shards: int, seed: int, batches: int, fault: int) -> None:
         diffs = kept.apply(batch, frames)
         assert kept.apply(batch, frames) is None  # a replayed batch id changes nothing
         for v, df in diffs.items():
-            d = df.toArrow()
-            assert set(d.column("time").to_pylist()) <= {batch}
-            rows = d.drop_columns(["time", "diff"])
-            listed = zip(*[rows.column(i).to_pylist() for i in range(rows.num_columns)], strict=True)
-            for row, diff in zip(listed, d.column("diff").to_pylist(), strict=True):
-                contents[v][row] += diff
-            contents[v] = +contents[v]
-            want = _bag(one.execute(f"SELECT * FROM {v}").fetch_arrow())
+            add_diffs(contents[v], df, batch)
+            want = bag(one.execute(f"SELECT * FROM {v}").fetch_arrow())
             assert contents[v] == want, (batch, v, contents[v], want)
         checked.append(batch)
         batch += 1

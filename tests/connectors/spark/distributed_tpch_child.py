@@ -18,6 +18,7 @@ import ivm
 from connectors.spark.distributed import DistributedViews
 from connectors.spark.local import cluster_session
 from ivm.db.arrow import arrow_type
+from tests.connectors.spark.distributed_child import add_diffs, bag
 from tests.oracle import same_rows, unpadded
 from tests.sql.test_recursive import MUTUAL, SCHEMA, STANDARD, _row, mutual_sql
 from tpch import SCHEMA as TPCH_SCHEMA
@@ -25,10 +26,6 @@ from tpch.data import TABLES, generate, refresh_stream
 from tpch.queries import QUERIES, query
 
 GRAPH = ["e", "w", "roots"]
-
-
-def _bag(t: pa.Table) -> collections.Counter:
-    return collections.Counter(zip(*[t.column(i).to_pylist() for i in range(t.num_columns)], strict=True))
 
 
 def main(state: str, shards: int, batches: int) -> None:
@@ -96,13 +93,8 @@ def main(state: str, shards: int, batches: int) -> None:
         one.execute("COMMIT")
         diffs = kept.apply(batch, frames)
         for v, df in diffs.items():
-            d = df.toArrow()
-            rows = d.drop_columns(["time", "diff"])
-            listed = zip(*[rows.column(i).to_pylist() for i in range(rows.num_columns)], strict=True)
-            for row, diff in zip(listed, d.column("diff").to_pylist(), strict=True):
-                contents[v][row] += diff
-            contents[v] = +contents[v]
-            want = _bag(one.execute(f"SELECT * FROM {v}").fetch_arrow())
+            add_diffs(contents[v], df, batch)
+            want = bag(one.execute(f"SELECT * FROM {v}").fetch_arrow())
             assert contents[v] == want, (batch, v)
             if v in QUERIES:
                 got = unpadded(one.execute(f"SELECT * FROM {v}"))

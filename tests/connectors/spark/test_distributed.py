@@ -16,20 +16,24 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
-def test_views_kept_by_spark_in_shards_equal_the_embedded_engine(tmp_path):
+def _run(child: str, *args) -> dict:
+    """Run a child module (a Spark driver of its own) and return what it printed last, as JSON."""
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": ROOT}
-    shards, seed, batches, killed_in = 3, 5, 5, 2
-    child = "tests.connectors.spark.distributed_child"
     run = subprocess.run(
-        [sys.executable, "-m", child, str(tmp_path / "s"), *map(str, (shards, seed, batches, killed_in))],
+        [sys.executable, "-m", f"tests.connectors.spark.{child}", *map(str, args)],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1500,
     )
     assert run.returncode == 0, run.stderr[-5000:]
-    said = json.loads(run.stdout.strip().splitlines()[-1])
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_views_kept_by_spark_in_shards_equal_the_embedded_engine(tmp_path):
+    shards, seed, batches, killed_in = 3, 5, 5, 2
+    said = _run("distributed_child", tmp_path / "s", shards, seed, batches, killed_in)
     assert said["batches"] == [0, 1, 2, 3, 4]
     assert said["killed"]  # a worker died in micro-batch 2, and Spark ran its barrier stage again
     assert {"tc", "reach_from_zero", "by_grp", "labels", "top3"} <= set(said["views"])
@@ -39,17 +43,6 @@ def test_tpch_and_recursive_views_kept_by_spark_in_shards_equal_the_embedded_eng
     """The 22 TPC-H queries at SF0.01 and transitive closure, shortest paths with MIN and connected components,
     in 3 shards over 2 tasks, through the initial load and 5 refresh micro-batches (RF1 inserts, RF2 deletes,
     edge changes): after each, every view equals the embedded engine's and each TPC-H view DuckDB's."""
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": ROOT}
-    child = "tests.connectors.spark.distributed_tpch_child"
-    run = subprocess.run(
-        [sys.executable, "-m", child, str(tmp_path / "s"), "3", "5"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
-    assert run.returncode == 0, run.stderr[-5000:]
-    said = json.loads(run.stdout.strip().splitlines()[-1])
+    said = _run("distributed_tpch_child", tmp_path / "s", 3, 5)
     assert said["batches"] == [0, 1, 2, 3, 4, 5]
     assert {f"q{i:02d}" for i in range(1, 23)} | {"tc", "sssp", "components"} == set(said["views"])
