@@ -394,18 +394,18 @@ def _commit(data: bytes, pos: int, end: int) -> Commit:
         rows, name, layout = _TABLE.unpack_from(data, pos)
         pos += _TABLE.size
         table = bytes(data[pos : pos + name]).decode()
-        pos += name
+        spec = bytes(data[pos + name : pos + name + layout]).decode()
+        pos += name + layout
         columns, valid = [], []
-        for d in bytes(data[pos : pos + layout]).decode().split(","):
-            dtype = _dtype(d.rstrip("?"))
-            columns.append(_array(data, pos + layout, dtype, rows, end))
-            layout += rows * dtype.itemsize
-            if d.endswith("?"):
-                valid.append(_array(data, pos + layout, np.dtype(np.bool_), rows, end))
-                layout += rows
+        for column in spec.split(","):
+            dtype = _dtype(column.rstrip("?"))
+            columns.append(_array(data, pos, dtype, rows, end))
+            pos += rows * dtype.itemsize
+            if column.endswith("?"):
+                valid.append(_array(data, pos, np.dtype(np.bool_), rows, end))
+                pos += rows
             else:
                 valid.append(None)
-        pos += layout
         times = _array(data, pos, _INT64, rows, end).reshape(-1, 1)
         diffs = _array(data, pos + 8 * rows, _INT64, rows, end)
         pos += 16 * rows
