@@ -131,17 +131,16 @@ class Store:
             if self.group is None:  # in a group, the checkpoint waits for its end
                 self._log(db, [], "the commit")
             return
-        frames = []
+        strings = None
         if len(db.pool) > self.logged:
-            strings, canonical = db.pool.added_since(self.logged)
-            frames.append(wal.strings_frame(self.logged, strings, canonical))
-        frames += [wal.rows_frame(name, b) for name, b in batches if len(b)]
-        frames.append(wal.commit_frame(start, db.time, db.positions))
+            strings = (self.logged, *db.pool.added_since(self.logged))
+        rows = [(name, b) for name, b in batches if len(b)]
+        frame = wal.commit_frame(start, db.time, db.positions, strings, rows)
         self.logged = len(db.pool)
         if self.group is not None:
-            self.group += frames
+            self.group.append(frame)
         else:
-            self._log(db, frames, "the commit")
+            self._log(db, [frame], "the commit")
 
     def end_group(self, db: Connection, whole: bool) -> None:
         """A commit group ends: its commits go to the log in one append (a checkpoint, if the catalog

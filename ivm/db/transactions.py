@@ -51,7 +51,8 @@ def commit(db: Connection) -> None:
         if batches:
             b = Batch.concat(batches)
             st = db.tables[name]
-            st.input.send(b.with_times(np.full((len(b), 1), db.time)))
+            b = b.with_times(np.full((len(b), 1), db.time))
+            st.input.send(b)
             sent.append((st, b))
     undo = db.undo
     db.pending = {}
@@ -63,10 +64,8 @@ def commit(db: Connection) -> None:
     except BaseException as err:
         _take_back(db, sent, undo, err)
     stop_failed(db, db.engine.failed)
-    if db.store is not None:
-        times = np.full((1, 1), start, np.int64)
-        logged = [(st.table.name, b.with_times(np.broadcast_to(times, (len(b), 1)))) for st, b in sent]
-        db.store.committed(db, logged, start)
+    if db.store is not None:  # the changes as sent, at time ``start``
+        db.store.committed(db, [(st.table.name, b) for st, b in sent], start)
 
 
 def advance(db: Connection) -> None:

@@ -1,15 +1,26 @@
 """The write-ahead log: committed changes, appended before COMMIT returns, replayed after a checkpoint.
 
 The log is a directory of segments; a checkpoint starts a new segment, and its manifest names the first
-segment to replay. A segment is a sequence of frames, each a header (magic, kind, length, CRC-32) and an
-Arrow IPC stream: the strings the connection's pool added since the last frame (so that the text codes of
-the rows that follow mean what they meant), the rows of one table (columns, validity, times, diffs, exactly as
-they entered the engine), and a commit frame closing every commit (the connection's time after it, and the
-positions of its sources). A group frame says that the frames of the next so many bytes are one commit group
-(``Connection.commit_group``): written in one append, they count only if all of them can be read. Frames
-after the last commit frame (or whole group) belong to commits that never returned and are ignored; so is a
-frame cut short at the end of the last segment. A damaged frame anywhere else is an error naming the segment
-and offset: the commits after it were acknowledged and cannot be skipped.
+segment to replay. A segment is a sequence of frames, each a header of 20 bytes (magic ``IVMW``, kind, format
+version, length, and a CRC-32 of the kind, version and length followed by the payload) and a payload. A commit
+is one frame, written whole in one append (one ``write`` and one ``fdatasync``), whose payload is plain
+little-endian bytes, since an Arrow IPC stream per table (a schema, a batch and its end, per frame) cost more
+to write than the sync itself for the few rows of a small transaction:
+
+- the connection's times before and after the commit, the first code of the strings its pool gained since the
+  last commit logged (-1: none) and how many, and the length of its sources' positions (JSON, then);
+- those strings, so that the text codes of the rows that follow mean what they meant: whether each was
+  canonical (a byte each), their offsets (``int64``, one more than strings) and their UTF-8 bytes;
+- per table changed: its row count, name and layout (each column's numpy type, ``?`` after one with NULLs),
+  then each column's values, each NULL-able column's validity (a byte per row), the times and the diffs
+  (``int64``): the changes exactly as they entered the engine.
+
+A group frame says that the frames of the next so many bytes are one commit group
+(``Connection.commit_group``): written in one append, they count only if all of them can be read. A frame cut
+short or damaged at the end of the last segment, with no whole commit after it, is the tail of a commit that
+never returned: it is cut off at open. A damaged frame anywhere else is an error naming the segment and the
+byte the frame starts at: the commits after it were acknowledged and cannot be skipped. Frames of another
+format version (format 0 held Arrow IPC streams) are refused, saying so.
 
 On an object store, where nothing is appended to, a segment is a sequence of parts (``SEGMENT-PART.log``),
 one object per append, written whole; read in order, its parts are the segment's bytes.
@@ -29,8 +40,6 @@ import pyarrow as pa
 
 from ivm.engine.batch import Batch
 from ivm.engine.files import (
-    columns_from_arrow,
-    columns_to_arrow,
     is_local,
     join,
     listdir,
@@ -38,8 +47,6 @@ from ivm.engine.files import (
     read_whole,
     remove,
     sync_dir,
-    to_arrow,
-    view,
     write_bytes,
 )
 from ivm.errors import OperationalError
@@ -51,15 +58,19 @@ __all__ = [
     "Commit",
     "read_log",
     "segments",
-    "strings_frame",
-    "rows_frame",
     "commit_frame",
     "group_frame",
 ]
 
 MAGIC = b"IVMW"
-HEADER = struct.Struct("<4sBxxxQI")  # magic, kind, length, crc32
-STRINGS, ROWS, COMMIT, GROUP = 1, 2, 3, 4
+VERSION = 2  # of the frames' layout; frames of format 0 held Arrow IPC streams
+HEADER = struct.Struct("<4sBBxxQI")  # magic, kind, format version, length, CRC-32
+_CHECKED = struct.Struct("<BBxxQ")  # the header's part its CRC-32 covers, before the payload
+COMMIT, GROUP = 3, 4
+_COMMIT = struct.Struct("<qqqqI")  # start, time, first string code (-1: none), strings, positions' bytes
+_TABLE = struct.Struct("<qHH")  # rows, name's bytes, layout's bytes
+_GROUP = struct.Struct("<Q")  # bytes of the group's frames
+_INT64 = np.dtype(np.int64)
 
 
 @dataclass
@@ -184,42 +195,75 @@ class ObjectLog:
         pass
 
 
-_OPTIONS = pa.ipc.IpcWriteOptions()  # made once: making them reads the environment
+def _frame(kind: int, payload: bytes) -> bytes:
+    """A frame: its header (magic, kind, format version, length, and the CRC-32 of the header's kind, version
+    and length followed by the payload) and the payload."""
+    head = _CHECKED.pack(kind, VERSION, len(payload))
+    return HEADER.pack(MAGIC, kind, VERSION, len(payload), zlib.crc32(payload, zlib.crc32(head))) + payload
 
 
-def _frame(kind: int, table: pa.Table | pa.RecordBatch) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema, options=_OPTIONS) as writer:
-        writer.write(table)
-    payload = sink.getvalue().to_pybytes()
-    return HEADER.pack(MAGIC, kind, len(payload), zlib.crc32(payload)) + payload
+def commit_frame(
+    start: int,
+    time: int,
+    positions: dict,
+    strings: tuple[int, pa.Array, np.ndarray] | None = None,
+    rows: list[tuple[str, Batch]] | tuple = (),
+) -> bytes:
+    """The frame of one commit: the connection's times before and after it and its sources' positions, the
+    strings its pool gained (their first code, the strings, whether each was canonical) and each table's
+    changes as they entered the engine (one time coordinate). See the module's docstring for the layout."""
+    info = json.dumps(positions, separators=(",", ":")).encode() if positions else b""
+    parts: list = [None, info]
+    first, count = -1, 0
+    if strings is not None:
+        first, text, canonical = strings
+        count = len(text)
+        if text.type != pa.large_string():
+            text = text.cast(pa.large_string())
+        if text.null_count:
+            raise ValueError("the log's strings cannot be NULL")
+        _, offsets, data = text.buffers()
+        offsets = np.frombuffer(offsets, np.int64, count + 1, text.offset * 8)
+        begin, end = int(offsets[0]), int(offsets[-1])
+        parts += [canonical.astype(np.bool_, copy=False), offsets - begin if begin else offsets]
+        parts.append(memoryview(data)[begin:end] if data is not None else b"")
+    for table, batch in rows:
+        columns, valid = batch.columns, batch.valid
+        layout = [_TYPES.get(c.dtype) or _type_name(c.dtype) for c in columns]
+        if any(v is not None for v in valid):  # columns with NULLs: each followed by its validity
+            columns = []
+            for k, (c, v) in enumerate(zip(batch.columns, valid, strict=True)):
+                columns.append(c)
+                if v is not None:
+                    columns.append(v.view(np.uint8))
+                    layout[k] += "?"
+        name, spec = table.encode(), ",".join(layout).encode()
+        times, diffs = batch.times[:, 0], batch.diffs
+        if times.dtype != _INT64 or diffs.dtype != _INT64:
+            times, diffs = times.astype(_INT64), diffs.astype(_INT64)
+        parts += [_TABLE.pack(len(batch), len(name), len(spec)), name, spec, *columns, times, diffs]
+    parts[0] = _COMMIT.pack(start, time, first, count, len(info))
+    try:
+        payload = b"".join(parts)
+    except TypeError:  # an array that is not contiguous (times broadcast from one): copied
+        payload = b"".join([np.ascontiguousarray(p) if isinstance(p, np.ndarray) else p for p in parts])
+    return _frame(COMMIT, payload)
 
 
-def strings_frame(start: int, strings: pa.Array, canonical: np.ndarray) -> bytes:
-    """A frame of the strings that took codes ``start`` onwards, and whether each was canonical."""
-    table = pa.table({"s": strings.cast(pa.large_string()), "canonical": pa.array(canonical.view(np.uint8))})
-    return _frame(STRINGS, table.replace_schema_metadata({"ivm.start": str(start)}))
+_TYPES: dict[np.dtype, str] = {}
 
 
-def rows_frame(table: str, batch: Batch) -> bytes:
-    """A frame of a table's changes as they entered the engine (one time coordinate)."""
-    arrays, names = columns_to_arrow(batch.columns, batch.valid)
-    arrays += [to_arrow(batch.times[:, 0]), to_arrow(batch.diffs)]
-    names += ["time", "diff"]
-    meta = {"ivm.table": table, "ivm.dtypes": ",".join(c.dtype.str for c in batch.columns)}
-    return _frame(ROWS, pa.RecordBatch.from_arrays(arrays, names=names).replace_schema_metadata(meta))
-
-
-def commit_frame(start: int, time: int, positions: dict) -> bytes:
-    """The frame closing a commit: the connection's times before and after it, its sources' positions."""
-    meta = {"ivm.commit": json.dumps({"start": start, "time": time, "positions": positions})}
-    return _frame(COMMIT, pa.table({"x": pa.array([], pa.int8())}).replace_schema_metadata(meta))
+def _type_name(dtype: np.dtype) -> str:
+    """A column type as the log names it (numpy's, with its byte order: ``<i8``), remembered."""
+    if dtype.kind not in "biuf" or dtype.itemsize not in (1, 2, 4, 8):
+        raise ValueError(f"the log cannot hold a column of type {dtype}")
+    _TYPES[dtype] = dtype.str
+    return dtype.str
 
 
 def group_frame(frames: list[bytes]) -> bytes:
     """The frame opening a commit group: how many bytes of frames that follow belong to it."""
-    meta = {"ivm.group": str(sum(len(f) for f in frames))}
-    return _frame(GROUP, pa.table({"x": pa.array([], pa.int8())}).replace_schema_metadata(meta))
+    return _frame(GROUP, _GROUP.pack(sum(len(f) for f in frames)))
 
 
 def read_log(directory: str, first: int) -> list[Commit]:
@@ -257,7 +301,6 @@ def _read_segment(data: bytes, path: str, last: bool) -> tuple[list[Commit], int
     """The commits of a segment's bytes and where its last whole commit (or whole group) ends."""
     pos = end_of_commits = 0
     commits: list[Commit] = []
-    pending: list[tuple[int, pa.Table]] = []
     group: tuple[int, int, int] | None = None  # an open group's offset, end, and first commit
     while True:
         if group is not None and pos == group[1]:
@@ -267,37 +310,30 @@ def _read_segment(data: bytes, path: str, last: bool) -> tuple[list[Commit], int
         end = pos + HEADER.size
         bad = end > len(data)
         if not bad:
-            magic, kind, length, crc = HEADER.unpack_from(data, pos)
-            bad = magic != MAGIC or end + length > len(data) or zlib.crc32(data[end : end + length]) != crc
+            magic, kind, version, length, crc = HEADER.unpack_from(data, pos)
+            bad = magic != MAGIC or end + length > len(data) or _crc(data, pos, length) != crc
+            if bad and version != VERSION and _whole_in_format_0(data, pos):
+                raise OperationalError(
+                    f"{path} holds log frames of format {version} (at byte {pos}), this ivm reads format "
+                    f"{VERSION}: open the database with the ivm that wrote it, whose clean stop leaves no log"
+                )
             bad = bad or (group is not None and end + length > group[1])
         if bad:
             if last and not _more_commits(data, pos + 1 if group is None else group[1]):
                 break  # the tail of commits that never returned
             raise OperationalError(f"{path} is damaged at byte {pos}: a logged commit cannot be read")
-        try:
-            table = pa.ipc.open_stream(pa.py_buffer(data[end : end + length])).read_all()
-        except pa.ArrowException as err:
-            raise OperationalError(f"{path} is damaged at byte {pos}: {err}") from None
         start, pos = pos, end + length
         if kind == GROUP:
-            if group is not None or pending:
+            if group is not None or length != _GROUP.size:
                 raise OperationalError(f"{path} is damaged at byte {start}: a group opens inside another")
-            group = (start, pos + int(table.schema.metadata[b"ivm.group"]), len(commits))
+            group = (start, pos + _GROUP.unpack_from(data, end)[0], len(commits))
             continue
         if kind != COMMIT:
-            pending.append((kind, table))
-            continue
-        info = json.loads(table.schema.metadata[b"ivm.commit"])
-        commit = Commit(int(info["start"]), int(info["time"]), dict(info.get("positions") or {}))
-        for k, t in pending:
-            meta = {a.decode(): b.decode() for a, b in (t.schema.metadata or {}).items()}
-            if k == STRINGS:
-                canon = t.column("canonical").to_numpy().astype(bool)
-                commit.strings.append((int(meta["ivm.start"]), t.column("s").combine_chunks(), canon))
-            elif k == ROWS:
-                commit.rows.append((meta["ivm.table"], _batch(t, meta)))
-        pending = []
-        commits.append(commit)
+            raise OperationalError(f"{path} is damaged at byte {start}: a frame of unknown kind {kind}")
+        try:
+            commits.append(_commit(data, end, pos))
+        except (ValueError, TypeError, UnicodeDecodeError, struct.error, pa.ArrowException) as err:
+            raise OperationalError(f"{path} is damaged at byte {start}: {err}") from None
         if group is None:
             end_of_commits = pos
     if group is not None:  # a group cut short: none of its commits returned
@@ -307,21 +343,95 @@ def _read_segment(data: bytes, path: str, last: bool) -> tuple[list[Commit], int
     return commits, end_of_commits
 
 
+def _crc(data: bytes, pos: int, length: int) -> int:
+    """The CRC-32 of the frame at ``pos`` as its header should hold it."""
+    end = pos + HEADER.size
+    with memoryview(data) as whole:
+        return zlib.crc32(whole[end : end + length], zlib.crc32(whole[pos + 4 : pos + 4 + _CHECKED.size]))
+
+
+def _whole_in_format_0(data: bytes, pos: int) -> bool:
+    """Whether the frame at ``pos`` is whole as format 0 wrote frames (its CRC-32 of the payload alone)."""
+    magic, _, version, length, crc = HEADER.unpack_from(data, pos)
+    end = pos + HEADER.size
+    whole = magic == MAGIC and version == 0 and end + length <= len(data)
+    return whole and zlib.crc32(data[end : end + length]) == crc
+
+
 def _more_commits(data: bytes, start: int) -> bool:
     """Whether a valid commit frame starts at or after ``start`` (then the damage is not a torn tail)."""
     i = data.find(MAGIC, start)
     while i >= 0:
         if i + HEADER.size <= len(data):
-            _, kind, length, crc = HEADER.unpack_from(data, i)
-            stop = i + HEADER.size + length
-            if kind == COMMIT and stop <= len(data) and zlib.crc32(data[i + HEADER.size : stop]) == crc:
+            _, kind, _, length, crc = HEADER.unpack_from(data, i)
+            if kind == COMMIT and i + HEADER.size + length <= len(data) and _crc(data, i, length) == crc:
                 return True
         i = data.find(MAGIC, i + 1)
     return False
 
 
-def _batch(t: pa.Table, meta: dict[str, str]) -> Batch:
-    arrays = {name: t.column(name).combine_chunks() for name in t.schema.names}
-    cols, valid = columns_from_arrow(arrays, [np.dtype(d) for d in meta["ivm.dtypes"].split(",") if d])
-    times = view(arrays["time"]).reshape(-1, 1)
-    return Batch(tuple(cols), tuple(valid), times, view(arrays["diff"]))
+def _commit(data: bytes, pos: int, end: int) -> Commit:
+    """The commit a frame's payload (bytes ``pos`` to ``end`` of ``data``) holds."""
+    start, time, first, count, info = _COMMIT.unpack_from(data, pos)
+    pos += _COMMIT.size
+    positions = json.loads(bytes(data[pos : pos + info])) if info else {}
+    commit = Commit(start, time, positions)
+    pos += info
+    if first >= 0:
+        canonical = _array(data, pos, np.dtype(np.bool_), count, end)
+        offsets = _array(data, pos + count, _INT64, count + 1, end)
+        pos += count + 8 * (count + 1)
+        size = int(offsets[-1])
+        if offsets[0] != 0 or pos + size > end or np.any(offsets[1:] < offsets[:-1]):
+            raise ValueError("its strings are out of bounds")
+        text = pa.Array.from_buffers(
+            pa.large_string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(bytes(data[pos : pos + size]))]
+        )
+        text.validate(full=True)  # the strings are UTF-8
+        commit.strings.append((first, text, canonical))
+        pos += size
+    while pos < end:
+        rows, name, layout = _TABLE.unpack_from(data, pos)
+        pos += _TABLE.size
+        table = bytes(data[pos : pos + name]).decode()
+        spec = bytes(data[pos + name : pos + name + layout]).decode()
+        pos += name + layout
+        columns, valid = [], []
+        for column in spec.split(","):
+            dtype = _dtype(column.rstrip("?"))
+            columns.append(_array(data, pos, dtype, rows, end))
+            pos += rows * dtype.itemsize
+            if column.endswith("?"):
+                valid.append(_array(data, pos, np.dtype(np.bool_), rows, end))
+                pos += rows
+            else:
+                valid.append(None)
+        times = _array(data, pos, _INT64, rows, end).reshape(-1, 1)
+        diffs = _array(data, pos + 8 * rows, _INT64, rows, end)
+        pos += 16 * rows
+        commit.rows.append((table, Batch(tuple(columns), tuple(valid), times, diffs)))
+    if pos != end:
+        raise ValueError("its tables run past its end")
+    return commit
+
+
+_DTYPES: dict[str, np.dtype] = {}
+
+
+def _dtype(name: str) -> np.dtype:
+    dtype = _DTYPES.get(name)
+    if dtype is None:
+        dtype = np.dtype(name)
+        if dtype.kind not in "biuf" or dtype.itemsize not in (1, 2, 4, 8):
+            raise ValueError(f"a column of type {name!r}")
+        _DTYPES[name] = dtype
+    return dtype
+
+
+def _array(data: bytes, pos: int, dtype: np.dtype, count: int, end: int) -> np.ndarray:
+    """``count`` values of ``dtype`` at byte ``pos`` of ``data``, which they may not run past ``end``: a view,
+    or an aligned copy should the view not be aligned."""
+    if count < 0 or pos + count * dtype.itemsize > end:
+        raise ValueError("an array runs past the frame's end")
+    a = np.frombuffer(data, dtype, count, pos)
+    return a if a.flags.aligned else a.copy()

@@ -142,7 +142,7 @@ def main(path: str, journal: str, seed: int, kind: str, n: int) -> None:
     storage._write_manifest = unrenamed
     spine._Merge.work = merging
 
-    db = ivm.connect(path, checkpoint_bytes=40_000)
+    db = ivm.connect(path, checkpoint_bytes=20_000)
     if "t" not in db.tables:
         db.execute("; ".join(TABLES))
         for name, sql in VIEWS.items():

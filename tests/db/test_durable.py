@@ -279,7 +279,7 @@ def test_positions_are_those_of_the_last_commit(tmp_path):
 
 def test_the_log_checkpoints_when_it_grows(tmp_path):
     path = str(tmp_path / "db")
-    db = ivm.connect(path, checkpoint_bytes=20_000)
+    db = ivm.connect(path, checkpoint_bytes=2_000)
     db.execute("CREATE TABLE k (a INT)")
     for i in range(100):
         db.execute("INSERT INTO k VALUES (%s)", (i,))
@@ -524,7 +524,7 @@ def test_commits_go_on_while_a_checkpoint_is_written(tmp_path, monkeypatch):
 
 def test_a_checkpoint_that_fails_in_the_background_loses_nothing(tmp_path, monkeypatch, caplog):
     path = str(tmp_path / "db")
-    db = ivm.connect(path, checkpoint_bytes=4_000)
+    db = ivm.connect(path, checkpoint_bytes=1_300)
     db.execute("CREATE TABLE k (a INT PRIMARY KEY, s TEXT)")
     write_bytes = files.write_bytes
 

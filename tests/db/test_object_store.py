@@ -48,7 +48,7 @@ def _commit(db, rng, state) -> None:
 def test_a_database_on_an_object_store_reopens_as_it_was_left(s3):
     rng = random.Random(5)
     uri = s3.uri()
-    db = ivm.connect(uri, checkpoint_bytes=4_000)
+    db = ivm.connect(uri, checkpoint_bytes=500)
     for s in SCHEMA:
         db.execute(s)
     for n in VIEWS:
@@ -64,7 +64,7 @@ def test_a_database_on_an_object_store_reopens_as_it_was_left(s3):
             db.close()
         else:
             abandon(db)
-        db = ivm.connect(uri, checkpoint_bytes=4_000)
+        db = ivm.connect(uri, checkpoint_bytes=500)
         assert tables_of(db) == before
         check_views(db, VIEWS)
     assert background, "the log never asked for a checkpoint"

@@ -135,7 +135,7 @@ def make_sink(tmp_path, recorder):
     outputs += [ParquetDiffs(v, tmp_path / "out" / f"{v}_diffs") for v in VIEWS]
     outputs.append(ParquetContentsSet(tmp_path / "out" / "contents"))
     outputs.append(DiffsTo(recorder, arrow=True))  # last: a failure here follows the other outputs' writes
-    return view_sink(SCHEMA, VIEWS, tmp_path / "state", shape=SHAPE, outputs=outputs, checkpoint_bytes=5_000)
+    return view_sink(SCHEMA, VIEWS, tmp_path / "state", shape=SHAPE, outputs=outputs, checkpoint_bytes=1_300)
 
 
 def check(tmp_path, world, recorder, label):

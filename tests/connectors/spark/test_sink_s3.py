@@ -26,7 +26,7 @@ def make_sink(base: str, recorder: Recorder):
     outputs += [ParquetDiffs(v, f"{base}/out/{v}_diffs") for v in VIEWS]
     outputs.append(ParquetContentsSet(f"{base}/out/contents"))
     outputs.append(DiffsTo(recorder, arrow=True))
-    return view_sink(SCHEMA, VIEWS, f"{base}/state", shape=SHAPE, outputs=outputs, checkpoint_bytes=5_000)
+    return view_sink(SCHEMA, VIEWS, f"{base}/state", shape=SHAPE, outputs=outputs, checkpoint_bytes=1_300)
 
 
 def listing(s3, prefix: str) -> dict[str, bytes]:
