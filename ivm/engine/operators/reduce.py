@@ -36,6 +36,7 @@ from ivm.engine.trace.batch import expand_ranges, identity_hash
 __all__ = ["ReduceOp", "streams"]
 
 _TRUE = np.ones(1, dtype=bool)
+_LATER_EPOCHS = object()  # ``_evaluate_counts`` leaves the keys to the general path
 
 # keys to evaluate: their hashes, columns and validity, and per key the least epoch it was triggered at
 Keys = tuple[np.ndarray, tuple, tuple, np.ndarray]
@@ -149,14 +150,7 @@ class ReduceOp(Operator):
         pending = self.pending.pop(point, [])
         if not deltas and not pending:
             return
-        try:
-            self._run(point, deltas, pending)
-        finally:
-            for p in self.pending:  # times found due later: run again there
-                if p == point:
-                    self.scope.activate_next_run(self, p)
-                else:
-                    self.activate(p)
+        self._run(point, deltas, pending)
 
     def _run(self, point: Point, deltas: list, pending: list) -> None:
         if self.state is not None:
@@ -177,6 +171,10 @@ class ReduceOp(Operator):
         hashes, kcols, kvalid, trig = keys
         hist_in, q_in = self.handle.trace.gather(hashes, kcols, kvalid)
         hist_out, q_out = self.output.trace.gather(hashes, kcols, kvalid)
+        if self.counts_only:
+            counted = self._evaluate_counts(keys, hist_in, q_in, hist_out, q_out, point)
+            if counted is not _LATER_EPOCHS:
+                return counted
         hist_err, q_err = None, q_out[:0]
         if self.error_trace is not None:
             hist_err, q_err = self.error_trace.gather(hashes, kcols, kvalid)
@@ -189,10 +187,8 @@ class ReduceOp(Operator):
             if hist_err is not None:
                 hist_err, q_err = self._split_future(hist_err, q_err, keys, point, later)
             if later:
-                self._defer(keys, later)
+                self._defer(keys, later, point)
         cands = _candidates(trig, ((hist_in, q_in), (hist_out, q_out), (hist_err, q_err)))
-        if cands.single and self.counts_only:
-            return self._evaluate_counts(keys, hist_in, q_in, hist_out, q_out, point)
 
         # targets per candidate (the reducer's rows and errors) less what was emitted up to it; where a key of
         # doubles may be written two ways, as whole rows: the targets under the key as the triggers write it,
@@ -234,19 +230,46 @@ class ReduceOp(Operator):
         hist_out: Batch | None,
         q_out: np.ndarray,
         point: Point,
-    ) -> tuple[Batch, np.ndarray, bool] | None:
-        """``_evaluate`` for a reducer of the key's total weight alone (distinct, a threshold) when each key
-        has one interesting epoch: per key, the multiplicity its total calls for less the total emitted, in the
-        keys' order (the trace's), so sorted and consolidated already. What the general path computes, with
-        the groups, the reducer's rows and the telescoping each reduced to one number per key."""
+    ):
+        """``_evaluate`` for a reducer of the key's total weight alone (distinct, a threshold) when no key has
+        history at an epoch after its trigger's (else ``_LATER_EPOCHS``, for the general path): each key has
+        one interesting epoch, and its update is the multiplicity its total calls for less the total emitted,
+        in the keys' order (the trace's), so sorted and consolidated already. What the general path computes,
+        with the groups, the reducer's rows and the telescoping each reduced to one number per key; the
+        histories of both traces are read as one (the output's keys numbered after the input's), and the
+        times at later iterations are deferred as ``_split_future`` does."""
         hashes, kcols, kvalid, trig = keys
         nk = len(hashes)
-        total = np.zeros(nk, dtype=np.int64)
-        if hist_in is not None:
-            np.add.at(total, q_in, hist_in.diffs)
-        net = self.reducer.multiplicities(total)
-        if hist_out is not None:
-            np.subtract.at(net, q_out, hist_out.diffs)
+        if hist_in is not None and hist_out is not None:
+            times = np.concatenate((hist_in.times, hist_out.times))
+            diffs = np.concatenate((hist_in.diffs, hist_out.diffs))
+            key = np.concatenate((q_in, q_out))
+            slot = np.concatenate((q_in, q_out + nk))
+        elif hist_in is not None or hist_out is not None:
+            hist, key = (hist_in, q_in) if hist_in is not None else (hist_out, q_out)
+            times, diffs = hist.times, hist.diffs
+            slot = key if hist_in is not None else key + nk
+        else:
+            times = None
+        total = np.zeros(2 * nk, dtype=np.int64)
+        if times is not None:
+            if np.count_nonzero(times[:, 0] > trig[key]):
+                return _LATER_EPOCHS
+            if len(point):
+                if len(point) == 1:
+                    after = times[:, 1] > point[0]
+                else:
+                    after = (times[:, 1:] > np.asarray(point, dtype=np.int64)).any(axis=1)
+                fut = after.nonzero()[0]
+                if len(fut):
+                    fk = key[fut]
+                    due = np.maximum(times.take(fut, axis=0), np.asarray((0, *point), dtype=np.int64))
+                    np.maximum(due[:, 0], trig[fk], out=due[:, 0])
+                    self._defer(keys, [(fk, due)], point)
+                    diffs = np.where(after, 0, diffs)
+            np.add.at(total, slot, diffs)
+        net = self.reducer.multiplicities(total[:nk])
+        net -= total[nk:]
         rows = net.nonzero()[0]
         if not len(rows):
             return None
@@ -444,9 +467,9 @@ class ReduceOp(Operator):
             return Batch((), (), times.take(keep, axis=0), hist.diffs[keep]), q[keep]
         return hist.take(keep), q[keep]
 
-    def _defer(self, keys: Keys, later: list) -> None:
-        """Record the keys found due at later points (``_split_future``), by point: each point's are a slice
-        of them sorted by point."""
+    def _defer(self, keys: Keys, later: list, point: Point) -> None:
+        """Record the keys found due at later points (``_split_future``), by point (each point's are a slice
+        of them sorted by point), and run again there (at ``point``, the one running, on its next run)."""
         hashes, kcols, kvalid, _ = keys
         fq = later[0][0] if len(later) == 1 else np.concatenate([f for f, _ in later])
         due = later[0][1] if len(later) == 1 else np.concatenate([d for _, d in later])
@@ -467,6 +490,11 @@ class ReduceOp(Operator):
         valid = [None if m is None else m[rows] for m in kvalid]
         epochs = due[:, 0][order]
         for p, s, e in zip(points, cuts[:-1], cuts[1:], strict=True):
+            if p not in self.pending:
+                if p == point:
+                    self.scope.activate_next_run(self, p)
+                else:
+                    self.activate(p)
             self.pending.setdefault(p, []).append(
                 (
                     h[s:e],
@@ -533,13 +561,14 @@ def _sorted_unique_keys(tb: TraceBatch, nkey: int) -> Keys:
     n = len(h)
     if n == 1:
         return h, cols, valid, epochs
-    if _own_hash(cols, valid):
-        starts = np.empty(n, dtype=bool)
-        starts[0] = True
-        np.not_equal(h[1:], h[:-1], out=starts[1:])
-    else:
+    starts = np.empty(n, dtype=bool)
+    starts[0] = True
+    np.not_equal(h[1:], h[:-1], out=starts[1:])
+    distinct = np.count_nonzero(starts)
+    if distinct < n and not _own_hash(cols, valid):  # equal hashes: the same key, or a collision
         starts = group_starts([h, *sort_keys(cols, valid, None, False)], n)
-    if starts.all():
+        distinct = np.count_nonzero(starts)
+    if distinct == n:
         return h, cols, valid, epochs
     first = starts.nonzero()[0]
     return (
