@@ -36,9 +36,11 @@ def _as_times(times: np.ndarray) -> np.ndarray:
     return times.reshape(-1, 1) if times.ndim == 1 else times
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class Batch:
-    """Columnar updates ``(row, time, diff)``; ``columns[i]`` with validity ``valid[i]``."""
+    """Columnar updates ``(row, time, diff)``; ``columns[i]`` with validity ``valid[i]``. Never changed once
+    made (not frozen only because a frozen dataclass costs twice as much to make, and every operator call
+    makes some)."""
 
     columns: tuple[np.ndarray, ...]
     valid: tuple[Mask, ...]
@@ -474,7 +476,7 @@ def sort_keys(
             if negative.any():  # else all False: it would order nothing
                 signs.append(negative)
     keys += signs
-    if times is not None and times.shape[0] and not (times == times[0]).all():
+    if times is not None and times.shape[0] and np.count_nonzero(times != times[0]):
         keys.extend(times[:, i] for i in range(times.shape[1]))
     return keys
 

@@ -33,9 +33,9 @@ def points_of(times: np.ndarray) -> Point | None:
     if dim == 2:  # one loop: one comparison of a column
         it = times[:, 1]
         first = it[0]
-        return (int(first),) if (it == first).all() else None
+        return (int(first),) if not np.count_nonzero(it != first) else None
     it = times[:, 1:]
-    if (it == it[0]).all():
+    if not np.count_nonzero(it != it[0]):
         return tuple(it[0].tolist())
     return None
 

@@ -493,7 +493,7 @@ class Spine:
         width = nkey if keys_only else None
         k = len(hashes)
         flat = self._flat_view(batches)
-        if flat is not None and k < FEW_QUERIES and hashes.max() < _INT64_MAX:
+        if flat is not None and k < FEW_QUERIES and np.maximum.reduce(hashes) < _INT64_MAX:
             rows, q = flat.find(hashes)  # and one gather of what it found
             if not len(rows):
                 return none
@@ -547,14 +547,13 @@ class Spine:
         The query keys must be distinct. Work is proportional to the queries' log-seeks and the matches.
         """
         out, q, _ = self.find(hashes, keys_only)
-        if out is None:
+        if out is None or identity_hash(cols, valid, hashes):
             return out, q
-        if not identity_hash(cols, valid, hashes):
-            mine = out.select(range(self.nkey))
-            theirs = (tuple(c[q] for c in cols), tuple(None if m is None else m[q] for m in valid))
-            ok = rows_equal(*theirs, *mine, n=len(q))
-            if not ok.all():
-                out, q = out.take(ok), q[ok]
+        nkey = self.nkey
+        theirs = tuple([c[q] for c in cols]), tuple([None if m is None else m[q] for m in valid])
+        ok = rows_equal(*theirs, out.columns[:nkey], out.valid[:nkey], n=len(q))
+        if np.count_nonzero(ok) < len(ok):
+            out, q = out.take(ok), q[ok]
         return out, q
 
     def count(self, hashes: np.ndarray, cols: tuple, valid: tuple) -> np.ndarray:
