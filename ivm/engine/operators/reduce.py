@@ -259,7 +259,7 @@ class ReduceOp(Operator):
                 if len(point) == 1:
                     after = times[:, 1] > point[0]
                 else:
-                    after = (times[:, 1:] > np.asarray(point, dtype=np.int64)).any(axis=1)
+                    after = np.logical_or.reduce(times[:, 1:] > np.asarray(point, dtype=np.int64), axis=1)
                 fut = after.nonzero()[0]
                 if len(fut):
                     fk = key[fut]
@@ -532,7 +532,7 @@ def _trigger_keys(deltas: list[TraceBatch], pending: list[Keys], nkey: int) -> K
         return h, cols, valid, epochs
     keys = [h] if _own_hash(cols, valid) else [h, *sort_keys(cols, valid, None, False)]
     order, starts = sort_groups(keys)
-    if starts.all():
+    if np.count_nonzero(starts) == len(starts):
         rows = order
         least = epochs[order]
     else:

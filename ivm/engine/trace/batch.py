@@ -210,7 +210,7 @@ def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarra
         return some, some
     counts = counts[some]
     starts = lo[some]
-    ends = counts.cumsum()
+    ends = np.add.accumulate(counts)
     total = int(ends[-1])
     if total == len(some):  # one row per range, as keys with one update each have
         return some, starts

@@ -31,6 +31,7 @@ MERGE_WIDTH = 1 << MERGE_WIDTH_BITS  # batches of one tier merge this many at a 
 _INT64_MAX = np.iinfo(np.int64).max
 _NONE = np.zeros(0, dtype=np.int64)  # no rows (never written to)
 _NONE.flags.writeable = False
+_ONE = np.ones((), dtype=np.int64)  # (a zero-dimensional array is added to an array faster than an int)
 FLAT_MAX = 1 << 16  # a trace of at most this many updates keeps them laid end to end as well (see ``_Flat``)
 
 
@@ -166,7 +167,7 @@ class _Flat:
         self.batches: list[TraceBatch] = []
         self.starts: list[int] = [0]  # the first row of each batch, and the end of the last
         self.hashes: list[np.ndarray] = []  # each batch's key hashes (its own array)
-        self.first = np.zeros(0, dtype=np.int64)  # the first row of each batch
+        self.first = np.zeros((0, 1), dtype=np.int64)  # the first row of each batch (a column)
         self.columns: list[np.ndarray] = []
         self.valid: list[np.ndarray | None] = []
         self.times = np.zeros((0, 0), dtype=np.int64)
@@ -213,7 +214,7 @@ class _Flat:
         self.batches = batches  # (a spine never changes a list of readable batches it gave out)
         self.starts = starts
         self.hashes = [*self.hashes[:keep], *[b.hashes for b in batches[keep:]]]
-        self.first = np.array(starts[:-1], dtype=np.int64)
+        self.first = np.array(starts[:-1], dtype=np.int64).reshape(-1, 1)
         self.size = total
 
     def find(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -221,22 +222,22 @@ class _Flat:
         greatest int64), with the index of that hash each: one search in every batch (for each hash, where it
         starts and where the next one would)."""
         k = len(hashes)
-        both = np.concatenate((hashes, hashes + 1))
+        both = np.concatenate((hashes, hashes + _ONE))
         bounds = np.array([h.searchsorted(both) for h in self.hashes])
         lo = bounds[:, :k]
         counts = (bounds[:, k:] - lo).ravel()
         some = counts.nonzero()[0]  # (batch, hash) pairs with rows, in batch order
         if not len(some):
             return some, some
-        which = some // k
-        starts = lo.ravel()[some] + self.first[which]
+        starts = (lo + self.first).ravel()[some]
+        q = some % k
         counts = counts[some]
-        ends = counts.cumsum()
+        ends = np.add.accumulate(counts)
         total = int(ends[-1])
         if total == len(some):  # one row per hash and batch
-            return starts, some - which * k
+            return starts, q
         rows = np.arange(total, dtype=np.int64) - (ends - counts - starts).repeat(counts)
-        return rows, (some - which * k).repeat(counts)
+        return rows, q.repeat(counts)
 
     def _grow(self, like: Batch, keep: int, capacity: int) -> None:
         """Arrays for ``capacity`` rows of batches like ``like``, the first ``keep`` rows copied over."""
@@ -257,7 +258,7 @@ class _Flat:
 
     def source(self, rows: np.ndarray) -> np.ndarray:
         """The batch of each row (rows in batch order)."""
-        return self.first.searchsorted(rows, "right") - 1
+        return self.first.ravel().searchsorted(rows, "right") - 1
 
     def take(self, rows: np.ndarray, width: int | None = None) -> Batch:
         """The updates at ``rows`` (with their first ``width`` columns only, when given)."""
