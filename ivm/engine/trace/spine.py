@@ -26,6 +26,7 @@ FUEL_PER_UPDATE = 4
 CHUNK = 1 << 16
 MIN_CHUNK = 1 << 10
 TAIL_BATCHES = 8  # small batches (under MIN_CHUNK updates) gathered at the end before they merge
+UNREAD_MAX = 32  # small batches inserted and not read yet that go in as one (see ``Spine.insert``)
 MERGE_WIDTH_BITS = 2
 MERGE_WIDTH = 1 << MERGE_WIDTH_BITS  # batches of one tier merge this many at a time
 _INT64_MAX = np.iinfo(np.int64).max
@@ -281,6 +282,7 @@ class Spine:
         self.dim = dim
         self.entries: list[TraceBatch | _Merge] = []
         self._readable: list[TraceBatch] | None = None  # what ``batches`` returns, until the entries change
+        self._unread: list[TraceBatch] = []  # small batches inserted since the trace was last read
         self._shape = 0  # counts the changes of the entries other than appending a batch
         self._small: int | None = 0  # small batches at the end of the entries (None: to be counted again)
         self._flat: _Flat | None = None  # the readable batches laid end to end, while the trace is small
@@ -310,6 +312,7 @@ class Spine:
             self._reshaped()
             self._emptied = False
             self.entries = []
+            self._unread = []
             self._flat = None
             self.freed = True
         else:
@@ -346,9 +349,29 @@ class Spine:
 
     # -- writing ---------------------------------------------------------------------------------
     def insert(self, batch: TraceBatch) -> None:
-        """Append a sorted batch and spend merge effort proportional to its size."""
+        """Append a sorted batch and spend merge effort proportional to its size.
+
+        A small batch waits, unread, until the trace is next read (``batches``) or ``UNREAD_MAX`` wait, and
+        the batches that waited go in then as one, consolidated together: a trace written at every round of a
+        loop and read seldom (as an arrangement only a join with a collection that seldom changes reads) takes
+        one batch for many rounds, rather than a batch per round and a merge every few rounds."""
         if self.freed:
             return
+        if 0 < len(batch) < MIN_CHUNK:
+            self._unread.append(batch)
+            if len(self._unread) >= UNREAD_MAX:
+                self._take_unread()
+            return
+        if self._unread:
+            self._take_unread()
+        self._append(batch)
+
+    def _take_unread(self) -> None:
+        """Append the batches waiting unread, as one."""
+        unread, self._unread = self._unread, []
+        self._append(unread[0] if len(unread) == 1 else _merged(unread, self.since))
+
+    def _append(self, batch: TraceBatch) -> None:
         n = len(batch)
         shape = self._shape
         if n:
@@ -433,6 +456,7 @@ class Spine:
         """Take ``batches`` (as ``batches()`` gave them, oldest first) as the whole trace: a trace opened from
         a checkpoint. Later insertions merge with them as with any batches."""
         self.entries = [b for b in batches if len(b)]
+        self._unread = []
         self._readable = None
         self._reshaped()
         self._merging = False
@@ -464,6 +488,8 @@ class Spine:
     # -- reading ---------------------------------------------------------------------------------
     def batches(self) -> list[TraceBatch]:
         """The readable batches, oldest first; their union is the whole trace."""
+        if self._unread:
+            self._take_unread()
         if self._readable is None:
             out: list[TraceBatch] = []
             for e in self.entries:
