@@ -507,8 +507,8 @@ class Spine:
     def find(
         self, hashes: np.ndarray, keys_only: bool = False, many: int | None = None
     ) -> tuple[Batch | None, np.ndarray, np.ndarray | None]:
-        """The updates whose key hash is one of ``hashes`` (not checked for exact key equality), with the
-        index of that hash each (with ``keys_only``, the updates' key columns alone), and when ``many`` or
+        """The updates whose key hash is one of ``hashes`` (ascending; not checked for exact key equality), with
+        the index of that hash each (with ``keys_only``, the updates' key columns alone), and when ``many`` or
         more were found in several batches, the batch each comes from (in order; else None). The ranges found
         in every batch are expanded together, and each batch holding some is read once (all at once in a small
         trace: see ``_Flat``)."""
@@ -520,7 +520,7 @@ class Spine:
         width = nkey if keys_only else None
         k = len(hashes)
         flat = self._flat_view(batches)
-        if flat is not None and k < FEW_QUERIES and np.maximum.reduce(hashes) < _INT64_MAX:
+        if flat is not None and k < FEW_QUERIES and int(hashes[-1]) < _INT64_MAX:
             rows, q = flat.find(hashes)  # and one gather of what it found
             if not len(rows):
                 return none
@@ -571,7 +571,8 @@ class Spine:
         """All updates whose key equals one of the query keys, with the index of that query key each (with
         ``keys_only``, the updates hold their key columns alone).
 
-        The query keys must be distinct. Work is proportional to the queries' log-seeks and the matches.
+        The query keys must be distinct, their hashes ascending. Work is proportional to the queries' log-seeks
+        and the matches.
         """
         out, q, _ = self.find(hashes, keys_only)
         if out is None or identity_hash(cols, valid, hashes):
@@ -635,13 +636,13 @@ class Spine:
 def seek_batches(
     batches: list[TraceBatch], hashes: np.ndarray
 ) -> tuple[list[TraceBatch], np.ndarray, np.ndarray]:
-    """The batches whose hash range meets the query hashes', with the row range ``[lo, hi)`` of each query in
-    each of them, concatenated batch after batch (``len(hashes)`` ranges per batch).
+    """The batches whose hash range meets the query hashes' (ascending), with the row range ``[lo, hi)`` of
+    each query in each of them, concatenated batch after batch (``len(hashes)`` ranges per batch).
 
     Few queries (as a single update's keys inside a loop are) are searched with two binary searches per batch
     and nothing else, which is what a trace of many small batches needs to be cheap to read."""
     few = len(hashes) < FEW_QUERIES
-    least, most = int(hashes.min()), int(hashes.max())
+    least, most = int(hashes[0]), int(hashes[-1])  # (ascending)
     found: list[TraceBatch] = []
     los: list[np.ndarray] = []
     his: list[np.ndarray] = []
