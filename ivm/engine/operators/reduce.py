@@ -15,6 +15,10 @@ trace of their own, made when the first appears, and corrects them exactly as it
 
 All keys and all their interesting times are evaluated together with sorting, cumulative sums and binary
 searches; nothing iterates over keys or times in Python.
+
+A reducer of the key's total weight alone (distinct, a threshold) inside one loop, in a step that retires one
+epoch, does not read its output trace: the output it has emitted follows from its input (see
+``ReduceOp._evaluate_from_input``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,10 @@ __all__ = ["ReduceOp", "streams"]
 
 _TRUE = np.ones(1, dtype=bool)
 _LATER_EPOCHS = object()  # ``_evaluate_counts`` leaves the keys to the general path
+# A(i), A(i - 1), O(i), O(i - 1) from the input before the step up to iteration i - 1 and at i, then the step's
+# the same (see ``ReduceOp._evaluate_from_input``)
+_ACCUMULATIONS = np.array([[1, 1, 1, 1], [1, 0, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0]], dtype=np.int64)
+_SIGNS = np.array([1, -1, -1, 1], dtype=np.int64)
 
 # keys to evaluate: their hashes, columns and validity, and per key the least epoch it was triggered at
 Keys = tuple[np.ndarray, tuple, tuple, np.ndarray]
@@ -64,22 +72,37 @@ class ReduceOp(Operator):
         in_dtypes = tuple(trace.dtypes if trace is not None else dtypes)
         self.input = self.new_queue()
         source.subscribe(self.input)
-        self.handle = None
-        if trace is not None:
-            self.handle = scope.dataflow.hold(trace.handle(scope.dataflow.frontier_in(trace.dim)))
         self.reducer = reducer
         key_dtypes = in_dtypes[: self.nkey]
         # a key of doubles may be written -0.0 or 0.0, one key but two rows: its output is taken back as it was
         # written (see ``_evaluate``), never as the key is written at the time
         self.signed_keys = any(np.dtype(d).kind == "f" for d in key_dtypes)
         out_dtypes = key_dtypes + tuple(reducer.out_dtypes(in_dtypes[self.nkey :]))
-        self.output = ArrangeOp(scope, None, self.nkey, out_dtypes)
-        self.output.sources.append(self)
-        self.pending: dict[Point, list[Keys]] = {}  # keys found due at later points, by point
         # the groups the reducer may fail to compute: error code -> message (see ``Aggregate.failures``)
         self.failures: dict[int, str] = {}
         if isinstance(reducer, Aggregate):
             self.failures = reducer.failures(in_dtypes[self.nkey :])
+        # a reducer of the key's total weight alone, over rows that are their keys: see ``_evaluate_counts``
+        self.counts_only = (
+            not self.signed_keys  # (its output is written under the key as the trigger writes it)
+            and len(in_dtypes) == self.nkey
+            and len(out_dtypes) == self.nkey
+            and not self.failures
+            and getattr(reducer, "multiplicities", None) is not None
+            and reducer.multiplicities(np.zeros(0, dtype=np.int64)) is not None
+        )
+        # and in one loop, it may work from its input alone (``_evaluate_from_input``), which needs the input's
+        # history compacted up to the epoch before the running step only
+        self.from_input = self.counts_only and trace is not None and scope.dim == 2
+        self.step = (0, 0)  # the running step (its frontier and target), when last run
+        self.fresh = False  # whether the step retires one epoch and the input brought this step is all of it
+        self.handle = None
+        if trace is not None:
+            handle = trace.handle(scope.dataflow.frontier_in(trace.dim))
+            self.handle = scope.dataflow.hold(handle, lag=1 if self.from_input else 0)
+        self.output = ArrangeOp(scope, None, self.nkey, out_dtypes)
+        self.output.sources.append(self)
+        self.pending: dict[Point, list[Keys]] = {}  # keys found due at later points, by point
         # the errors emitted, as (key..., code) updates: made when the first appears (see ``make_error_trace``)
         self.error_trace: Spine | None = None
         self.error_handle = None
@@ -97,15 +120,6 @@ class ReduceOp(Operator):
             self.state = RunningStates(key_dtypes, state_dtypes, wide=2 * len(self.wide_layout))
         elif trace is None:
             raise ValueError("only a linear aggregate outside loops reduces a collection that is not arranged")
-        # a reducer of the key's total weight alone, over rows that are their keys: see ``_evaluate_counts``
-        self.counts_only = (
-            not self.signed_keys  # (its output is written under the key as the trigger writes it)
-            and len(in_dtypes) == self.nkey
-            and len(out_dtypes) == self.nkey
-            and not self.failures
-            and getattr(reducer, "multiplicities", None) is not None
-            and reducer.multiplicities(np.zeros(0, dtype=np.int64)) is not None
-        )
 
     def pending_points(self):
         yield from super().pending_points()
@@ -150,7 +164,23 @@ class ReduceOp(Operator):
         pending = self.pending.pop(point, [])
         if not deltas and not pending:
             return
+        if self.from_input:
+            self._note_step(deltas)
         self._run(point, deltas, pending)
+
+    def _note_step(self, deltas: list[TraceBatch]) -> None:
+        """Keep ``fresh`` for the running step: whether it retires one epoch and every update the input brought
+        in it is at that epoch (as an imported arrangement's replayed history is not)."""
+        df = self.scope.dataflow
+        step = (df.frontier, df.target)
+        if step != self.step:
+            self.step = step
+            self.fresh = df.target == df.frontier + 1
+        if self.fresh:
+            for tb in deltas:
+                if np.count_nonzero(tb.updates.times[:, 0] != df.frontier):
+                    self.fresh = False
+                    return
 
     def _run(self, point: Point, deltas: list, pending: list) -> None:
         if self.state is not None:
@@ -169,6 +199,10 @@ class ReduceOp(Operator):
         """The output updates that make the output right at every interesting time of ``keys`` at ``point``,
         with their key hashes, and whether they are sorted and consolidated already."""
         hashes, kcols, kvalid, trig = keys
+        if self.from_input and self.fresh:
+            found = self._evaluate_from_input(keys, point)
+            if found is not _LATER_EPOCHS:
+                return found
         hist_in, q_in = self.handle.trace.gather(hashes, kcols, kvalid)
         hist_out, q_out = self.output.trace.gather(hashes, kcols, kvalid)
         if self.counts_only:
@@ -221,6 +255,58 @@ class ReduceOp(Operator):
                     self.make_error_trace().insert(tb)
                     self._count_errors(tb.updates.columns[-1], tb.updates.diffs)
         return _telescope(parts, cands, keys, dim, point, whole)
+
+    def _evaluate_from_input(self, keys: Keys, point: Point):
+        """``_evaluate`` for a reducer of the key's total weight alone in one loop, in a step retiring one epoch
+        ``e`` that brought nothing else, from its input trace alone: the general path, or ``_LATER_EPOCHS`` when
+        a key's trigger or history is at another epoch.
+
+        With ``f`` the multiplicity a total calls for, ``A(j)`` a key's input accumulated up to iteration ``j``
+        (at epoch ``e``: every update is at an epoch up to ``e``) and ``O(j)`` the same before the step, the
+        output is right at every time before the step and at the iterations before ``i`` in it, so what was
+        emitted up to ``(e, i)`` sums to ``f(A(i - 1)) + f(O(i)) - f(O(i - 1))``: the output at ``(e, i - 1)``
+        plus what epochs before ``e`` emitted at iteration ``i``. The update at ``(e, i)`` is ``f(A(i))`` less
+        that, what the output trace would give, without reading it. The input's updates at epoch ``e`` are the
+        step's, as the handle lags an epoch: compaction moves the others to epochs before ``e`` only.
+
+        History at later iterations is deferred as ``_split_future`` does (the input's alone: at a later
+        iteration where the input has no history, ``A`` and ``O`` keep their difference, and the update is
+        zero)."""
+        hashes, kcols, kvalid, trig = keys
+        e = self.step[0]
+        if np.count_nonzero(trig != e):
+            return _LATER_EPOCHS
+        hist, q = self.handle.trace.gather(hashes, kcols, kvalid)
+        nk = len(hashes)
+        i = point[0]
+        # per key: input up to iteration i - 1 and at i from before the step, then the step's the same
+        total = np.zeros(4 * nk, dtype=np.int64)
+        if hist is not None:
+            times = hist.times
+            epochs, it = times[:, 0], times[:, 1]
+            if np.count_nonzero(epochs > e):
+                return _LATER_EPOCHS
+            after = it > i
+            fut = after.nonzero()[0]
+            diffs = hist.diffs
+            if len(fut):
+                due = times.take(fut, axis=0)
+                due[:, 0] = e
+                self._defer(keys, [(q[fut], due)], point)
+                diffs = np.where(after, 0, diffs)
+            np.add.at(total, q + nk * ((it == i) + 2 * (epochs == e)), diffs)
+        # A(i), A(i - 1), O(i), O(i - 1), then f(A(i)) - f(A(i - 1)) - f(O(i)) + f(O(i - 1))
+        acc = _ACCUMULATIONS @ total.reshape(4, nk)
+        net = _SIGNS @ self.reducer.multiplicities(acc.ravel()).reshape(4, nk)
+        rows = net.nonzero()[0]
+        if not len(rows):
+            return None
+        times = np.empty((len(rows), 2), dtype=np.int64)
+        times[:, 0] = e
+        times[:, 1] = i
+        out_cols = tuple([k[rows] for k in kcols])
+        out_valid = tuple([None if m is None else m[rows] for m in kvalid])
+        return Batch(out_cols, out_valid, times, net[rows]), hashes[rows], True
 
     def _evaluate_counts(
         self,
