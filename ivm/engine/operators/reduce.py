@@ -95,7 +95,13 @@ class ReduceOp(Operator):
         # history compacted up to the epoch before the running step only
         self.from_input = self.counts_only and trace is not None and scope.dim == 2
         self.step = (0, 0)  # the running step (its frontier and target), when last run
-        self.fresh = False  # whether the step retires one epoch and the input brought this step is all of it
+        self.last = -1  # the greatest iteration it ran at in the step
+        self.latest = -1  # the greatest epoch of the input it brought in the step
+        self.seen = -1  # and in the steps before
+        # whether the step retires one epoch, the input brought in it is all at that epoch and none before was,
+        # and every run in it was at a later iteration than the runs before (in a loop run again at the same
+        # outer point, not)
+        self.fresh = False
         self.handle = None
         if trace is not None:
             handle = trace.handle(scope.dataflow.frontier_in(trace.dim))
@@ -165,22 +171,27 @@ class ReduceOp(Operator):
         if not deltas and not pending:
             return
         if self.from_input:
-            self._note_step(deltas)
+            self._note_step(deltas, point[0])
         self._run(point, deltas, pending)
 
-    def _note_step(self, deltas: list[TraceBatch]) -> None:
-        """Keep ``fresh`` for the running step: whether it retires one epoch and every update the input brought
-        in it is at that epoch (as an imported arrangement's replayed history is not)."""
+    def _note_step(self, deltas: list[TraceBatch], i: int) -> None:
+        """Keep ``fresh`` for the running step, now at iteration ``i`` with ``deltas``."""
         df = self.scope.dataflow
         step = (df.frontier, df.target)
         if step != self.step:
-            self.step = step
-            self.fresh = df.target == df.frontier + 1
-        if self.fresh:
-            for tb in deltas:
-                if np.count_nonzero(tb.updates.times[:, 0] != df.frontier):
-                    self.fresh = False
-                    return
+            self.seen = max(self.seen, self.latest)
+            self.step, self.last, self.latest = step, -1, -1
+            self.fresh = df.target == df.frontier + 1 and self.seen < df.frontier
+        if i <= self.last:
+            self.fresh = False
+        self.last = max(self.last, i)
+        for tb in deltas:
+            epochs = tb.updates.times[:, 0]
+            if self.fresh and not np.count_nonzero(epochs != df.frontier):
+                self.latest = df.frontier
+                continue
+            self.fresh = False  # (as an imported arrangement's history, replayed, is not)
+            self.latest = max(self.latest, int(np.maximum.reduce(epochs)))
 
     def _run(self, point: Point, deltas: list, pending: list) -> None:
         if self.state is not None:
@@ -258,16 +269,17 @@ class ReduceOp(Operator):
 
     def _evaluate_from_input(self, keys: Keys, point: Point):
         """``_evaluate`` for a reducer of the key's total weight alone in one loop, in a step retiring one epoch
-        ``e`` that brought nothing else, from its input trace alone: the general path, or ``_LATER_EPOCHS`` when
-        a key's trigger or history is at another epoch.
+        ``e`` that brought nothing else (see ``fresh``), from its input trace alone: the general path, or
+        ``_LATER_EPOCHS`` when a key's trigger or history is at another epoch.
 
         With ``f`` the multiplicity a total calls for, ``A(j)`` a key's input accumulated up to iteration ``j``
         (at epoch ``e``: every update is at an epoch up to ``e``) and ``O(j)`` the same before the step, the
-        output is right at every time before the step and at the iterations before ``i`` in it, so what was
-        emitted up to ``(e, i)`` sums to ``f(A(i - 1)) + f(O(i)) - f(O(i - 1))``: the output at ``(e, i - 1)``
-        plus what epochs before ``e`` emitted at iteration ``i``. The update at ``(e, i)`` is ``f(A(i))`` less
-        that, what the output trace would give, without reading it. The input's updates at epoch ``e`` are the
-        step's, as the handle lags an epoch: compaction moves the others to epochs before ``e`` only.
+        output is right at every time before the step and at the iterations before ``i`` in it, and the step
+        emitted nothing at iteration ``i`` yet (it ran at earlier iterations only), so what was emitted up to
+        ``(e, i)`` sums to ``f(A(i - 1)) + f(O(i)) - f(O(i - 1))``: the output at ``(e, i - 1)`` plus what
+        epochs before ``e`` emitted at iteration ``i``. The update at ``(e, i)`` is ``f(A(i))`` less that, what
+        the output trace would give, without reading it. The input's updates at epoch ``e`` are the step's, as
+        the handle lags an epoch: compaction moves the others to epochs before ``e`` only.
 
         History at later iterations is deferred as ``_split_future`` does (the input's alone: at a later
         iteration where the input has no history, ``A`` and ``O`` keep their difference, and the update is
