@@ -93,7 +93,7 @@ class ReduceOp(Operator):
         )
         # and in one loop, it may work from its input alone (``_evaluate_from_input``), which needs the input's
         # history compacted up to the epoch before the running step only
-        self.from_input = self.counts_only and trace is not None and scope.dim == 2
+        self.from_input = self.counts_only and trace is not None and scope.dim == trace.dim == 2
         self.step = (0, 0)  # the running step (its frontier and target), when last run
         self.last = -1  # the greatest iteration it ran at in the step
         self.latest = -1  # the greatest epoch of the input it brought in the step
