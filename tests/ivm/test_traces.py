@@ -267,3 +267,32 @@ def test_small_batches_not_read_yet_go_in_together():
     for i in range(spines.UNREAD_MAX):
         spine.insert(_batch([i], [0], [3], [1]))
     assert not spine._unread and len(spine.entries) >= 2  # the waiting batches went in without a read
+
+
+def test_a_small_trace_read_again_and_again_unchanged_is_searched_as_one():
+    """After ``INDEX_READS`` lookups of an unchanged small trace, lookups search its hashes sorted together:
+    they find the same updates, each key's in the same order."""
+    from ivm.engine.trace import spine as spines
+
+    spine = Spine(1, (np.dtype(np.int64), np.dtype(np.int64)), 1)
+    spine.handle(Antichain([0]))
+    rng = np.random.default_rng(7)
+    for t in range(6):
+        keys = rng.integers(0, 40, 12)
+        spine.insert(_batch(keys, rng.integers(0, 5, 12), [t] * 12, [1] * 12))
+        spine.batches()
+    assert len(spine.batches()) > 1
+    queries = np.unique(rng.integers(0, 45, 9))
+
+    def found() -> dict:
+        out, q, _ = spine.find(queries)
+        by_key: dict = {}
+        for j, row in zip(q.tolist(), out.to_rows(), strict=True):
+            by_key.setdefault(j, []).append(row)
+        return by_key
+
+    first = [found() for _ in range(spines.INDEX_READS)]
+    assert spine._flat.index is None
+    again = [found() for _ in range(3)]
+    assert spine._flat.index is not None
+    assert all(f == first[0] for f in first + again)

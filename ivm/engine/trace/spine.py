@@ -34,6 +34,7 @@ _NONE = np.zeros(0, dtype=np.int64)  # no rows (never written to)
 _NONE.flags.writeable = False
 _ONE = np.ones((), dtype=np.int64)  # (a zero-dimensional array is added to an array faster than an int)
 FLAT_MAX = 1 << 16  # a trace of at most this many updates keeps them laid end to end as well (see ``_Flat``)
+INDEX_READS = 3  # lookups of such a trace unchanged after which its hashes are sorted together (``_Flat``)
 
 
 class _Merge:
@@ -160,9 +161,27 @@ class _Flat:
     Kept in step with the batches when read: the batches appended since are copied after the others, and
     from the first batch that changed (merges replace a run of batches by one) the rows are written again, so
     that keeping it costs about what the merges copy anyway. Only for traces of at most ``FLAT_MAX``
-    updates (it doubles what they hold)."""
+    updates (it doubles what they hold).
 
-    __slots__ = ("batches", "starts", "hashes", "first", "columns", "valid", "times", "diffs", "size", "shape")
+    A trace read again and again unchanged (as an arrangement of a collection that changes once a step, read at
+    every round of a loop) is also searched as one: its hashes sorted together (an *index*, and the row of
+    each), so that a lookup is one search rather than one per batch."""
+
+    __slots__ = (
+        "batches",
+        "starts",
+        "hashes",
+        "first",
+        "columns",
+        "valid",
+        "times",
+        "diffs",
+        "size",
+        "shape",
+        "reads",
+        "index",
+        "row_of",
+    )
 
     def __init__(self) -> None:
         self.batches: list[TraceBatch] = []
@@ -175,6 +194,9 @@ class _Flat:
         self.diffs = np.zeros(0, dtype=np.int64)
         self.size = 0
         self.shape = -1
+        self.reads = 0  # lookups since the batches last changed
+        self.index: np.ndarray | None = None  # every row's hash, sorted (when read again unchanged)
+        self.row_of = _NONE  # the row of each hash of the index
 
     def sync(self, batches: list[TraceBatch], shape: int) -> None:
         """Lay out ``batches`` (the trace's readable batches now, at least one; ``shape`` counts the changes
@@ -213,17 +235,35 @@ class _Flat:
             self.diffs[pos:end] = u.diffs
             pos = end
         self.batches = batches  # (a spine never changes a list of readable batches it gave out)
+        self.reads = 0
+        self.index = None
         self.starts = starts
         self.hashes = [*self.hashes[:keep], *[b.hashes for b in batches[keep:]]]
         self.first = np.array(starts[:-1], dtype=np.int64).reshape(-1, 1)
         self.size = total
 
     def find(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The rows whose key hash is one of ``hashes`` (fewer than ``FEW_QUERIES``, the greatest below the
-        greatest int64), with the index of that hash each: one search in every batch (for each hash, where it
-        starts and where the next one would)."""
+        """The rows whose key hash is one of ``hashes`` (fewer than ``FEW_QUERIES``, ascending, the greatest
+        below the greatest int64), with the index of that hash each: one search in every batch, or in the
+        index (for each hash, where it starts and where the next one would). A hash's rows come in order."""
         k = len(hashes)
         both = np.concatenate((hashes, hashes + _ONE))
+        self.reads += 1
+        if self.reads > INDEX_READS:
+            if self.index is None:
+                h = np.concatenate(self.hashes)
+                self.row_of = h.argsort(kind="stable")
+                self.index = h[self.row_of]
+            bounds = self.index.searchsorted(both)
+            lo = bounds[:k]
+            counts = bounds[k:] - lo
+            ends = np.add.accumulate(counts)
+            total = int(ends[-1])
+            if total == 0:
+                return _NONE, _NONE
+            q = np.arange(k).repeat(counts)
+            at = np.arange(total, dtype=np.int64) - (ends - counts - lo).repeat(counts)
+            return self.row_of[at], q
         bounds = np.array([h.searchsorted(both) for h in self.hashes])
         lo = bounds[:, :k]
         counts = (bounds[:, k:] - lo).ravel()
@@ -258,7 +298,7 @@ class _Flat:
         self.diffs = bigger(self.diffs)
 
     def source(self, rows: np.ndarray) -> np.ndarray:
-        """The batch of each row (rows in batch order)."""
+        """The batch of each row."""
         return self.first.ravel().searchsorted(rows, "right") - 1
 
     def take(self, rows: np.ndarray, width: int | None = None) -> Batch:
@@ -509,7 +549,7 @@ class Spine:
     ) -> tuple[Batch | None, np.ndarray, np.ndarray | None]:
         """The updates whose key hash is one of ``hashes`` (ascending; not checked for exact key equality), with
         the index of that hash each (with ``keys_only``, the updates' key columns alone), and when ``many`` or
-        more were found in several batches, the batch each comes from (in order; else None). The ranges found
+        more were found in several batches, the batch each comes from (else None). The ranges found
         in every batch are expanded together, and each batch holding some is read once (all at once in a small
         trace: see ``_Flat``)."""
         none = None, _NONE, None
