@@ -36,9 +36,11 @@ def _as_times(times: np.ndarray) -> np.ndarray:
     return times.reshape(-1, 1) if times.ndim == 1 else times
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class Batch:
-    """Columnar updates ``(row, time, diff)``; ``columns[i]`` with validity ``valid[i]``."""
+    """Columnar updates ``(row, time, diff)``; ``columns[i]`` with validity ``valid[i]``. Never changed once
+    made (not frozen only because a frozen dataclass costs twice as much to make, and every operator call
+    makes some)."""
 
     columns: tuple[np.ndarray, ...]
     valid: tuple[Mask, ...]
@@ -380,7 +382,7 @@ def sort_groups(keys: Sequence[np.ndarray], split: int | None = None) -> tuple[n
         ordered = table.take(order, axis=1)
         starts = np.empty(n, dtype=bool)
         starts[0] = True
-        np.any(ordered[:, 1:] != ordered[:, :-1], axis=0, out=starts[1:])
+        np.logical_or.reduce(ordered[:, 1:] != ordered[:, :-1], axis=0, out=starts[1:])
         return order, starts
     if len(keys) > 1:
         packed = pack_keys(keys)
@@ -418,7 +420,7 @@ def refine_ties(order: np.ndarray, eq: np.ndarray, keys: Sequence[np.ndarray]) -
             so = np.lexsort(table[::-1])
             order[idx] = sub[so]
             ordered = table[:, so]
-            starts[idx[1:]] |= np.any(ordered[:, 1:] != ordered[:, :-1], axis=0)
+            starts[idx[1:]] |= np.logical_or.reduce(ordered[:, 1:] != ordered[:, :-1], axis=0)
             return order, starts
     # whole columns' ranges bound the tied rows' ones: gather every key only when they surely pack
     packed = pack_keys([run] + [k[sub] for k in keys]) if _fits(keys, int(run[-1]) + 1) else None
@@ -474,7 +476,7 @@ def sort_keys(
             if negative.any():  # else all False: it would order nothing
                 signs.append(negative)
     keys += signs
-    if times is not None and times.shape[0] and not (times == times[0]).all():
+    if times is not None and times.shape[0] and np.count_nonzero(times != times[0]):
         keys.extend(times[:, i] for i in range(times.shape[1]))
     return keys
 
@@ -486,7 +488,7 @@ def group_starts(keys: Sequence[np.ndarray], n: int) -> np.ndarray:
         starts[0] = True
         for k in keys:
             if k.ndim == 2:
-                starts[1:] |= (k[1:] != k[:-1]).any(axis=1)
+                starts[1:] |= np.logical_or.reduce(k[1:] != k[:-1], axis=1)
             else:
                 starts[1:] |= k[1:] != k[:-1]
     return starts

@@ -180,5 +180,10 @@ def load(df: Dataflow, saved: dict, written: Written) -> None:
 def resume(df: Dataflow, frontier: int) -> None:
     """Put a loaded dataflow at ``frontier``: every time before it retired, its readers' frontiers there."""
     df.frontier = frontier  # and with it every handle the dataflow holds
+    for _, op in operators(df):
+        if isinstance(op, ReduceOp):
+            # its input, as saved, may hold updates compacted up to ``frontier``: its next step is not one that
+            # the input at that epoch is all new in (see ``ReduceOp.fresh``)
+            op.seen = frontier
     for inp in df.inputs:
         inp.frontier = max(inp.frontier, frontier)

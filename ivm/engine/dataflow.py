@@ -132,8 +132,9 @@ class Dataflow:
         self.error: Exception | None = None
         # errors as data: per message, the net count of the rows in error (see ``MapOp``)
         self.errors: dict[str, int] = {}
-        self._frontiers: dict[int, tuple[int, Antichain]] = {}
+        self._frontiers: dict[tuple[int, int], tuple[int, Antichain]] = {}
         self.staged = 0  # in a sharded engine: the operators that had their stages when they were last given
+        self.target = 0  # while a step runs: it retires the epochs from ``frontier`` up to this one, excluded
 
     def add_errors(self, messages: Sequence[str], diffs: np.ndarray) -> None:
         """Count rows in error: each message with its row's diff (a retraction cancels its insertion)."""
@@ -192,21 +193,23 @@ class Dataflow:
         """
         return Loop(self.scope, limit, on_limit)
 
-    def hold(self, handle: TraceHandle) -> TraceHandle:
-        """Keep ``handle`` for this dataflow: it follows the dataflow's frontier and is released with it."""
+    def hold(self, handle: TraceHandle, lag: int = 0) -> TraceHandle:
+        """Keep ``handle`` for this dataflow: it follows the dataflow's frontier (taken back by ``lag``
+        epochs) and is released with it."""
         self.handles.append(handle)
-        handle.follow(self)
+        handle.follow(self, lag)
         return handle
 
-    def frontier_in(self, dim: int) -> Antichain:
-        """The dataflow's frontier as a frontier of times with ``dim`` coordinates (iterations at 0)."""
-        cached = self._frontiers.get(dim)
+    def frontier_in(self, dim: int, lag: int = 0) -> Antichain:
+        """The dataflow's frontier, taken back by ``lag`` epochs, as a frontier of times with ``dim``
+        coordinates (iterations at 0)."""
+        cached = self._frontiers.get((dim, lag))
         if cached is not None and cached[0] == self.frontier:
             return cached[1]
         t = np.zeros((1, dim), dtype=np.int64)
-        t[0, 0] = self.frontier
+        t[0, 0] = max(self.frontier - lag, 0)
         f = Antichain(t)
-        self._frontiers[dim] = (self.frontier, f)
+        self._frontiers[(dim, lag)] = (self.frontier, f)
         return f
 
     # -- running --------------------------------------------------------------------------------
@@ -219,6 +222,7 @@ class Dataflow:
                 raise RuntimeError("a loop variable was never set")
         bounds = [inp.frontier for inp in self.inputs] + [df.frontier for _, df in self.imports]
         target = min(bounds) if bounds else self.frontier
+        self.target = target
         for inp in self.inputs:
             if inp.staged:
                 inp._release(target)

@@ -33,9 +33,9 @@ def points_of(times: np.ndarray) -> Point | None:
     if dim == 2:  # one loop: one comparison of a column
         it = times[:, 1]
         first = it[0]
-        return (int(first),) if (it == first).all() else None
+        return (int(first),) if not np.count_nonzero(it != first) else None
     it = times[:, 1:]
-    if (it == it[0]).all():
+    if not np.count_nonzero(it != it[0]):
         return tuple(it[0].tolist())
     return None
 
@@ -202,6 +202,9 @@ class Scope:
         self.dim = dim
         self.parent = parent
         self.loop: Operator | None = None  # the operator running this scope, in ``parent``
+        # the outer point at which ``loop`` runs this scope to its end now, if it does: an activation there
+        # need not activate the loop again
+        self.running: Point | None = None
         self.operators: list[Operator] = []
         self.active: dict[Point, dict[int, Operator]] = {}  # per point: the activated operators by index
         self._due: dict[Point, list[int]] = {}  # per point: a heap of the activated operators' indices
@@ -235,7 +238,7 @@ class Scope:
             heapq.heappush(self._due[point], op.order)
         else:
             return
-        if self.loop is not None:
+        if self.loop is not None and point[:-1] != self.running:
             self.loop.activate(point[:-1])
 
     def run_point(self, point: Point) -> None:

@@ -163,3 +163,30 @@ def test_nested_loops_compute_transitive_closure_per_round():
     engine.step()
     expect = {(a, b): 1 for a in range(7) for b in range(a + 1, 7) if not (a <= 2 < b)}
     assert out.rows_at(1) == expect
+
+
+def test_a_distinct_in_a_loop_reads_its_output_only_in_steps_of_several_epochs():
+    """Reachability one edge update per step: the distinct in the loop works from its input trace alone (its
+    output trace is never read), and stays exact, also across a step of several epochs (which reads it) and
+    an idle step."""
+    from ivm.bench.engine import build_reachability, reachable_naive
+    from ivm.engine.checkpoint import operators
+    from ivm.engine.operators.reduce import ReduceOp
+
+    r = build_reachability(60, 120, 3, np.random.default_rng(5))
+    r.load()
+    (reduce,) = [op for _, op in operators(r.df) if isinstance(op, ReduceOp)]
+    out = reduce.output.trace
+    lookups = []
+    find = out.find
+    out.find = lambda *a, **k: lookups.append(1) or find(*a, **k)
+    for _ in range(40):
+        r.replace_oldest(1)
+        assert r.current() == reachable_naive(r.edge_list(), r.roots)
+    assert not lookups
+    r.replace_oldest(5)  # five epochs in one step
+    r.engine.step()  # and a step retiring none
+    assert lookups and r.current() == reachable_naive(r.edge_list(), r.roots)
+    for _ in range(10):
+        r.replace_oldest(1)
+        assert r.current() == reachable_naive(r.edge_list(), r.roots)

@@ -232,6 +232,7 @@ def test_a_join_delta_meets_the_trace_consolidated_across_batches(monkeypatch):
         _batch([3], [30], [2], [1]),
     ):
         spine.insert(b)
+        spine.batches()  # read after each insertion: each goes in as a batch of its own
     assert len(spine.batches()) == 3  # small batches wait at the tail unmerged
     frontier = Antichain([3])
 
@@ -248,3 +249,50 @@ def test_a_join_delta_meets_the_trace_consolidated_across_batches(monkeypatch):
     many = join.join_trace(delta, spine, frontier, 1, False, delta_left=True)
     assert sorted(many.to_rows()) == expect  # consolidated first: key 1 pairs with nothing
     assert join.join_trace(_batch([1], [0], [3], [1]), spine, frontier, 1, False, delta_left=True) is None
+
+
+def test_small_batches_not_read_yet_go_in_together():
+    """Small batches wait unread until the trace is read, then go in as one batch, consolidated as of the
+    readers' frontier; at most ``UNREAD_MAX`` of them wait."""
+    from ivm.engine.trace import spine as spines
+
+    spine = Spine(1, (np.dtype(np.int64), np.dtype(np.int64)), 1)
+    spine.handle(Antichain([2]))
+    spine.insert(_batch([1, 2], [10, 20], [0, 0], [1, 1]))
+    spine.insert(_batch([1], [10], [1], [-1]))  # cancels the first insertion of key 1, both advanced to 2
+    spine.insert(_batch([3], [30], [2], [1]))
+    batches = spine.batches()
+    assert len(batches) == 1
+    assert sorted(batches[0].updates.to_rows()) == [(2, 20, 2, 1), (3, 30, 2, 1)]
+    for i in range(spines.UNREAD_MAX):
+        spine.insert(_batch([i], [0], [3], [1]))
+    assert not spine._unread and len(spine.entries) >= 2  # the waiting batches went in without a read
+
+
+def test_a_small_trace_read_again_and_again_unchanged_is_searched_as_one():
+    """After ``INDEX_READS`` lookups of an unchanged small trace, lookups search its hashes sorted together:
+    they find the same updates, each key's in the same order."""
+    from ivm.engine.trace import spine as spines
+
+    spine = Spine(1, (np.dtype(np.int64), np.dtype(np.int64)), 1)
+    spine.handle(Antichain([0]))
+    rng = np.random.default_rng(7)
+    for t in range(6):
+        keys = rng.integers(0, 40, 12)
+        spine.insert(_batch(keys, rng.integers(0, 5, 12), [t] * 12, [1] * 12))
+        spine.batches()
+    assert len(spine.batches()) > 1
+    queries = np.unique(rng.integers(0, 45, 9))
+
+    def found() -> dict:
+        out, q, _ = spine.find(queries)
+        by_key: dict = {}
+        for j, row in zip(q.tolist(), out.to_rows(), strict=True):
+            by_key.setdefault(j, []).append(row)
+        return by_key
+
+    first = [found() for _ in range(spines.INDEX_READS)]
+    assert spine._flat.index is None
+    again = [found() for _ in range(3)]
+    assert spine._flat.index is not None
+    assert all(f == first[0] for f in first + again)

@@ -79,6 +79,8 @@ class VariableOp(Operator):
         self.limit = limit
         self.on_limit = on_limit
         self.bound = False
+        self.step = np.zeros(scope.dim, dtype=np.int64)  # added to a time: the next iteration
+        self.step[-1] = 1
 
     def feed(self, source: Operator, negate: bool = False) -> None:
         """Deliver ``source``'s updates at iteration ``i`` as this variable's at ``i + 1``."""
@@ -92,8 +94,7 @@ class VariableOp(Operator):
                         f"recursion did not reach a fixed point within {self.limit} rounds"
                     )
                 return
-            t = b.times.copy()
-            t[:, -1] += 1
+            t = b.times + self.step
             self.input.put(nxt, Batch(b.columns, b.valid, t, -b.diffs if negate else b.diffs))
 
         source.subscribe(self.new_inlet(delay), feedback=True)
@@ -119,8 +120,13 @@ class LoopOp(Operator):
 
     def run(self, point: Point) -> None:
         n = len(point)
-        while True:
-            pts = [p for p in self.inner.pending_points() if p[:n] == point]
-            if not pts:
-                break
-            self.inner.run_point(min(pts))
+        inner = self.inner
+        inner.running = point
+        try:
+            while True:
+                pts = [p for p in inner.pending_points() if p[:n] == point]
+                if not pts:
+                    break
+                inner.run_point(min(pts))
+        finally:
+            inner.running = None

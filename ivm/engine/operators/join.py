@@ -103,7 +103,7 @@ def join_trace(
     found, q, source = trace.find(hashes, many=MERGE_FOUND)
     if found is None:
         return None
-    if source is not None and source[0] != source[-1]:
+    if source is not None and source.min() != source.max():  # found in several batches
         merged = TraceBatch.consolidated(found.with_times(frontier.advance(found.times)), hashes[q], trace.nkey)
         if not len(merged):
             return None

@@ -15,6 +15,10 @@ trace of their own, made when the first appears, and corrects them exactly as it
 
 All keys and all their interesting times are evaluated together with sorting, cumulative sums and binary
 searches; nothing iterates over keys or times in Python.
+
+A reducer of the key's total weight alone (distinct, a threshold) inside one loop, in a step that retires one
+epoch, does not read its output trace: the output it has emitted follows from its input (see
+``ReduceOp._evaluate_from_input``).
 """
 
 from __future__ import annotations
@@ -36,6 +40,11 @@ from ivm.engine.trace.batch import expand_ranges, identity_hash
 __all__ = ["ReduceOp", "streams"]
 
 _TRUE = np.ones(1, dtype=bool)
+_LATER_EPOCHS = object()  # ``_evaluate_counts`` leaves the keys to the general path
+# A(i), A(i - 1), O(i), O(i - 1) from the input before the step up to iteration i - 1 and at i, then the step's
+# the same (see ``ReduceOp._evaluate_from_input``)
+_ACCUMULATIONS = np.array([[1, 1, 1, 1], [1, 0, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0]], dtype=np.int64)
+_SIGNS = np.array([1, -1, -1, 1], dtype=np.int64)
 
 # keys to evaluate: their hashes, columns and validity, and per key the least epoch it was triggered at
 Keys = tuple[np.ndarray, tuple, tuple, np.ndarray]
@@ -63,22 +72,43 @@ class ReduceOp(Operator):
         in_dtypes = tuple(trace.dtypes if trace is not None else dtypes)
         self.input = self.new_queue()
         source.subscribe(self.input)
-        self.handle = None
-        if trace is not None:
-            self.handle = scope.dataflow.hold(trace.handle(scope.dataflow.frontier_in(trace.dim)))
         self.reducer = reducer
         key_dtypes = in_dtypes[: self.nkey]
         # a key of doubles may be written -0.0 or 0.0, one key but two rows: its output is taken back as it was
         # written (see ``_evaluate``), never as the key is written at the time
         self.signed_keys = any(np.dtype(d).kind == "f" for d in key_dtypes)
         out_dtypes = key_dtypes + tuple(reducer.out_dtypes(in_dtypes[self.nkey :]))
-        self.output = ArrangeOp(scope, None, self.nkey, out_dtypes)
-        self.output.sources.append(self)
-        self.pending: dict[Point, list[Keys]] = {}  # keys found due at later points, by point
         # the groups the reducer may fail to compute: error code -> message (see ``Aggregate.failures``)
         self.failures: dict[int, str] = {}
         if isinstance(reducer, Aggregate):
             self.failures = reducer.failures(in_dtypes[self.nkey :])
+        # a reducer of the key's total weight alone, over rows that are their keys: see ``_evaluate_counts``
+        self.counts_only = (
+            not self.signed_keys  # (its output is written under the key as the trigger writes it)
+            and len(in_dtypes) == self.nkey
+            and len(out_dtypes) == self.nkey
+            and not self.failures
+            and getattr(reducer, "multiplicities", None) is not None
+            and reducer.multiplicities(np.zeros(0, dtype=np.int64)) is not None
+        )
+        # and in one loop, it may work from its input alone (``_evaluate_from_input``), which needs the input's
+        # history compacted up to the epoch before the running step only
+        self.from_input = self.counts_only and trace is not None and scope.dim == trace.dim == 2
+        self.step = (0, 0)  # the running step (its frontier and target), when last run
+        self.last = -1  # the greatest iteration it ran at in the step
+        self.latest = -1  # the greatest epoch of the input it brought in the step
+        self.seen = -1  # and in the steps before
+        # whether the step retires one epoch, the input brought in it is all at that epoch and none before was,
+        # and every run in it was at a later iteration than the runs before (in a loop run again at the same
+        # outer point, not)
+        self.fresh = False
+        self.handle = None
+        if trace is not None:
+            handle = trace.handle(scope.dataflow.frontier_in(trace.dim))
+            self.handle = scope.dataflow.hold(handle, lag=1 if self.from_input else 0)
+        self.output = ArrangeOp(scope, None, self.nkey, out_dtypes)
+        self.output.sources.append(self)
+        self.pending: dict[Point, list[Keys]] = {}  # keys found due at later points, by point
         # the errors emitted, as (key..., code) updates: made when the first appears (see ``make_error_trace``)
         self.error_trace: Spine | None = None
         self.error_handle = None
@@ -96,15 +126,6 @@ class ReduceOp(Operator):
             self.state = RunningStates(key_dtypes, state_dtypes, wide=2 * len(self.wide_layout))
         elif trace is None:
             raise ValueError("only a linear aggregate outside loops reduces a collection that is not arranged")
-        # a reducer of the key's total weight alone, over rows that are their keys: see ``_evaluate_counts``
-        self.counts_only = (
-            not self.signed_keys  # (its output is written under the key as the trigger writes it)
-            and len(in_dtypes) == self.nkey
-            and len(out_dtypes) == self.nkey
-            and not self.failures
-            and getattr(reducer, "multiplicities", None) is not None
-            and reducer.multiplicities(np.zeros(0, dtype=np.int64)) is not None
-        )
 
     def pending_points(self):
         yield from super().pending_points()
@@ -149,14 +170,28 @@ class ReduceOp(Operator):
         pending = self.pending.pop(point, [])
         if not deltas and not pending:
             return
-        try:
-            self._run(point, deltas, pending)
-        finally:
-            for p in self.pending:  # times found due later: run again there
-                if p == point:
-                    self.scope.activate_next_run(self, p)
-                else:
-                    self.activate(p)
+        if self.from_input:
+            self._note_step(deltas, point[0])
+        self._run(point, deltas, pending)
+
+    def _note_step(self, deltas: list[TraceBatch], i: int) -> None:
+        """Keep ``fresh`` for the running step, now at iteration ``i`` with ``deltas``."""
+        df = self.scope.dataflow
+        step = (df.frontier, df.target)
+        if step != self.step:
+            self.seen = max(self.seen, self.latest)
+            self.step, self.last, self.latest = step, -1, -1
+            self.fresh = df.target == df.frontier + 1 and self.seen < df.frontier
+        if i <= self.last:
+            self.fresh = False
+        self.last = max(self.last, i)
+        for tb in deltas:
+            epochs = tb.updates.times[:, 0]
+            if self.fresh and not np.count_nonzero(epochs != df.frontier):
+                self.latest = df.frontier
+                continue
+            self.fresh = False  # (as an imported arrangement's history, replayed, is not)
+            self.latest = max(self.latest, int(np.maximum.reduce(epochs)))
 
     def _run(self, point: Point, deltas: list, pending: list) -> None:
         if self.state is not None:
@@ -175,8 +210,16 @@ class ReduceOp(Operator):
         """The output updates that make the output right at every interesting time of ``keys`` at ``point``,
         with their key hashes, and whether they are sorted and consolidated already."""
         hashes, kcols, kvalid, trig = keys
+        if self.from_input and self.fresh:
+            found = self._evaluate_from_input(keys, point)
+            if found is not _LATER_EPOCHS:
+                return found
         hist_in, q_in = self.handle.trace.gather(hashes, kcols, kvalid)
         hist_out, q_out = self.output.trace.gather(hashes, kcols, kvalid)
+        if self.counts_only:
+            counted = self._evaluate_counts(keys, hist_in, q_in, hist_out, q_out, point)
+            if counted is not _LATER_EPOCHS:
+                return counted
         hist_err, q_err = None, q_out[:0]
         if self.error_trace is not None:
             hist_err, q_err = self.error_trace.gather(hashes, kcols, kvalid)
@@ -189,10 +232,8 @@ class ReduceOp(Operator):
             if hist_err is not None:
                 hist_err, q_err = self._split_future(hist_err, q_err, keys, point, later)
             if later:
-                self._defer(keys, later)
+                self._defer(keys, later, point)
         cands = _candidates(trig, ((hist_in, q_in), (hist_out, q_out), (hist_err, q_err)))
-        if cands.single and self.counts_only:
-            return self._evaluate_counts(keys, hist_in, q_in, hist_out, q_out, point)
 
         # targets per candidate (the reducer's rows and errors) less what was emitted up to it; where a key of
         # doubles may be written two ways, as whole rows: the targets under the key as the triggers write it,
@@ -226,6 +267,59 @@ class ReduceOp(Operator):
                     self._count_errors(tb.updates.columns[-1], tb.updates.diffs)
         return _telescope(parts, cands, keys, dim, point, whole)
 
+    def _evaluate_from_input(self, keys: Keys, point: Point):
+        """``_evaluate`` for a reducer of the key's total weight alone in one loop, in a step retiring one epoch
+        ``e`` that brought nothing else (see ``fresh``), from its input trace alone: the general path, or
+        ``_LATER_EPOCHS`` when a key's trigger or history is at another epoch.
+
+        With ``f`` the multiplicity a total calls for, ``A(j)`` a key's input accumulated up to iteration ``j``
+        (at epoch ``e``: every update is at an epoch up to ``e``) and ``O(j)`` the same before the step, the
+        output is right at every time before the step and at the iterations before ``i`` in it, and the step
+        emitted nothing at iteration ``i`` yet (it ran at earlier iterations only), so what was emitted up to
+        ``(e, i)`` sums to ``f(A(i - 1)) + f(O(i)) - f(O(i - 1))``: the output at ``(e, i - 1)`` plus what
+        epochs before ``e`` emitted at iteration ``i``. The update at ``(e, i)`` is ``f(A(i))`` less that, what
+        the output trace would give, without reading it. The input's updates at epoch ``e`` are the step's, as
+        the handle lags an epoch: compaction moves the others to epochs before ``e`` only.
+
+        History at later iterations is deferred as ``_split_future`` does (the input's alone: at a later
+        iteration where the input has no history, ``A`` and ``O`` keep their difference, and the update is
+        zero)."""
+        hashes, kcols, kvalid, trig = keys
+        e = self.step[0]
+        if np.count_nonzero(trig != e):
+            return _LATER_EPOCHS
+        hist, q = self.handle.trace.gather(hashes, kcols, kvalid)
+        nk = len(hashes)
+        i = point[0]
+        # per key: input up to iteration i - 1 and at i from before the step, then the step's the same
+        total = np.zeros(4 * nk, dtype=np.int64)
+        if hist is not None:
+            times = hist.times
+            epochs, it = times[:, 0], times[:, 1]
+            if np.count_nonzero(epochs > e):
+                return _LATER_EPOCHS
+            after = it > i
+            fut = after.nonzero()[0]
+            diffs = hist.diffs
+            if len(fut):
+                due = times.take(fut, axis=0)
+                due[:, 0] = e
+                self._defer(keys, [(q[fut], due)], point)
+                diffs = np.where(after, 0, diffs)
+            np.add.at(total, q + nk * ((it == i) + 2 * (epochs == e)), diffs)
+        # A(i), A(i - 1), O(i), O(i - 1), then f(A(i)) - f(A(i - 1)) - f(O(i)) + f(O(i - 1))
+        acc = _ACCUMULATIONS @ total.reshape(4, nk)
+        net = _SIGNS @ self.reducer.multiplicities(acc.ravel()).reshape(4, nk)
+        rows = net.nonzero()[0]
+        if not len(rows):
+            return None
+        times = np.empty((len(rows), 2), dtype=np.int64)
+        times[:, 0] = e
+        times[:, 1] = i
+        out_cols = tuple([k[rows] for k in kcols])
+        out_valid = tuple([None if m is None else m[rows] for m in kvalid])
+        return Batch(out_cols, out_valid, times, net[rows]), hashes[rows], True
+
     def _evaluate_counts(
         self,
         keys: Keys,
@@ -234,19 +328,46 @@ class ReduceOp(Operator):
         hist_out: Batch | None,
         q_out: np.ndarray,
         point: Point,
-    ) -> tuple[Batch, np.ndarray, bool] | None:
-        """``_evaluate`` for a reducer of the key's total weight alone (distinct, a threshold) when each key
-        has one interesting epoch: per key, the multiplicity its total calls for less the total emitted, in the
-        keys' order (the trace's), so sorted and consolidated already. What the general path computes, with
-        the groups, the reducer's rows and the telescoping each reduced to one number per key."""
+    ):
+        """``_evaluate`` for a reducer of the key's total weight alone (distinct, a threshold) when no key has
+        history at an epoch after its trigger's (else ``_LATER_EPOCHS``, for the general path): each key has
+        one interesting epoch, and its update is the multiplicity its total calls for less the total emitted,
+        in the keys' order (the trace's), so sorted and consolidated already. What the general path computes,
+        with the groups, the reducer's rows and the telescoping each reduced to one number per key; the
+        histories of both traces are read as one (the output's keys numbered after the input's), and the
+        times at later iterations are deferred as ``_split_future`` does."""
         hashes, kcols, kvalid, trig = keys
         nk = len(hashes)
-        total = np.zeros(nk, dtype=np.int64)
-        if hist_in is not None:
-            np.add.at(total, q_in, hist_in.diffs)
-        net = self.reducer.multiplicities(total)
-        if hist_out is not None:
-            np.subtract.at(net, q_out, hist_out.diffs)
+        if hist_in is not None and hist_out is not None:
+            times = np.concatenate((hist_in.times, hist_out.times))
+            diffs = np.concatenate((hist_in.diffs, hist_out.diffs))
+            key = np.concatenate((q_in, q_out))
+            slot = np.concatenate((q_in, q_out + nk))
+        elif hist_in is not None or hist_out is not None:
+            hist, key = (hist_in, q_in) if hist_in is not None else (hist_out, q_out)
+            times, diffs = hist.times, hist.diffs
+            slot = key if hist_in is not None else key + nk
+        else:
+            times = None
+        total = np.zeros(2 * nk, dtype=np.int64)
+        if times is not None:
+            if np.count_nonzero(times[:, 0] > trig[key]):
+                return _LATER_EPOCHS
+            if len(point):
+                if len(point) == 1:
+                    after = times[:, 1] > point[0]
+                else:
+                    after = np.logical_or.reduce(times[:, 1:] > np.asarray(point, dtype=np.int64), axis=1)
+                fut = after.nonzero()[0]
+                if len(fut):
+                    fk = key[fut]
+                    due = np.maximum(times.take(fut, axis=0), np.asarray((0, *point), dtype=np.int64))
+                    np.maximum(due[:, 0], trig[fk], out=due[:, 0])
+                    self._defer(keys, [(fk, due)], point)
+                    diffs = np.where(after, 0, diffs)
+            np.add.at(total, slot, diffs)
+        net = self.reducer.multiplicities(total[:nk])
+        net -= total[nk:]
         rows = net.nonzero()[0]
         if not len(rows):
             return None
@@ -444,9 +565,9 @@ class ReduceOp(Operator):
             return Batch((), (), times.take(keep, axis=0), hist.diffs[keep]), q[keep]
         return hist.take(keep), q[keep]
 
-    def _defer(self, keys: Keys, later: list) -> None:
-        """Record the keys found due at later points (``_split_future``), by point: each point's are a slice
-        of them sorted by point."""
+    def _defer(self, keys: Keys, later: list, point: Point) -> None:
+        """Record the keys found due at later points (``_split_future``), by point (each point's are a slice
+        of them sorted by point), and run again there (at ``point``, the one running, on its next run)."""
         hashes, kcols, kvalid, _ = keys
         fq = later[0][0] if len(later) == 1 else np.concatenate([f for f, _ in later])
         due = later[0][1] if len(later) == 1 else np.concatenate([d for _, d in later])
@@ -467,6 +588,11 @@ class ReduceOp(Operator):
         valid = [None if m is None else m[rows] for m in kvalid]
         epochs = due[:, 0][order]
         for p, s, e in zip(points, cuts[:-1], cuts[1:], strict=True):
+            if p not in self.pending:
+                if p == point:
+                    self.scope.activate_next_run(self, p)
+                else:
+                    self.activate(p)
             self.pending.setdefault(p, []).append(
                 (
                     h[s:e],
@@ -504,7 +630,7 @@ def _trigger_keys(deltas: list[TraceBatch], pending: list[Keys], nkey: int) -> K
         return h, cols, valid, epochs
     keys = [h] if _own_hash(cols, valid) else [h, *sort_keys(cols, valid, None, False)]
     order, starts = sort_groups(keys)
-    if starts.all():
+    if np.count_nonzero(starts) == len(starts):
         rows = order
         least = epochs[order]
     else:
@@ -533,13 +659,14 @@ def _sorted_unique_keys(tb: TraceBatch, nkey: int) -> Keys:
     n = len(h)
     if n == 1:
         return h, cols, valid, epochs
-    if _own_hash(cols, valid):
-        starts = np.empty(n, dtype=bool)
-        starts[0] = True
-        np.not_equal(h[1:], h[:-1], out=starts[1:])
-    else:
+    starts = np.empty(n, dtype=bool)
+    starts[0] = True
+    np.not_equal(h[1:], h[:-1], out=starts[1:])
+    distinct = np.count_nonzero(starts)
+    if distinct < n and not _own_hash(cols, valid):  # equal hashes: the same key, or a collision
         starts = group_starts([h, *sort_keys(cols, valid, None, False)], n)
-    if starts.all():
+        distinct = np.count_nonzero(starts)
+    if distinct == n:
         return h, cols, valid, epochs
     first = starts.nonzero()[0]
     return (

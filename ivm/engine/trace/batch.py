@@ -32,9 +32,11 @@ __all__ = ["TraceBatch", "expand_ranges"]
 KEEP_RUNS = 1 << 16
 
 
-@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
+@dataclass(slots=True, eq=False, weakref_slot=True)
 class TraceBatch:
-    """Consolidated updates sorted by (key hash, key, value, time); ``hashes[i]`` is row i's key hash."""
+    """Consolidated updates sorted by (key hash, key, value, time); ``hashes[i]`` is row i's key hash. Never
+    changed once made but for what it keeps to be read faster (``seek``, ``bounds``, ``runs``, ``index``);
+    not frozen, as a frozen dataclass costs twice as much to make."""
 
     updates: Batch
     hashes: np.ndarray
@@ -61,7 +63,7 @@ class TraceBatch:
         ``consolidate``)."""
         index, diffs = consolidation(updates, hashes, nkey, split)
         n = len(updates)
-        if len(index) == n and (n == 1 or (index[1:] > index[:-1]).all()):  # in order already, none dropped
+        if len(index) == n and (n == 1 or not np.count_nonzero(index[1:] < index[:-1])):  # kept in order
             out = updates.with_diffs(diffs)
             index = slice(None)
         else:
@@ -71,10 +73,12 @@ class TraceBatch:
     @staticmethod
     def ordered(updates: Batch, hashes: np.ndarray, nkey: int) -> TraceBatch:
         """``updates``, sorted and consolidated already, with their key hashes ``hashes``."""
-        first = updates.columns[0] if nkey == 1 else None
-        if first is not None and updates.valid[0] is None and first.dtype.kind in "iub":
-            # a key that is its own hash: the hashes are the key column (one array for both)
-            return TraceBatch(updates, key_hash(updates.columns[:1], updates.valid[:1], len(updates)), nkey)
+        if nkey == 1 and updates.valid[0] is None:
+            first = updates.columns[0]
+            if first.dtype == np.int64:  # a key that is its own hash: one array for both
+                return TraceBatch(updates, first, nkey)
+            if first.dtype.kind in "iub":
+                return TraceBatch(updates, key_hash((first,), (None,), len(updates)), nkey)
         return TraceBatch(updates, hashes, nkey)
 
     def key_columns(self, index: np.ndarray | slice | None = None):
@@ -88,14 +92,14 @@ class TraceBatch:
         index = self.index()
         if wants_filter(len(self.hashes), len(hashes), index):
             if self._filter is None:
-                object.__setattr__(self, "_filter", Filter(self.hashes))
+                self._filter = Filter(self.hashes)
             return seek_ranges(self.hashes, hashes, index, self._filter)
         return seek_ranges(self.hashes, hashes, index)
 
     def bounds(self) -> tuple[int, int]:
         """The least and greatest key hash of a nonempty batch."""
         if self._bounds is None:
-            object.__setattr__(self, "_bounds", (int(self.hashes[0]), int(self.hashes[-1])))
+            self._bounds = (int(self.hashes[0]), int(self.hashes[-1]))
         return self._bounds
 
     def may_hold(self, lo: int, hi: int) -> bool:
@@ -120,14 +124,14 @@ class TraceBatch:
         starts = bounds[:-1]
         runs = (h[starts], starts, bounds[1:])
         if n <= KEEP_RUNS:
-            object.__setattr__(self, "_runs", runs)
+            self._runs = runs
         return runs
 
     def index(self) -> Fence | DirectIndex | None:
         """An index of the hashes for large or dense batches (built on first use, then kept)."""
         if self._index is False:
             identity = self.nkey == 1 and self.hashes is self.updates.columns[0]
-            object.__setattr__(self, "_index", build_index(self.hashes, identity))
+            self._index = build_index(self.hashes, identity)
         return self._index
 
     def match(self, hashes: np.ndarray, cols: tuple, valid: tuple) -> tuple[np.ndarray, np.ndarray]:
@@ -172,7 +176,7 @@ def consolidation(
         order = merge_order(hashes, split) if split is not None else argsort(hashes)
         hs = hashes[order]
         eq = hs[1:] == hs[:-1]
-        if not eq.any():
+        if not np.count_nonzero(eq):
             starts = None  # every row is a group of its own
         else:
             rest = sort_keys(columns[skip:], valid[skip:], updates.times)
@@ -180,7 +184,7 @@ def consolidation(
                 order, starts = sort_groups([hashes, *rest], split)
             else:
                 order, starts = refine_ties(order, eq, rest)
-    if starts is None or starts.all():
+    if starts is None or np.count_nonzero(starts) == n:
         diffs = updates.diffs[order]
         keep = diffs.nonzero()[0]
         return (order, diffs) if len(keep) == n else (order[keep], diffs[keep])
@@ -195,7 +199,7 @@ def identity_hash(cols: tuple, valid: tuple, hashes: np.ndarray | None = None) -
     cannot meet the hash of a NULL)."""
     if not (len(cols) == 1 and cols[0].dtype.kind in "iub" and valid[0] is None):
         return False
-    return hashes is None or not (hashes == NULL_HASH).any()
+    return hashes is None or not len(hashes) or np.minimum.reduce(hashes) > NULL_HASH  # (the least int64)
 
 
 def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -206,7 +210,7 @@ def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarra
         return some, some
     counts = counts[some]
     starts = lo[some]
-    ends = counts.cumsum()
+    ends = np.add.accumulate(counts)
     total = int(ends[-1])
     if total == len(some):  # one row per range, as keys with one update each have
         return some, starts

@@ -26,13 +26,14 @@ class TraceHandle:
         self.trace = trace
         self._frontier = frontier
         self.follows: Dataflow | None = None
+        self.lag = 0  # epochs the frontier it follows is taken back by
         self.released = False
         trace._attach(self)
 
     @property
     def frontier(self) -> Antichain:
         df = self.follows
-        return self._frontier if df is None else df.frontier_in(self.trace.dim)
+        return self._frontier if df is None else df.frontier_in(self.trace.dim, self.lag)
 
     def advance(self, frontier: Antichain) -> None:
         """Promise to read only at times in advance of ``frontier`` from now on."""
@@ -40,9 +41,11 @@ class TraceHandle:
         self.follows = None
         self.trace._frontier_changed()
 
-    def follow(self, df: Dataflow) -> None:
-        """Read from now on at times in advance of ``df``'s frontier, as it moves."""
+    def follow(self, df: Dataflow, lag: int = 0) -> None:
+        """Read from now on at times in advance of ``df``'s frontier (taken back by ``lag`` epochs), as it
+        moves."""
         self.follows = df
+        self.lag = lag
         self.trace._frontier_changed()
 
     def release(self) -> None:

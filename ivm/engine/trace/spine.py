@@ -26,12 +26,15 @@ FUEL_PER_UPDATE = 4
 CHUNK = 1 << 16
 MIN_CHUNK = 1 << 10
 TAIL_BATCHES = 8  # small batches (under MIN_CHUNK updates) gathered at the end before they merge
+UNREAD_MAX = 32  # small batches inserted and not read yet that go in as one (see ``Spine.insert``)
 MERGE_WIDTH_BITS = 2
 MERGE_WIDTH = 1 << MERGE_WIDTH_BITS  # batches of one tier merge this many at a time
 _INT64_MAX = np.iinfo(np.int64).max
 _NONE = np.zeros(0, dtype=np.int64)  # no rows (never written to)
 _NONE.flags.writeable = False
+_ONE = np.ones((), dtype=np.int64)  # (a zero-dimensional array is added to an array faster than an int)
 FLAT_MAX = 1 << 16  # a trace of at most this many updates keeps them laid end to end as well (see ``_Flat``)
+INDEX_READS = 3  # lookups of such a trace unchanged after which its hashes are sorted together (``_Flat``)
 
 
 class _Merge:
@@ -158,21 +161,42 @@ class _Flat:
     Kept in step with the batches when read: the batches appended since are copied after the others, and
     from the first batch that changed (merges replace a run of batches by one) the rows are written again, so
     that keeping it costs about what the merges copy anyway. Only for traces of at most ``FLAT_MAX``
-    updates (it doubles what they hold)."""
+    updates (it doubles what they hold).
 
-    __slots__ = ("batches", "starts", "hashes", "first", "columns", "valid", "times", "diffs", "size", "shape")
+    A trace read again and again unchanged (as an arrangement of a collection that changes once a step, read at
+    every round of a loop) is also searched as one: its hashes sorted together (an *index*, and the row of
+    each), so that a lookup is one search rather than one per batch."""
+
+    __slots__ = (
+        "batches",
+        "starts",
+        "hashes",
+        "first",
+        "columns",
+        "valid",
+        "times",
+        "diffs",
+        "size",
+        "shape",
+        "reads",
+        "index",
+        "row_of",
+    )
 
     def __init__(self) -> None:
         self.batches: list[TraceBatch] = []
         self.starts: list[int] = [0]  # the first row of each batch, and the end of the last
         self.hashes: list[np.ndarray] = []  # each batch's key hashes (its own array)
-        self.first = np.zeros(0, dtype=np.int64)  # the first row of each batch
+        self.first = np.zeros((0, 1), dtype=np.int64)  # the first row of each batch (a column)
         self.columns: list[np.ndarray] = []
         self.valid: list[np.ndarray | None] = []
         self.times = np.zeros((0, 0), dtype=np.int64)
         self.diffs = np.zeros(0, dtype=np.int64)
         self.size = 0
         self.shape = -1
+        self.reads = 0  # lookups since the batches last changed
+        self.index: np.ndarray | None = None  # every row's hash, sorted (when read again unchanged)
+        self.row_of = _NONE  # the row of each hash of the index
 
     def sync(self, batches: list[TraceBatch], shape: int) -> None:
         """Lay out ``batches`` (the trace's readable batches now, at least one; ``shape`` counts the changes
@@ -211,32 +235,50 @@ class _Flat:
             self.diffs[pos:end] = u.diffs
             pos = end
         self.batches = batches  # (a spine never changes a list of readable batches it gave out)
+        self.reads = 0
+        self.index = None
         self.starts = starts
         self.hashes = [*self.hashes[:keep], *[b.hashes for b in batches[keep:]]]
-        self.first = np.array(starts[:-1], dtype=np.int64)
+        self.first = np.array(starts[:-1], dtype=np.int64).reshape(-1, 1)
         self.size = total
 
     def find(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The rows whose key hash is one of ``hashes`` (fewer than ``FEW_QUERIES``, the greatest below the
-        greatest int64), with the index of that hash each: one search in every batch (for each hash, where it
-        starts and where the next one would)."""
+        """The rows whose key hash is one of ``hashes`` (fewer than ``FEW_QUERIES``, ascending, the greatest
+        below the greatest int64), with the index of that hash each: one search in every batch, or in the
+        index (for each hash, where it starts and where the next one would). A hash's rows come in order."""
         k = len(hashes)
-        both = np.concatenate((hashes, hashes + 1))
+        both = np.concatenate((hashes, hashes + _ONE))
+        self.reads += 1
+        if self.reads > INDEX_READS:
+            if self.index is None:
+                h = np.concatenate(self.hashes)
+                self.row_of = h.argsort(kind="stable")
+                self.index = h[self.row_of]
+            bounds = self.index.searchsorted(both)
+            lo = bounds[:k]
+            counts = bounds[k:] - lo
+            ends = np.add.accumulate(counts)
+            total = int(ends[-1])
+            if total == 0:
+                return _NONE, _NONE
+            q = np.arange(k).repeat(counts)
+            at = np.arange(total, dtype=np.int64) - (ends - counts - lo).repeat(counts)
+            return self.row_of[at], q
         bounds = np.array([h.searchsorted(both) for h in self.hashes])
         lo = bounds[:, :k]
         counts = (bounds[:, k:] - lo).ravel()
         some = counts.nonzero()[0]  # (batch, hash) pairs with rows, in batch order
         if not len(some):
             return some, some
-        which = some // k
-        starts = lo.ravel()[some] + self.first[which]
+        starts = (lo + self.first).ravel()[some]
+        q = some % k
         counts = counts[some]
-        ends = counts.cumsum()
+        ends = np.add.accumulate(counts)
         total = int(ends[-1])
         if total == len(some):  # one row per hash and batch
-            return starts, some - which * k
+            return starts, q
         rows = np.arange(total, dtype=np.int64) - (ends - counts - starts).repeat(counts)
-        return rows, (some - which * k).repeat(counts)
+        return rows, q.repeat(counts)
 
     def _grow(self, like: Batch, keep: int, capacity: int) -> None:
         """Arrays for ``capacity`` rows of batches like ``like``, the first ``keep`` rows copied over."""
@@ -256,8 +298,8 @@ class _Flat:
         self.diffs = bigger(self.diffs)
 
     def source(self, rows: np.ndarray) -> np.ndarray:
-        """The batch of each row (rows in batch order)."""
-        return self.first.searchsorted(rows, "right") - 1
+        """The batch of each row."""
+        return self.first.ravel().searchsorted(rows, "right") - 1
 
     def take(self, rows: np.ndarray, width: int | None = None) -> Batch:
         """The updates at ``rows`` (with their first ``width`` columns only, when given)."""
@@ -280,6 +322,7 @@ class Spine:
         self.dim = dim
         self.entries: list[TraceBatch | _Merge] = []
         self._readable: list[TraceBatch] | None = None  # what ``batches`` returns, until the entries change
+        self._unread: list[TraceBatch] = []  # small batches inserted since the trace was last read
         self._shape = 0  # counts the changes of the entries other than appending a batch
         self._small: int | None = 0  # small batches at the end of the entries (None: to be counted again)
         self._flat: _Flat | None = None  # the readable batches laid end to end, while the trace is small
@@ -309,6 +352,7 @@ class Spine:
             self._reshaped()
             self._emptied = False
             self.entries = []
+            self._unread = []
             self._flat = None
             self.freed = True
         else:
@@ -345,9 +389,29 @@ class Spine:
 
     # -- writing ---------------------------------------------------------------------------------
     def insert(self, batch: TraceBatch) -> None:
-        """Append a sorted batch and spend merge effort proportional to its size."""
+        """Append a sorted batch and spend merge effort proportional to its size.
+
+        A small batch waits, unread, until the trace is next read (``batches``) or ``UNREAD_MAX`` wait, and
+        the batches that waited go in then as one, consolidated together: a trace written at every round of a
+        loop and read seldom (as an arrangement only a join with a collection that seldom changes reads) takes
+        one batch for many rounds, rather than a batch per round and a merge every few rounds."""
         if self.freed:
             return
+        if 0 < len(batch) < MIN_CHUNK:
+            self._unread.append(batch)
+            if len(self._unread) >= UNREAD_MAX:
+                self._take_unread()
+            return
+        if self._unread:
+            self._take_unread()
+        self._append(batch)
+
+    def _take_unread(self) -> None:
+        """Append the batches waiting unread, as one."""
+        unread, self._unread = self._unread, []
+        self._append(unread[0] if len(unread) == 1 else _merged(unread, self.since))
+
+    def _append(self, batch: TraceBatch) -> None:
         n = len(batch)
         shape = self._shape
         if n:
@@ -432,6 +496,7 @@ class Spine:
         """Take ``batches`` (as ``batches()`` gave them, oldest first) as the whole trace: a trace opened from
         a checkpoint. Later insertions merge with them as with any batches."""
         self.entries = [b for b in batches if len(b)]
+        self._unread = []
         self._readable = None
         self._reshaped()
         self._merging = False
@@ -463,6 +528,8 @@ class Spine:
     # -- reading ---------------------------------------------------------------------------------
     def batches(self) -> list[TraceBatch]:
         """The readable batches, oldest first; their union is the whole trace."""
+        if self._unread:
+            self._take_unread()
         if self._readable is None:
             out: list[TraceBatch] = []
             for e in self.entries:
@@ -480,9 +547,9 @@ class Spine:
     def find(
         self, hashes: np.ndarray, keys_only: bool = False, many: int | None = None
     ) -> tuple[Batch | None, np.ndarray, np.ndarray | None]:
-        """The updates whose key hash is one of ``hashes`` (not checked for exact key equality), with the
-        index of that hash each (with ``keys_only``, the updates' key columns alone), and when ``many`` or
-        more were found in several batches, the batch each comes from (in order; else None). The ranges found
+        """The updates whose key hash is one of ``hashes`` (ascending; not checked for exact key equality), with
+        the index of that hash each (with ``keys_only``, the updates' key columns alone), and when ``many`` or
+        more were found in several batches, the batch each comes from (else None). The ranges found
         in every batch are expanded together, and each batch holding some is read once (all at once in a small
         trace: see ``_Flat``)."""
         none = None, _NONE, None
@@ -493,7 +560,7 @@ class Spine:
         width = nkey if keys_only else None
         k = len(hashes)
         flat = self._flat_view(batches)
-        if flat is not None and k < FEW_QUERIES and hashes.max() < _INT64_MAX:
+        if flat is not None and k < FEW_QUERIES and int(hashes[-1]) < _INT64_MAX:
             rows, q = flat.find(hashes)  # and one gather of what it found
             if not len(rows):
                 return none
@@ -544,17 +611,17 @@ class Spine:
         """All updates whose key equals one of the query keys, with the index of that query key each (with
         ``keys_only``, the updates hold their key columns alone).
 
-        The query keys must be distinct. Work is proportional to the queries' log-seeks and the matches.
+        The query keys must be distinct, their hashes ascending. Work is proportional to the queries' log-seeks
+        and the matches.
         """
         out, q, _ = self.find(hashes, keys_only)
-        if out is None:
+        if out is None or identity_hash(cols, valid, hashes):
             return out, q
-        if not identity_hash(cols, valid, hashes):
-            mine = out.select(range(self.nkey))
-            theirs = (tuple(c[q] for c in cols), tuple(None if m is None else m[q] for m in valid))
-            ok = rows_equal(*theirs, *mine, n=len(q))
-            if not ok.all():
-                out, q = out.take(ok), q[ok]
+        nkey = self.nkey
+        theirs = tuple([c[q] for c in cols]), tuple([None if m is None else m[q] for m in valid])
+        ok = rows_equal(*theirs, out.columns[:nkey], out.valid[:nkey], n=len(q))
+        if np.count_nonzero(ok) < len(ok):
+            out, q = out.take(ok), q[ok]
         return out, q
 
     def count(self, hashes: np.ndarray, cols: tuple, valid: tuple) -> np.ndarray:
@@ -609,13 +676,13 @@ class Spine:
 def seek_batches(
     batches: list[TraceBatch], hashes: np.ndarray
 ) -> tuple[list[TraceBatch], np.ndarray, np.ndarray]:
-    """The batches whose hash range meets the query hashes', with the row range ``[lo, hi)`` of each query in
-    each of them, concatenated batch after batch (``len(hashes)`` ranges per batch).
+    """The batches whose hash range meets the query hashes' (ascending), with the row range ``[lo, hi)`` of
+    each query in each of them, concatenated batch after batch (``len(hashes)`` ranges per batch).
 
     Few queries (as a single update's keys inside a loop are) are searched with two binary searches per batch
     and nothing else, which is what a trace of many small batches needs to be cheap to read."""
     few = len(hashes) < FEW_QUERIES
-    least, most = int(hashes.min()), int(hashes.max())
+    least, most = int(hashes[0]), int(hashes[-1])  # (ascending)
     found: list[TraceBatch] = []
     los: list[np.ndarray] = []
     his: list[np.ndarray] = []
