@@ -166,11 +166,23 @@ def run(sf: float, txns: int, as_json: bool, directory: str | None = None) -> di
         store.wait()
         os.sync()
         store.synchronous = store.log.synchronous = True
-        on, off = [], []
-        for pair in range(txns):
-            db.store = store if pair % 2 == 0 else None
-            (on if pair % 2 == 0 else off).extend(_latencies(db, held, 2, 2 * pair))
+        # at least 1,000 transactions on each side: the difference of two medians of a disk's sync times
+        # needs that many to be steady; a bare append-and-sync of a log-sized record in the same directory,
+        # interleaved too, says what the disk alone costs
+        on, off, bare = [], [], []
+        probe = os.open(os.path.join(work, "sync-probe"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            for pair in range(2 * max(txns, 500)):
+                db.store = store if pair % 2 == 0 else None
+                (on if pair % 2 == 0 else off).extend(_latencies(db, held, 2, 2 * pair))
+                t0 = time.perf_counter()
+                os.write(probe, b"\0" * 4096)
+                os.fdatasync(probe)
+                bare.append(time.perf_counter() - t0)
+        finally:
+            os.close(probe)
         db.store = store
+        res["disk_sync_ms_p50"] = float(np.percentile(bare, 50) * 1e3)
         res["txn_ms_p50_log_on"] = float(np.percentile(on, 50) * 1e3)
         res["txn_ms_p99_log_on"] = float(np.percentile(on, 99) * 1e3)
         res["txn_ms_p50_log_off"] = float(np.percentile(off, 50) * 1e3)
