@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Tokenizer, TokenType
 
@@ -40,6 +41,7 @@ __all__ = [
     "MutualSpec",
     "rewrite_mutually_recursive",
     "attach_mutually_recursive",
+    "query_sql",
     "translate_recursive",
 ]
 
@@ -90,6 +92,30 @@ def attach_mutually_recursive(statements: list[exp.Expression], specs: dict[int,
             start = first.this.meta.get("start") if first is not None else None
             if start in specs:
                 with_.meta["ivm_mutual"] = specs[start]
+
+
+def query_sql(query: exp.Expression) -> str:
+    """``query`` as PostgreSQL's SQL, each ``WITH MUTUALLY RECURSIVE`` header written back (sqlglot knows no
+    such header and would write ``WITH RECURSIVE``): a text that parses to the same query again, as a
+    reopened database parses its views' definitions."""
+    return _Generator(dialect=Postgres()).generate(query)
+
+
+class _Generator(Postgres.Generator):
+    def with_sql(self, expression: exp.With) -> str:
+        spec = expression.meta.get("ivm_mutual")
+        if spec is None:
+            return super().with_sql(expression)
+        definitions = []
+        for cte, name, columns in zip(expression.expressions, spec.names, spec.columns, strict=True):
+            declared = ", ".join(f"{_quoted(c.name)} {c.type}" for c in columns)
+            definitions.append(f"{_quoted(name)}({declared}) AS {self.wrap(cte)}")
+        limit = f"({spec.on_limit.upper()} AT RECURSION LIMIT {spec.limit})"
+        return f"WITH MUTUALLY RECURSIVE {limit} {', '.join(definitions)}"
+
+
+def _quoted(name: str) -> str:
+    return exp.to_identifier(name, quoted=True).sql(dialect="postgres")
 
 
 def _word(token) -> str:

@@ -13,11 +13,14 @@ addresses Spark's ``allGather`` hands out once per stage (each of Spark's own ba
 Each task then writes its shards' part of every view's diffs as Parquet, and the driver reads them back as
 DataFrames; it collects nothing but the tasks' counts.
 
-A Python worker keeps the shards it hosts between micro-batches. When any task of a stage does not hold the
-state of the batch before (its worker is new, or a task was retried), every task starts its shards afresh
-and replays the input of the batches done so far, which stays under the state path: the state is the log of
-routed inputs. (Checkpointed arrangements per shard, so that a restart reads no history, are the next step;
-see docs/design/sharding.md.) A batch id applied before is not applied again."""
+A Python worker keeps the shards it hosts between micro-batches. Every ``checkpoint_every`` micro-batches each
+shard also writes its state (its arrangements as files, ``ivm.db.storage.Versions``) under
+``state/shards/NNNNN``, numbered by the batch id. When any task of a stage does not hold the state of the
+batch before (its worker is new, a task was retried, or the driver restarted), every task loads its shards'
+newest checkpoint of a recorded batch and replays the routed input of the recorded batches after it, which
+stays under the state path until two later checkpoints are recorded. A checkpoint written by a batch that was
+not recorded (its stage failed later, or the driver stopped first) is deleted when the state is loaded. A
+batch id applied before is not applied again."""
 
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ import pyarrow.parquet as pq
 
 import ivm
 from ivm.db.shards import Shards, portable_error, shards_of_rows
+from ivm.db.storage import Versions
 from ivm.engine.collective import SocketCollective
 from ivm.engine.files import join, listdir, makedirs, read_whole, resolve, write_bytes
 from ivm.errors import Error, ProgrammingError
@@ -59,6 +63,7 @@ class DistributedViews:
         state: str,
         shards: int,
         tasks: int | None = None,
+        checkpoint_every: int = 10,
     ) -> None:
         if shards < 1:
             raise ProgrammingError("a distributed view set needs at least one shard")
@@ -68,6 +73,9 @@ class DistributedViews:
         self.state = os.path.abspath(state) if "://" not in state else state
         self.shards = shards
         self.tasks = min(shards, tasks or spark.sparkContext.defaultParallelism)
+        if checkpoint_every < 1:
+            raise ProgrammingError("checkpoint_every counts micro-batches: at least 1")
+        self.checkpoint_every = checkpoint_every
         # the definitions are checked here, before any task runs them
         db = ivm.connect()
         db.execute(schema)
@@ -87,22 +95,29 @@ class DistributedViews:
             if held != definition:
                 raise ProgrammingError(f"{self.state} holds the state of other views or another shard count")
 
-    def done(self) -> list[int]:
-        """The batch ids applied so far, in order."""
+    def record(self) -> dict:
+        """What is recorded: ``batches``, the ids of the micro-batches applied after the older of the two
+        newest recorded ``checkpoints`` (all of them while there are fewer), in order, and ``last``, the last
+        applied (-1 before any)."""
         try:
             return json.loads(read_whole(join(self.state, _DONE)))
         except FileNotFoundError:
-            return []
+            return {"batches": [], "checkpoints": [], "last": -1}
+
+    def applied(self, batch_id: int) -> bool:
+        """Whether micro-batch ``batch_id`` was applied."""
+        rec = self.record()
+        return batch_id in rec["batches"] or bool(rec["checkpoints"]) and batch_id <= rec["checkpoints"][0]
 
     def apply(self, batch_id: int, changes: Mapping[str, tuple]) -> dict[str, object] | None:
         """Apply one micro-batch: per table, ``(inserted, deleted)`` row DataFrames (either None) with the
         table's columns; returns each view's diffs as a DataFrame (its columns, ``time`` = the batch id, and
         ``diff``), or None for a batch id applied before."""
-        done = self.done()
-        if batch_id in done:
+        rec = self.record()
+        if self.applied(batch_id):
             return None
-        if done and batch_id < done[-1]:
-            raise ProgrammingError(f"batch {batch_id} comes after batch {done[-1]}")
+        if batch_id < rec["last"]:
+            raise ProgrammingError(f"batch {batch_id} comes after batch {rec['last']}")
         for table in changes:
             if table not in self.tables:
                 raise ProgrammingError(f"table {table!r} does not exist")
@@ -115,7 +130,7 @@ class DistributedViews:
                         join(directory, "input", table, kind)
                     )
         remove_tree(join(directory, "output"))  # what an attempt with another layout of tasks left
-        job = _Job(self, batch_id, done)
+        job = _Job(self, batch_id, rec)
         sc = self.spark.sparkContext
         # the barrier stage feeds a shuffle, so that Spark retries it whole when a task fails (a barrier stage
         # that returns its results to the driver is never retried)
@@ -126,8 +141,24 @@ class DistributedViews:
         for r in reported:
             if isinstance(r, Error):
                 raise type(r)(f"micro-batch {batch_id} was not applied: {r}")
-        write_bytes(json.dumps([*done, batch_id]).encode(), join(self.state, _DONE))
+        self._record(rec, batch_id, job.checkpoint)
         return {v: self.spark.read.parquet(join(directory, "output", v)) for v in self.views}
+
+    def _record(self, rec: dict, batch_id: int, checkpointed: bool) -> None:
+        """Record micro-batch ``batch_id`` as applied (and its checkpoint as written in every shard); then
+        delete what no longer serves: the batches' directories up to the older of the two newest
+        checkpoints."""
+        batches, checkpoints = [*rec["batches"], batch_id], list(rec["checkpoints"])
+        if checkpointed:
+            checkpoints = [*checkpoints, batch_id][-2:]
+        if len(checkpoints) == 2:
+            batches = [b for b in batches if b > checkpoints[0]]
+        new = {"batches": batches, "checkpoints": checkpoints, "last": batch_id}
+        write_bytes(json.dumps(new).encode(), join(self.state, _DONE))
+        if len(checkpoints) == 2:
+            for name in listdir(join(self.state, "batches")):
+                if name.isdigit() and int(name) <= checkpoints[0]:
+                    remove_tree(join(self.state, "batches", name), whole=True)
 
     def _route(self, df, table):
         """``df`` with the shard of each row."""
@@ -160,16 +191,20 @@ def _hosted(task: int, tasks: int, shards: int) -> range:
 
 
 # the shards this Python worker hosts, kept between micro-batches: (state, shards, tasks, task) -> (last batch,
-# the shards, their subscriptions)
-_HELD: dict[tuple[str, int, int, int], tuple[int, Shards, dict]] = {}
+# the shards, their subscriptions, their checkpoints)
+_HELD: dict[tuple[str, int, int, int], tuple[int, Shards, dict, list[Versions]]] = {}
 
 
 class _Job:
     """What a task of a micro-batch's barrier stage runs (pickled to the executors)."""
 
-    def __init__(self, views: DistributedViews, batch_id: int, done: list[int]) -> None:
+    def __init__(self, views: DistributedViews, batch_id: int, rec: dict) -> None:
         self.state, self.schema, self.views = views.state, views.schema, views.views
-        self.shards, self.tasks, self.batch_id, self.done = views.shards, views.tasks, batch_id, list(done)
+        self.shards, self.tasks, self.batch_id = views.shards, views.tasks, batch_id
+        self.done, self.last = list(rec["batches"]), rec["last"]
+        since = rec["checkpoints"][-1] if rec["checkpoints"] else None
+        applied = len([b for b in self.done if since is None or b > since])  # batches since the last one
+        self.checkpoint = applied + 1 >= views.checkpoint_every  # after this batch, in every shard
         self.authkey = os.urandom(16)  # the tasks' connections to one another prove they are of this job
         extra = [pa.field("time", pa.int64()), pa.field("diff", pa.int64())]
         self.diff_schemas = {v: pa.schema([*views.columns[v], *extra]) for v in self.views}
@@ -181,7 +216,7 @@ class _Job:
         task = ctx.partitionId()
         key = (self.state, self.shards, self.tasks, task)
         held = _HELD.pop(key, None)  # put back only once this batch is through
-        last = self.done[-1] if self.done else -1
+        last = self.last
         have = [int(h) for h in ctx.allGather(str(held[0] if held else -2))]  # what each task holds
         directory = _batch_dir(self.state, self.batch_id)
         host = ctx.getTaskInfos()[task].address.rsplit(":", 1)[0]
@@ -190,22 +225,26 @@ class _Job:
             if held is not None:
                 held[1].close()
             db = Shards(self.shards, _hosted(task, self.tasks, self.shards), collective)
-            db.execute(self.schema)
-            for name, sql in self.views.items():
-                db.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+            versions = self._versions(db)
+            loaded = db.load(versions, last)
+            if loaded is None:
+                db.execute(self.schema)
+                for name, sql in self.views.items():
+                    db.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
             for b in self.done:
-                self._apply(db, b)
+                if loaded is None or b > loaded:
+                    self._apply(db, b)
             # the first micro-batch's diffs start from nothing: they hold what a view has on creation too
-            first = not self.done
+            first = last < 0
             subs = {v: [s.subscribe(v, snapshot=first) for s in db.shards] for v in self.views}
         else:
-            _, db, subs = held
+            _, db, subs, versions = held
             db.group.collective = collective
         try:
             self._apply(db, self.batch_id)
         except Error as err:  # refused in every task alike (the shards agree on errors), and rolled back
             collective.close()
-            _HELD[key] = (last, db, subs)
+            _HELD[key] = (last, db, subs, versions)
             yield pickle.dumps(portable_error(err))
             return
         rows = 0
@@ -217,9 +256,15 @@ class _Job:
             out = join(directory, "output", view)
             makedirs(out)
             pq.write_table(diffs, join(out, f"task-{task:05d}.parquet"))
+        if self.checkpoint:
+            db.save(versions, self.batch_id)
         collective.close()
-        _HELD[key] = (self.batch_id, db, subs)
+        _HELD[key] = (self.batch_id, db, subs, versions)
         yield pickle.dumps(rows)
+
+    def _versions(self, db: Shards) -> list[Versions]:
+        """Where the hosted shards' checkpoints are, each shard's own (any layout of tasks finds them)."""
+        return [Versions(join(self.state, "shards", f"{i:05d}")) for i in db.hosted]
 
     def _apply(self, db: Shards, batch_id: int) -> None:
         """Make batch ``batch_id``'s routed rows for the hosted shards, in one transaction."""
@@ -239,9 +284,14 @@ class _Job:
         db.change(writes, whole=False)
 
 
-def remove_tree(path: str) -> None:
+def remove_tree(path: str, whole: bool = False) -> None:
+    """Delete what the directory ``path`` holds (and the directory too, if ``whole``)."""
     fs, local = resolve(path)
-    fs.delete_dir_contents(local, missing_dir_ok=True)
+    if whole:
+        if fs.get_file_info(local).type != pafs.FileType.NotFound:
+            fs.delete_dir(local)
+    else:
+        fs.delete_dir_contents(local, missing_dir_ok=True)
 
 
 def _exists(path: str) -> bool:

@@ -24,6 +24,7 @@ from sql.catalog import Table, View
 from sql.ddl import table_from_create
 from sql.errors import SqlError, error_at
 from sql.logical import Call, Column, Plan, Scan
+from sql.recursive import query_sql
 from sql.scalar import NULL_TYPE, boolean, translate_scalar
 from sql.types import TEXT, domain_of
 
@@ -222,7 +223,7 @@ def _new_view(
             repeated[0] if repeated else query,
             f"column {twice!r} specified more than once in view {name!r} (rename one with AS)",
         )
-    view = View(name, plan, sql if query is None else query.sql(dialect="postgres"))
+    view = View(name, plan, sql if query is None else query_sql(query))
     compiled = compile_view(db.engine, db.registry, name, plan)
     df = compiled.dataflow
     db.catalog.views[name] = view

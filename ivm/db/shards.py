@@ -25,9 +25,10 @@ from sqlglot import exp
 from ivm.db.arrow import arrow_type, converter
 from ivm.db.connection import Connection, connect
 from ivm.db.parsing import parse
+from ivm.db.storage import Versions
 from ivm.engine.exchange import Collective, ShardGroup, Sharding, shard_of
 from ivm.engine.strings import StringPool
-from ivm.errors import Error, InternalError, NotSupportedError
+from ivm.errors import Error, InternalError, NotSupportedError, OperationalError
 from sql.catalog import Table
 
 __all__ = ["Shards", "shards_of_rows", "portable_error"]
@@ -197,6 +198,28 @@ class Shards:
             raise ValueError(f"relation {relation!r} does not exist")
         name = exp.to_identifier(relation).sql(dialect="postgres")
         return pa.concat_tables(self._all(lambda i, db: db.execute(f"SELECT * FROM {name}").fetch_arrow()))
+
+    def save(self, versions: list[Versions], number: int) -> None:
+        """Checkpoint each hosted shard's state as ``number`` in its ``Versions`` (in hosted order)."""
+        self._all(lambda i, db: versions[i - self.hosted.start].save(db, number))
+
+    def load(self, versions: list[Versions], at_most: int) -> int | None:
+        """Give the shards (new, empty) the state of the newest checkpoint numbered at most ``at_most`` that
+        every shard of every process holds whole: its number, or None if there is none (the shards stay
+        empty). Shards whose newest checkpoints differ (one damaged, or never written) are refused."""
+        start = self.hosted.start
+        picked = self._all(lambda i, db: versions[i - start].newest(at_most))
+        numbers = self._agreed([p[1] if p is not None else None for p in picked])
+        if len(set(numbers)) > 1:
+            paths = [v.store.path for v in versions]
+            raise OperationalError(
+                f"the shards' newest checkpoints are of different steps ({numbers}, in shard order; "
+                f"this process's: {paths}): the state cannot be loaded"
+            )
+        if numbers[0] is None:
+            return None
+        self._all(lambda i, db: versions[i - start].load(db, *picked[i - start]))
+        return numbers[0]
 
     def close(self) -> None:
         for db in self.shards:

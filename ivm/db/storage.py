@@ -65,7 +65,7 @@ from ivm.errors import OperationalError
 if TYPE_CHECKING:
     from ivm.db.connection import Connection
 
-__all__ = ["Store", "ENGINE", "open_database"]
+__all__ = ["Store", "ENGINE", "open_database", "Versions"]
 
 log = logging.getLogger("ivm.storage")
 
@@ -95,8 +95,10 @@ class Store:
         synchronous: bool = True,
         checkpoint_bytes: int = 64 << 20,
         checkpoint_interval: float = 300.0,
+        keeps_log: bool = True,
     ) -> None:
         self.local = is_local(path)
+        self.keeps_log = keeps_log  # off for ``Versions``, whose caller keeps its own log of inputs
         self.path = resolve(path)[1] if self.local else path  # a local path, or the URI of an object store's
         self.data = join(self.path, "data")
         self.wal = join(self.path, "wal")
@@ -190,11 +192,12 @@ class Store:
         if not db.in_transaction and self.group is None and db.version != self.version:
             self._log(db, [], "a change of the catalog")
 
-    def checkpoint(self, db: Connection, background: bool = False) -> None:
+    def checkpoint(self, db: Connection, background: bool = False, number: int | None = None) -> None:
         """Write the database's state and a manifest naming it (see the module's docstring). In the
         ``background`` the commit that asked for it waits only for the state to be taken (batches by
         reference, copies of what changes in place) and a new log segment; another thread writes the files
-        and the manifest. A checkpoint under way finishes before another begins."""
+        and the manifest. A checkpoint under way finishes before another begins. ``number`` names the
+        manifest (``Versions``) instead of the next number."""
         self.wait()
         if db.in_transaction or any(db.pending.values()):
             raise OperationalError("a checkpoint cannot be taken inside a transaction")
@@ -220,10 +223,12 @@ class Store:
             "catalog": _events(db),
         }
         if self.log is None:
-            manifest["wal"] = 1
+            manifest["wal"] = 1 if self.keeps_log else 0
         else:
             manifest["wal"] = self.log.roll()
-        self._allocated = number = max(self.number, self._allocated) + 1
+        if number is None:
+            number = max(self.number, self._allocated) + 1
+        self._allocated = number
         self.version = db.version
         if background:  # the strings it holds are logged again after it, should it never be written
             self.stalls.append(time.perf_counter() - t0)
@@ -232,7 +237,7 @@ class Store:
             self._thread.start()
             return
         self._write(manifest, tables, dataflows, pool, number, t0)
-        if self.log is None:
+        if self.log is None and self.keeps_log:
             self.log = wal.open_log(self.wal, manifest["wal"], self.synchronous)
         self.logged = len(pool[3])
 
@@ -317,6 +322,8 @@ class Store:
             if full not in needed:
                 remove(full)
         self.written.keep(_files_of(kept[0]))
+        if not self.keeps_log:
+            return
         first_segment = min(m["wal"] for m in kept)
         for s in wal.segments(self.wal):
             if s < first_segment:
@@ -641,3 +648,60 @@ def _newest_manifest(directory: str, numbers: list[int]) -> tuple[dict, int]:
             log.warning("%s", err)
             errors.append(str(err))
     raise OperationalError("; ".join(errors))
+
+
+class Versions:
+    """A database's state as checkpoints the caller numbers, with no log: for a caller that keeps its own log of
+    inputs and applies them in numbered steps (the sharded Spark engine numbers a shard's checkpoints by
+    micro-batch, whose routed rows it keeps). ``save`` writes the state as number n; ``load`` gives a new
+    connection the newest state numbered at most n and deletes those above it, which belong to steps that
+    were not recorded (a step retried, or replayed after a restart). The files are those of a database
+    directory, checked as there; the newest two checkpoints are kept."""
+
+    def __init__(self, path: str) -> None:
+        self.store = Store(path, keeps_log=False)
+
+    def numbers(self) -> list[int]:
+        return _manifest_numbers(self.store.path)
+
+    def save(self, db: Connection, number: int) -> None:
+        """Write ``db``'s state (at rest, outside a transaction) as checkpoint ``number``."""
+        with db.pool.active():
+            self.store.checkpoint(db, number=number)
+
+    def newest(self, at_most: int) -> tuple[dict, int] | None:
+        """The newest checkpoint numbered at most ``at_most`` that reads whole, and its number (None if there
+        is none); those numbered above it are deleted first."""
+        for n in self.numbers():
+            if n > at_most:
+                remove(_manifest_path(self.store.path, n))
+        numbers = self.numbers()
+        return _newest_manifest(self.store.path, numbers) if numbers else None
+
+    def load(self, db: Connection, manifest: dict, number: int) -> None:
+        """Make ``db`` (new and empty, its engine's sharding set if any) the state of checkpoint ``number``
+        (``manifest``, from ``newest``). A state saved by another version of ivm, or with other plans, gives
+        its tables' rows, from which every view is computed again, as at the opening of a database
+        directory."""
+        store = self.store
+        if manifest["format"] != FORMAT:
+            raise OperationalError(f"{store.path} holds format {manifest['format']}, this ivm reads {FORMAT}")
+        store.number = store._allocated = number
+        rebuild = manifest["engine"] != ENGINE
+        with db.pool.active():
+            if not rebuild:
+                try:
+                    with read_ahead(_stored_files(manifest)):
+                        _restore(db, store, manifest, hydrate=True)
+                except checkpoint.Mismatch as err:
+                    log.warning("%s: %s; building every view again from the tables", store.path, err)
+                    rebuild = True
+        if rebuild:
+            sharding = db.engine.sharding
+            db._reset()
+            db.engine.sharding = sharding
+            store.written = Written()
+            with db.pool.active():
+                _restore(db, store, manifest, hydrate=False)
+        store.version = db.version
+        store.logged = len(db.pool)

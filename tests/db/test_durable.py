@@ -173,6 +173,28 @@ def test_catalog_history_survives(tmp_path):
     db.close()
 
 
+def test_a_mutually_recursive_view_reopens_with_its_header(tmp_path):
+    """sqlglot writes ``WITH MUTUALLY RECURSIVE`` back as ``WITH RECURSIVE``: the catalog keeps the header, its
+    declared columns and its limit, so that the view parses again when the database opens."""
+    path = str(tmp_path / "db")
+    db = ivm.connect(path)
+    db.execute("CREATE TABLE w (src INT, dst INT, len INT); CREATE TABLE roots (r INT)")
+    db.execute(
+        "CREATE VIEW v AS WITH MUTUALLY RECURSIVE (RETURN AT RECURSION LIMIT 50) "
+        "dist(node INTEGER, len INTEGER) AS (SELECT node, MIN(len) FROM "
+        "(SELECT r AS node, 0 AS len FROM roots UNION ALL "
+        "SELECT w.dst, dist.len + w.len FROM dist JOIN w ON w.src = dist.node) x GROUP BY node) "
+        "SELECT node, len FROM dist"
+    )
+    db.execute("INSERT INTO roots VALUES (1); INSERT INTO w VALUES (1, 2, 3), (2, 3, 4)")
+    db.close()
+    db = ivm.connect(path)
+    assert "WITH MUTUALLY RECURSIVE (RETURN AT RECURSION LIMIT 50)" in db.views["v"].view.sql
+    db.execute("INSERT INTO w VALUES (3, 4, 5)")
+    assert sorted(db.execute("SELECT * FROM v").fetchall()) == [(1, 0), (2, 3), (3, 7), (4, 12)]
+    db.close()
+
+
 def test_sums_in_error_and_exact_double_sums_are_loaded_as_they_were(tmp_path, caplog):
     """A view whose sum does not fit is in error after a clean stop and after a crash alike (the running
     states and the reduce's trace of its errors are checkpointed), and recovers when the rows at fault leave;

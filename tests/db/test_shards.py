@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import ivm
 from ivm.db.shards import Shards
+from ivm.db.storage import Versions
 from tests.sql.test_recursive import MUTUAL, SCHEMA, SIZES, STANDARD, TABLES, _cols, _row, mutual_sql
 
 TEXT_SCHEMA = [
@@ -151,6 +152,52 @@ def test_sharded_views_equal_the_embedded_engine(shards):
 @given(shards=st.integers(1, 8), seed=st.integers(0, 10**6))
 def test_any_shard_count_gives_the_same_views(shards, seed):
     run(shards, seed, batches=4)
+
+
+def test_shards_checkpointed_by_step_load_the_newest_recorded_one(tmp_path):
+    """Each shard's state saved as numbered checkpoints (``Versions``, no log): new shards load the newest
+    numbered at most the last recorded step, checkpoints of later steps are deleted, and the loaded shards go
+    on exactly as the ones that never stopped."""
+    both = Both(3)
+    steps: list[list[tuple]] = [[]]  # the operations of each step, a check ending it
+    for op in script(11, 6):
+        steps[-1].append(op)
+        if op[0] == "check":
+            steps.append([])
+
+    def run_step(dbs, step: int) -> None:
+        for op in steps[step]:
+            if op[0] == "check":
+                both.same(op[1])
+            else:
+                for db in dbs:
+                    apply(db, op, both._schema)
+
+    def versions() -> list[Versions]:
+        return [Versions(str(tmp_path / f"{i}")) for i in range(3)]
+
+    saving = versions()
+    run_step([both.one, both.many], 0)
+    run_step([both.one, both.many], 1)
+    both.many.save(saving, 1)
+    run_step([both.one, both.many], 2)
+    both.many.save(saving, 2)  # a step that is not recorded: a restart goes back to step 1
+    assert [v.numbers() for v in saving] == [[1, 2]] * 3
+    both.many = Shards(3)
+    assert both.many.load(versions(), at_most=1) == 1
+    assert [v.numbers() for v in saving] == [[1]] * 3
+    run_step([both.many], 2)
+    for step in range(3, len(steps)):
+        run_step([both.one, both.many], step)
+    assert Shards(2).load([Versions(str(tmp_path / f"none{i}")) for i in range(2)], at_most=5) is None
+
+
+def test_shards_whose_newest_checkpoints_differ_are_refused(tmp_path):
+    db = Shards(2)
+    db.execute("CREATE TABLE t (k INT PRIMARY KEY)")
+    db.save([Versions(str(tmp_path / f"{i}")) for i in range(2)], 4)
+    with pytest.raises(ivm.OperationalError, match="newest checkpoints are of different steps"):
+        Shards(2).load([Versions(str(tmp_path / "0")), Versions(str(tmp_path / "other"))], at_most=4)
 
 
 def test_a_change_one_shard_rejects_is_rolled_back_in_every_shard():

@@ -55,7 +55,7 @@ def main(state: str, shards: int, seed: int, batches: int, fault: int) -> None:
     one.execute(schema)
     for name, sql in views.items():
         one.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
-    kept = DistributedViews(spark, schema, views, state, shards=shards, tasks=2)
+    kept = DistributedViews(spark, schema, views, state, shards=shards, tasks=2, checkpoint_every=2)
     arrow = {
         t: pa.schema([pa.field(c.name, arrow_type(c.type)) for c in table.columns])
         for t, table in kept.tables.items()
@@ -92,8 +92,11 @@ def main(state: str, shards: int, seed: int, batches: int, fault: int) -> None:
                 assert "micro-batch 1 was not applied" in str(err) and "duplicate key" in str(err), err
             else:
                 raise AssertionError("a duplicate key was accepted")
-        if batch == 3:  # a new driver with another layout of the shards over tasks: every shard is rebuilt
-            kept = DistributedViews(spark, schema, views, state, shards=shards, tasks=1)
+        if batch in (3, 4):  # a new driver with another layout of the shards over tasks: every shard loads
+            # its checkpoint of batch 1 (and replays batch 2), then of batch 3, whose inputs alone are kept
+            kept = DistributedViews(
+                spark, schema, views, state, shards=shards, tasks=batch - 2, checkpoint_every=2
+            )
         diffs = kept.apply(batch, frames)
         assert kept.apply(batch, frames) is None  # a replayed batch id changes nothing
         for v, df in diffs.items():
@@ -104,6 +107,14 @@ def main(state: str, shards: int, seed: int, batches: int, fault: int) -> None:
         batch += 1
         pending.clear()
     spark.stop()
+    record = kept.record()
+    assert record["checkpoints"] == [1, 3] and record["batches"] == [2, 3, 4], record
+    assert sorted(os.listdir(os.path.join(state, "batches"))) == [f"{b:012d}" for b in (2, 3, 4)]
+    for shard in range(shards):
+        names = os.listdir(os.path.join(state, "shards", f"{shard:05d}"))
+        assert sorted(n for n in names if n.startswith("manifest-")) == [
+            f"manifest-{b:012d}.json" for b in (1, 3)
+        ], names
     print(json.dumps({"batches": checked, "views": sorted(views), "killed": os.path.exists(marker)}))
 
 
