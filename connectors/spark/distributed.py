@@ -24,6 +24,7 @@ batch id applied before is not applied again."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -37,16 +38,19 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 import ivm
+from connectors.spark._changes import ChangeShape, split_commits
 from ivm.db.shards import Shards, portable_error, shards_of_rows
 from ivm.db.storage import Versions
 from ivm.engine.collective import SocketCollective
 from ivm.engine.files import join, listdir, makedirs, read_whole, resolve, write_bytes
-from ivm.errors import Error, ProgrammingError
+from ivm.errors import Error, NotSupportedError, ProgrammingError
+from sql.errors import SqlError
 
 __all__ = ["DistributedViews"]
 
 _SHARD = "ivm_shard"  # (a partition directory named with a leading _ would be ignored by readers)
 _DONE = "done.json"
+_CHANGES, _SHAPE = "changes", "shape.json"  # a micro-batch of change rows, and their shape
 
 
 class DistributedViews:
@@ -64,6 +68,7 @@ class DistributedViews:
         shards: int,
         tasks: int | None = None,
         checkpoint_every: int = 10,
+        dialect="postgres",
     ) -> None:
         if shards < 1:
             raise ProgrammingError("a distributed view set needs at least one shard")
@@ -76,11 +81,13 @@ class DistributedViews:
         if checkpoint_every < 1:
             raise ProgrammingError("checkpoint_every counts micro-batches: at least 1")
         self.checkpoint_every = checkpoint_every
+        self.dialect = dialect  # "postgres", or a sql.spark.Spark: how the views are read
+        self.counts: dict[str, int] = {}  # each view's diff rows in the last micro-batch applied
         # the definitions are checked here, before any task runs them
         db = ivm.connect()
         db.execute(schema)
         for name, sql in self.views.items():
-            db.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+            db.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}", dialect=dialect)
         self.tables = dict(db.catalog.tables)
         self.columns = {v: db.execute(f"SELECT * FROM {v} LIMIT 0").fetch_arrow().schema for v in self.views}
         db.close()
@@ -102,7 +109,7 @@ class DistributedViews:
         try:
             return json.loads(read_whole(join(self.state, _DONE)))
         except FileNotFoundError:
-            return {"batches": [], "checkpoints": [], "last": -1}
+            return {"batches": [], "checkpoints": [], "last": -1, "note": None}
 
     def applied(self, batch_id: int) -> bool:
         """Whether micro-batch ``batch_id`` was applied."""
@@ -110,14 +117,12 @@ class DistributedViews:
         return batch_id in rec["batches"] or bool(rec["checkpoints"]) and batch_id <= rec["checkpoints"][0]
 
     def apply(self, batch_id: int, changes: Mapping[str, tuple]) -> dict[str, object] | None:
-        """Apply one micro-batch: per table, ``(inserted, deleted)`` row DataFrames (either None) with the
-        table's columns; returns each view's diffs as a DataFrame (its columns, ``time`` = the batch id, and
-        ``diff``), or None for a batch id applied before."""
-        rec = self.record()
-        if self.applied(batch_id):
+        """Apply one micro-batch as one transaction: per table, ``(inserted, deleted)`` row DataFrames
+        (either None) with the table's columns; returns each view's diffs as a DataFrame (its columns,
+        ``time`` = the batch id, and ``diff``), or None for a batch id applied before."""
+        rec = self._next(batch_id)
+        if rec is None:
             return None
-        if batch_id < rec["last"]:
-            raise ProgrammingError(f"batch {batch_id} comes after batch {rec['last']}")
         for table in changes:
             if table not in self.tables:
                 raise ProgrammingError(f"table {table!r} does not exist")
@@ -129,8 +134,59 @@ class DistributedViews:
                     self._route(df, self.tables[table]).write.mode("overwrite").partitionBy(_SHARD).parquet(
                         join(directory, "input", table, kind)
                     )
+        return self._run(batch_id, rec, pa.int64())
+
+    def apply_changes(self, batch_id: int, df, shape: ChangeShape, note: object = None) -> dict | None:
+        """Apply one micro-batch of change rows (a DataFrame in ``shape``, as ``connectors.spark``'s sink takes
+        them), each source commit as one transaction; returns each view's diffs as a DataFrame (its columns,
+        ``time`` = the source commit, ``diff``), or None for a batch id applied before. ``note`` (JSON) is
+        kept in the record with the batch (the sink keeps its streaming query's id there)."""
+        rec = self._next(batch_id)
+        if rec is None:
+            return None
+        if not shape.whole:
+            raise NotSupportedError("a distributed sink takes whole commits only (whole_commits=False)")
+        columns = {t: [c.name for c in table.columns] for t, table in self.tables.items()}
+        names = set(df.columns)
+        for col in sorted(shape.control_columns()):
+            if col not in names:
+                raise SqlError(f"change rows lack the column {col!r} (columns: {', '.join(df.columns)})")
+        if shape.table is not None:
+            if shape.table not in columns:
+                raise SqlError(f"table {shape.table!r} does not exist")
+            missing = [c for c in columns[shape.table] if c not in names]
+            if missing:
+                raise SqlError(
+                    f"change rows of table {shape.table!r} lack its column(s) {', '.join(map(repr, missing))}"
+                )
+        directory = _batch_dir(self.state, batch_id)
+        remove_tree(join(directory, "input"))
+        self._route_changes(df, shape).write.mode("overwrite").partitionBy(_SHARD).parquet(
+            join(directory, "input", _CHANGES)
+        )
+        write_bytes(json.dumps(dataclasses.asdict(shape)).encode(), join(directory, "input", _SHAPE))
+        if shape.commit is None:
+            time_type = pa.int64()
+        else:
+            from pyspark.sql.pandas.types import to_arrow_type
+
+            time_type = to_arrow_type(df.schema[shape.commit].dataType)
+        return self._run(batch_id, rec, time_type, note)
+
+    def _next(self, batch_id: int) -> dict | None:
+        """The record, if ``batch_id`` is to be applied now; None if it was applied."""
+        rec = self.record()
+        if self.applied(batch_id):
+            return None
+        if batch_id < rec["last"]:
+            raise ProgrammingError(f"batch {batch_id} comes after batch {rec['last']}")
+        return rec
+
+    def _run(self, batch_id: int, rec: dict, time_type: pa.DataType, note: object = None) -> dict[str, object]:
+        """Run micro-batch ``batch_id``'s barrier stage over its routed input, and record it."""
+        directory = _batch_dir(self.state, batch_id)
         remove_tree(join(directory, "output"))  # what an attempt with another layout of tasks left
-        job = _Job(self, batch_id, rec)
+        job = _Job(self, batch_id, rec, time_type)
         sc = self.spark.sparkContext
         # the barrier stage feeds a shuffle, so that Spark retries it whole when a task fails (a barrier stage
         # that returns its results to the driver is never retried)
@@ -141,10 +197,11 @@ class DistributedViews:
         for r in reported:
             if isinstance(r, Error):
                 raise type(r)(f"micro-batch {batch_id} was not applied: {r}")
-        self._record(rec, batch_id, job.checkpoint)
+        self._record(rec, batch_id, job.checkpoint, note)
+        self.counts = {v: sum(r[v] for r in reported) for v in self.views}
         return {v: self.spark.read.parquet(join(directory, "output", v)) for v in self.views}
 
-    def _record(self, rec: dict, batch_id: int, checkpointed: bool) -> None:
+    def _record(self, rec: dict, batch_id: int, checkpointed: bool, note: object) -> None:
         """Record micro-batch ``batch_id`` as applied (and its checkpoint as written in every shard); then
         delete what no longer serves: the batches' directories up to the older of the two newest
         checkpoints."""
@@ -153,12 +210,35 @@ class DistributedViews:
             checkpoints = [*checkpoints, batch_id][-2:]
         if len(checkpoints) == 2:
             batches = [b for b in batches if b > checkpoints[0]]
-        new = {"batches": batches, "checkpoints": checkpoints, "last": batch_id}
+        new = {"batches": batches, "checkpoints": checkpoints, "last": batch_id, "note": note}
         write_bytes(json.dumps(new).encode(), join(self.state, _DONE))
         if len(checkpoints) == 2:
             for name in listdir(join(self.state, "batches")):
                 if name.isdigit() and int(name) <= checkpoints[0]:
                     remove_tree(join(self.state, "batches", name), whole=True)
+
+    def _route_changes(self, df, shape: ChangeShape):
+        """Change rows ``df`` with the shard of each row: that of its key in its table. A row naming no table
+        of the schema goes to shard 0, whose task refuses it by name."""
+        count, tables = self.shards, self.tables
+
+        def route(batches):
+            for b in batches:
+                shard = np.zeros(b.num_rows, np.int32)
+                if shape.table is not None:
+                    shard[:] = shards_of_rows(tables[shape.table], b, count)
+                elif b.num_rows:
+                    names = pc.dictionary_encode(b.column(shape.table_column).cast(pa.string()))
+                    codes = pc.fill_null(names.indices, -1).to_numpy(zero_copy_only=False)
+                    for code, name in enumerate(names.dictionary.to_pylist()):  # a few tables, not rows
+                        if name in tables:
+                            mine = np.flatnonzero(codes == code)
+                            shard[mine] = shards_of_rows(tables[name], b.take(pa.array(mine)), count)
+                yield b.append_column(_SHARD, pa.array(shard))
+
+        from pyspark.sql.types import IntegerType, StructField, StructType
+
+        return df.mapInArrow(route, StructType([*df.schema.fields, StructField(_SHARD, IntegerType())]))
 
     def _route(self, df, table):
         """``df`` with the shard of each row."""
@@ -198,15 +278,16 @@ _HELD: dict[tuple[str, int, int, int], tuple[int, Shards, dict, list[Versions]]]
 class _Job:
     """What a task of a micro-batch's barrier stage runs (pickled to the executors)."""
 
-    def __init__(self, views: DistributedViews, batch_id: int, rec: dict) -> None:
+    def __init__(self, views: DistributedViews, batch_id: int, rec: dict, time_type: pa.DataType) -> None:
         self.state, self.schema, self.views = views.state, views.schema, views.views
+        self.dialect, self.tables = views.dialect, views.tables
         self.shards, self.tasks, self.batch_id = views.shards, views.tasks, batch_id
         self.done, self.last = list(rec["batches"]), rec["last"]
         since = rec["checkpoints"][-1] if rec["checkpoints"] else None
         applied = len([b for b in self.done if since is None or b > since])  # batches since the last one
         self.checkpoint = applied + 1 >= views.checkpoint_every  # after this batch, in every shard
         self.authkey = os.urandom(16)  # the tasks' connections to one another prove they are of this job
-        extra = [pa.field("time", pa.int64()), pa.field("diff", pa.int64())]
+        extra = [pa.field("time", time_type), pa.field("diff", pa.int64())]
         self.diff_schemas = {v: pa.schema([*views.columns[v], *extra]) for v in self.views}
 
     def run(self, _partition):
@@ -230,7 +311,7 @@ class _Job:
             if loaded is None:
                 db.execute(self.schema)
                 for name, sql in self.views.items():
-                    db.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+                    db.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}", dialect=self.dialect)
             for b in self.done:
                 if loaded is None or b > loaded:
                     self._apply(db, b)
@@ -241,18 +322,20 @@ class _Job:
             _, db, subs, versions = held
             db.group.collective = collective
         try:
-            self._apply(db, self.batch_id)
-        except Error as err:  # refused in every task alike (the shards agree on errors), and rolled back
+            t0, values = self._apply(db, self.batch_id)
+        except _Refused as refused:  # in every task alike (the shards agree on errors)
             collective.close()
-            _HELD[key] = (last, db, subs, versions)
-            yield pickle.dumps(portable_error(err))
+            if refused.intact:  # rolled back: the shards still hold the state before this batch
+                _HELD[key] = (last, db, subs, versions)
+            else:
+                db.close()
+            yield pickle.dumps(portable_error(refused.error))
             return
-        rows = 0
+        rows = {}
         for view, parts in subs.items():
-            diffs = _diffs(
-                [b for sub in parts for b in sub if b.num_rows], self.batch_id, self.diff_schemas[view]
-            )
-            rows += diffs.num_rows
+            batches = [b for sub in parts for b in sub if b.num_rows]
+            diffs = _diffs(batches, t0, values, self.diff_schemas[view])
+            rows[view] = diffs.num_rows
             out = join(directory, "output", view)
             makedirs(out)
             pq.write_table(diffs, join(out, f"task-{task:05d}.parquet"))
@@ -266,22 +349,69 @@ class _Job:
         """Where the hosted shards' checkpoints are, each shard's own (any layout of tasks finds them)."""
         return [Versions(join(self.state, "shards", f"{i:05d}")) for i in db.hosted]
 
-    def _apply(self, db: Shards, batch_id: int) -> None:
-        """Make batch ``batch_id``'s routed rows for the hosted shards, in one transaction."""
+    def _apply(self, db: Shards, batch_id: int) -> tuple[int, pa.Array]:
+        """Make batch ``batch_id``'s routed rows for the hosted shards, a transaction per source commit: the
+        engine time of the first, and the commits' values (engine time ``t0 + i`` is commit ``i``). Raises
+        ``_Refused`` if a commit is refused (in every process alike)."""
         base = join(_batch_dir(self.state, batch_id), "input")
+        t0 = db.shards[0].time
+        if _exists(join(base, _SHAPE)):
+            saved = json.loads(read_whole(join(base, _SHAPE)))
+            shape = ChangeShape(**{**saved, "ignored": tuple(saved["ignored"])})
+            data = _hosted_rows(join(base, _CHANGES), db.hosted)
+            columns = {t: [c.name for c in table.columns] for t, table in self.tables.items()}
+            try:
+                values, commits = split_commits(data, shape, columns, batch_id)
+                local = (values, None)
+            except SqlError as err:
+                local = (None, portable_error(err))
+            every = [pickle.loads(m) for m in db.group.collective.all_gather(pickle.dumps(local))]
+            errors = [e for _, e in every if e is not None]
+            if errors:
+                raise _Refused(errors[0], intact=True)
+            parts = [v for v, _ in every if v is not None and len(v)]
+            values = pc.unique(pa.concat_arrays(parts)).sort() if parts else pa.array([], pa.int64())
+            mine = {c.value.as_py(): c for c in commits}
+            for i in range(len(values)):
+                c = mine.get(values[i].as_py())
+                writes = []
+                if c is not None:
+                    writes = [(t, "delete", r) for t, r in c.deletes.items()]
+                    writes += [(t, "insert", r) for t, r in c.inserts.items()]
+                try:
+                    db.change(writes, whole=False)
+                except Error as err:
+                    message = f"commit {values[i].as_py()}, {err}"
+                    raise _Refused(type(err)(message), intact=i == 0) from err
+            return t0, values
         writes = []
-        tables = listdir(base) if _exists(base) else []
-        for table in sorted(tables):
+        for table in sorted(listdir(base) if _exists(base) else []):
             for kind in ("delete", "insert"):
                 path = join(base, table, kind)
-                if not _exists(path):
-                    continue
-                fs, local = resolve(path)
-                data = ds.dataset(local, filesystem=fs, format="parquet", partitioning="hive").to_table(
-                    filter=pc.field(_SHARD).isin(list(db.hosted))
-                )
-                writes.append((table, kind, data.drop_columns([_SHARD])))
-        db.change(writes, whole=False)
+                if _exists(path):
+                    writes.append((table, kind, _hosted_rows(path, db.hosted)))
+        try:
+            db.change(writes, whole=False)
+        except Error as err:
+            raise _Refused(err, intact=True) from err
+        return t0, pa.array([batch_id], pa.int64())
+
+
+class _Refused(Exception):
+    """A micro-batch refused by the shards: the error, and whether they still hold the state before it."""
+
+    def __init__(self, error: Error, intact: bool) -> None:
+        super().__init__(str(error))
+        self.error, self.intact = error, intact
+
+
+def _hosted_rows(path: str, hosted: range) -> pa.Table:
+    """The routed rows under ``path`` (partitioned by shard) of the ``hosted`` shards."""
+    fs, local = resolve(path)
+    data = ds.dataset(local, filesystem=fs, format="parquet", partitioning="hive").to_table(
+        filter=pc.field(_SHARD).isin(list(hosted))
+    )
+    return data.drop_columns([_SHARD])
 
 
 def remove_tree(path: str, whole: bool = False) -> None:
@@ -299,14 +429,15 @@ def _exists(path: str) -> bool:
     return fs.get_file_info(local).type != pafs.FileType.NotFound
 
 
-def _diffs(batches: list[pa.RecordBatch], batch_id: int, schema: pa.Schema) -> pa.Table:
-    """A view's changes in this micro-batch, consolidated, with ``time`` = the batch id."""
+def _diffs(batches: list[pa.RecordBatch], t0: int, values: pa.Array, schema: pa.Schema) -> pa.Table:
+    """A view's changes in this micro-batch, consolidated per commit, with ``time`` = the commit's value."""
     if not batches:
         return schema.empty_table()
     raw = pa.Table.from_batches(batches)
     columns = [c for c in raw.column_names if c not in ("time", "diff")]
-    net = raw.group_by(columns, use_threads=False).aggregate([("diff", "sum")])
+    net = raw.group_by([*columns, "time"], use_threads=False).aggregate([("diff", "sum")])
     net = net.filter(pc.not_equal(net.column("diff_sum"), 0))
-    time = pa.array(np.full(net.num_rows, batch_id, dtype=np.int64))
+    # (rows a view holds on creation, such as a global aggregate's, are dated with the first commit)
+    time = values.take(pa.array(np.maximum(net.column("time").to_numpy() - t0, 0)))
     out = pa.table([*(net.column(c) for c in columns), time, net.column("diff_sum")], names=schema.names)
     return out.cast(schema)

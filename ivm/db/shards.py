@@ -103,10 +103,17 @@ class Shards:
             return values
         return [v for m in self.group.collective.all_gather(pickle.dumps(values)) for v in pickle.loads(m)]
 
-    def execute(self, sql: str) -> None:
+    def execute(self, sql: str, dialect="postgres") -> None:
         """Run ``sql`` in every shard: DDL, or a change every shard makes to the rows it holds (a DELETE or
         an UPDATE that keeps each row's key), committed only if every shard accepts it. New rows go to the
-        shards of their keys through ``insert_arrow``."""
+        shards of their keys through ``insert_arrow``. ``dialect`` is ``Connection.execute``'s: a CREATE VIEW
+        may be read as Spark SQL."""
+        if dialect != "postgres":
+            _, err = self._together(lambda i, db: db.execute(sql, dialect=dialect))
+            if err is not None:
+                self._reconcile()
+                raise err
+            return
         statements = parse(sql)
         if any(isinstance(s, (exp.Insert, exp.Copy)) for s in statements):
             raise NotSupportedError("a sharded database takes new rows by insert_arrow, not INSERT or COPY")
