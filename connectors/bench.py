@@ -1,4 +1,4 @@
-"""Connector benchmarks: ``python -m connectors.bench postgres|spark [--json] [options]``."""
+"""Connector benchmarks: ``python -m connectors.bench postgres|spark|spark-distributed [--json] [options]``."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ def main(argv: list[str] | None = None) -> int:
         from connectors.postgres.bench import main as run
     elif which == "spark":
         from connectors.spark.bench import main as run
+    elif which == "spark-distributed":
+        from connectors.spark.bench_distributed import main as run
     else:
-        print("usage: python -m connectors.bench postgres|spark [--json] [options]", file=sys.stderr)
+        usage = "usage: python -m connectors.bench postgres|spark|spark-distributed [--json] [options]"
+        print(usage, file=sys.stderr)
         return 2
     return run(argv) or 0
 

@@ -95,7 +95,7 @@ class ViewSink:
                 raise SqlError(f"view {v!r} has a column named {clash[0]!r}, which the diffs use; rename it")
             extra = [pa.field("time", pa.int64()), pa.field("diff", pa.int64())]
             self.no_diffs[v] = pa.schema([*schema_, *extra]).empty_table()
-        definition = {"schema": schema, "views": self.views}
+        definition = {"schema": schema, "views": self.views, **self._layout()}
         if self.spark is not None:  # the views' meaning depends on the dialect and the session time zone
             definition.update(dialect="spark", time_zone=self.spark.time_zone)
         self.state = StateDir(state_dir, definition)
@@ -103,9 +103,21 @@ class ViewSink:
         self.last_batch = -1
         self.query: str | None = None  # the streaming query the state serves, once known
 
+    def _layout(self) -> dict:
+        """What of the state's layout its definition records besides the schema and views."""
+        return {}
+
     # -- Spark entry point ------------------------------------------------------------------------------
     def __call__(self, df, batch_id: int) -> None:
         """The ``foreachBatch`` function: apply the micro-batch ``df`` (a Spark DataFrame) once."""
+        query = self._check_session(df, batch_id)
+        if self._replayed(int(batch_id), query):
+            return  # applied and written out before
+        self.apply(df.toArrow(), int(batch_id), spark=df.sparkSession, query=query)
+
+    def _check_session(self, df, batch_id: int) -> str | None:
+        """Refuse a micro-batch from a session whose settings the views were not made for; the streaming
+        query's id."""
         query = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
         zone = df.sparkSession.conf.get("spark.sql.session.timeZone")
         if self.spark is not None and zone != self.spark.time_zone:
@@ -119,9 +131,7 @@ class ViewSink:
                 "the views follow Spark SQL with spark.sql.ansi.enabled=true (Spark 4's default: an error "
                 "where a division by zero or an overflow would give NULL); the micro-batch's session has it off"
             )
-        if self._replayed(int(batch_id), query):
-            return  # applied and written out before
-        self.apply(df.toArrow(), int(batch_id), spark=df.sparkSession, query=query)
+        return query
 
     # -- the work, on Arrow -----------------------------------------------------------------------------
     def apply(
@@ -316,7 +326,7 @@ class ViewSink:
         ``dead_letters`` goes there and the rest proceeds."""
         db = self._engine()
         shape = self.shape or (delta_cdf() if "_change_type" in changes.column_names else plain())
-        self._refuse_extra_columns(changes, shape)
+        self._refuse_extra_columns(changes.column_names, shape)
         if self.held is not None:
             changes = pa.concat_tables([self.held, changes], promote_options="permissive")
         values, commits = split_commits(changes, shape, self.columns, batch_id)
@@ -374,7 +384,7 @@ class ViewSink:
         table = pa.concat_tables(parts, promote_options="permissive")
         write_atomically(table, joined(self.dead_letters, f"batch-{batch_id:012d}.parquet"))
 
-    def _refuse_extra_columns(self, changes: pa.Table, shape: ChangeShape) -> None:
+    def _refuse_extra_columns(self, names: Sequence[str], shape: ChangeShape) -> None:
         """Refuse change rows carrying a column that is neither a table's column, nor one of the shape's
         control or ignored columns, nor in ``ignore_columns``: it would be dropped without a word."""
         if shape.table is not None and shape.table not in self.columns:
@@ -382,7 +392,7 @@ class ViewSink:
         tables = [shape.table] if shape.table is not None else list(self.columns)
         known = {c for t in tables for c in self.columns[t]}
         known |= shape.control_columns() | set(shape.ignored) | self.ignore_columns
-        extra = [c for c in changes.column_names if c not in known]
+        extra = [c for c in names if c not in known]
         if extra:
             raise SqlError(
                 f"change rows carry column(s) {', '.join(map(repr, extra))}, which no table of the schema has "
@@ -450,6 +460,9 @@ def view_sink(
     dead_letters: str | os.PathLike | None = None,
     dialect: str = "spark",
     time_zone: str | None = None,
+    shards: int | None = None,
+    tasks: int | None = None,
+    checkpoint_every: int = 10,
 ) -> ViewSink:
     """A ``foreachBatch`` sink maintaining ``views`` (name -> SELECT) over the tables that ``schema``
     (CREATE TABLE statements) declares.
@@ -479,7 +492,33 @@ def view_sink(
     read in the session time zone ``time_zone`` (by default the active Spark session's, else UTC; a
     micro-batch from a session in another time zone is refused). ``dialect="postgres"`` reads them as the
     embedded database does, as PostgreSQL in UTC.
+
+    With ``shards``, Spark is the engine: every view is kept in that many shards by key, run by ``tasks``
+    tasks of one barrier stage per micro-batch (at most the cluster's cores; by default its default
+    parallelism), and the change rows never come to the driver. Each shard checkpoints its state under
+    ``state_dir`` every ``checkpoint_every`` micro-batches; a restart loads the newest and replays the
+    micro-batches after it. The outputs are ``DiffsTo`` and ``ParquetDiffs`` (written by the tasks, a file per
+    task); ``dead_letters`` and ``whole_commits=False`` are not available there, and ``checkpoint_bytes``
+    does not apply. See docs/design/sharding.md.
     """
+    if shards is not None:
+        from connectors.spark._sharded import ShardedSink
+
+        if dead_letters is not None:
+            raise SqlError("dead_letters is not available with shards: a refused commit fails the micro-batch")
+        return ShardedSink(
+            schema,
+            views,
+            state_dir,
+            shards=shards,
+            tasks=tasks,
+            checkpoint_every=checkpoint_every,
+            shape=shape,
+            outputs=outputs,
+            ignore_columns=ignore_columns,
+            dialect=dialect,
+            time_zone=time_zone,
+        )
     return ViewSink(
         schema,
         views,

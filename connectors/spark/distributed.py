@@ -28,7 +28,7 @@ import dataclasses
 import json
 import os
 import pickle
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -42,7 +42,7 @@ from connectors.spark._changes import ChangeShape, split_commits
 from ivm.db.shards import Shards, portable_error, shards_of_rows
 from ivm.db.storage import Versions
 from ivm.engine.collective import SocketCollective
-from ivm.engine.files import join, listdir, makedirs, read_whole, resolve, write_bytes
+from ivm.engine.files import join, listdir, makedirs, read_whole, remove, resolve, write_bytes
 from ivm.errors import Error, NotSupportedError, ProgrammingError
 from sql.errors import SqlError
 
@@ -136,11 +136,21 @@ class DistributedViews:
                     )
         return self._run(batch_id, rec, pa.int64())
 
-    def apply_changes(self, batch_id: int, df, shape: ChangeShape, note: object = None) -> dict | None:
+    def apply_changes(
+        self,
+        batch_id: int,
+        df,
+        shape: ChangeShape,
+        note: object = None,
+        diff_files: Mapping[str, list] | None = None,
+        emit: Callable[[dict], None] | None = None,
+    ) -> dict | None:
         """Apply one micro-batch of change rows (a DataFrame in ``shape``, as ``connectors.spark``'s sink takes
         them), each source commit as one transaction; returns each view's diffs as a DataFrame (its columns,
         ``time`` = the source commit, ``diff``), or None for a batch id applied before. ``note`` (JSON) is
-        kept in the record with the batch (the sink keeps its streaming query's id there)."""
+        kept in the record with the batch (the sink keeps its streaming query's id there). The tasks also
+        write each view's diffs into the folders ``diff_files[view]`` names, one Parquet file per task that
+        has some (``batch-<id>-task-<k>.parquet``); ``emit(diffs)`` runs before the batch is recorded."""
         rec = self._next(batch_id)
         if rec is None:
             return None
@@ -171,7 +181,7 @@ class DistributedViews:
             from pyspark.sql.pandas.types import to_arrow_type
 
             time_type = to_arrow_type(df.schema[shape.commit].dataType)
-        return self._run(batch_id, rec, time_type, note)
+        return self._run(batch_id, rec, time_type, note, diff_files or {}, emit)
 
     def _next(self, batch_id: int) -> dict | None:
         """The record, if ``batch_id`` is to be applied now; None if it was applied."""
@@ -182,11 +192,26 @@ class DistributedViews:
             raise ProgrammingError(f"batch {batch_id} comes after batch {rec['last']}")
         return rec
 
-    def _run(self, batch_id: int, rec: dict, time_type: pa.DataType, note: object = None) -> dict[str, object]:
+    def _run(
+        self,
+        batch_id: int,
+        rec: dict,
+        time_type: pa.DataType,
+        note: object = None,
+        diff_files: Mapping[str, list] | None = None,
+        emit: Callable[[dict], None] | None = None,
+    ) -> dict[str, object]:
         """Run micro-batch ``batch_id``'s barrier stage over its routed input, and record it."""
         directory = _batch_dir(self.state, batch_id)
         remove_tree(join(directory, "output"))  # what an attempt with another layout of tasks left
-        job = _Job(self, batch_id, rec, time_type)
+        diff_files = {v: [str(f) for f in folders] for v, folders in (diff_files or {}).items()}
+        prefix = f"batch-{batch_id:012d}-task-"
+        for folders in diff_files.values():
+            for folder in folders:
+                for name in listdir(folder) if _exists(folder) else []:
+                    if name.startswith(prefix):  # an earlier attempt's, maybe with more tasks
+                        remove(join(folder, name))
+        job = _Job(self, batch_id, rec, time_type, diff_files)
         sc = self.spark.sparkContext
         # the barrier stage feeds a shuffle, so that Spark retries it whole when a task fails (a barrier stage
         # that returns its results to the driver is never retried)
@@ -197,9 +222,12 @@ class DistributedViews:
         for r in reported:
             if isinstance(r, Error):
                 raise type(r)(f"micro-batch {batch_id} was not applied: {r}")
-        self._record(rec, batch_id, job.checkpoint, note)
         self.counts = {v: sum(r[v] for r in reported) for v in self.views}
-        return {v: self.spark.read.parquet(join(directory, "output", v)) for v in self.views}
+        frames = {v: self.spark.read.parquet(join(directory, "output", v)) for v in self.views}
+        if emit is not None:
+            emit(frames)
+        self._record(rec, batch_id, job.checkpoint, note)
+        return frames
 
     def _record(self, rec: dict, batch_id: int, checkpointed: bool, note: object) -> None:
         """Record micro-batch ``batch_id`` as applied (and its checkpoint as written in every shard); then
@@ -278,7 +306,15 @@ _HELD: dict[tuple[str, int, int, int], tuple[int, Shards, dict, list[Versions]]]
 class _Job:
     """What a task of a micro-batch's barrier stage runs (pickled to the executors)."""
 
-    def __init__(self, views: DistributedViews, batch_id: int, rec: dict, time_type: pa.DataType) -> None:
+    def __init__(
+        self,
+        views: DistributedViews,
+        batch_id: int,
+        rec: dict,
+        time_type: pa.DataType,
+        diff_files: Mapping[str, list[str]] | None = None,
+    ) -> None:
+        self.diff_files = dict(diff_files or {})
         self.state, self.schema, self.views = views.state, views.schema, views.views
         self.dialect, self.tables = views.dialect, views.tables
         self.shards, self.tasks, self.batch_id = views.shards, views.tasks, batch_id
@@ -339,6 +375,12 @@ class _Job:
             out = join(directory, "output", view)
             makedirs(out)
             pq.write_table(diffs, join(out, f"task-{task:05d}.parquet"))
+            if diffs.num_rows:
+                meta = {b"ivm.view": view.encode(), b"ivm.batch_id": str(self.batch_id).encode()}
+                for folder in self.diff_files.get(view, ()):
+                    makedirs(folder)
+                    name = f"batch-{self.batch_id:012d}-task-{task:05d}.parquet"
+                    pq.write_table(diffs.replace_schema_metadata(meta), join(folder, name))
         if self.checkpoint:
             db.save(versions, self.batch_id)
         collective.close()

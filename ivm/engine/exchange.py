@@ -150,7 +150,9 @@ def from_arrow(rb: pa.RecordBatch, dtypes: Sequence[np.dtype], texts: Sequence[i
         if i in texts:
             columns.append(POOL.encode_arrow(arr))
         else:
-            columns.append(np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=dtype))
+            zero = pa.scalar(np.zeros(1, dtype)[0].item(), arr.type) if arr.null_count else None
+            filled = arr.fill_null(zero) if arr.null_count else arr
+            columns.append(np.asarray(filled.to_numpy(zero_copy_only=False), dtype=dtype))
         valid.append(mask)
     dim = rb.num_columns - len(dtypes) - 1
     times = np.stack(

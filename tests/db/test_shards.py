@@ -237,3 +237,14 @@ def test_a_view_in_error_in_one_shard_is_made_in_none():
     many.execute("DELETE FROM k WHERE s = 'x'")
     many.execute("CREATE MATERIALIZED VIEW bad AS SELECT id, CAST(s AS INTEGER) AS n FROM k")
     assert sorted(many.contents("bad").column("n").to_pylist()) == list(range(29))
+
+
+def test_booleans_with_nulls_cross_between_shards():
+    both = Both(3)
+    both.execute("CREATE TABLE f (id INT PRIMARY KEY, ok BOOLEAN, n INT)")
+    both.execute("CREATE MATERIALIZED VIEW by_ok AS SELECT ok, count(*) AS c, sum(n) AS s FROM f GROUP BY ok")
+    both.execute("CREATE MATERIALIZED VIEW outside AS SELECT id FROM f WHERE n NOT IN (SELECT id FROM f)")
+    rows = [(i, [True, False, None][i % 3], i % 5 if i % 4 else None) for i in range(30)]
+    both.change("f", ["id", "ok", "n"], rows, [])
+    both.change("f", ["id", "ok", "n"], [], rows[:7])
+    both.same(["by_ok", "outside"])

@@ -16,8 +16,9 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
-def _run(child: str, *args) -> dict:
-    """Run a child module (a Spark driver of its own) and return what it printed last, as JSON."""
+def _run(child: str, *args, killed: bool = False) -> dict:
+    """Run a child module (a Spark driver of its own) and return what it printed last, as JSON (nothing, for
+    a child that is to kill itself)."""
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": ROOT}
     run = subprocess.run(
         [sys.executable, "-m", f"tests.connectors.spark.{child}", *map(str, args)],
@@ -27,6 +28,9 @@ def _run(child: str, *args) -> dict:
         text=True,
         timeout=1500,
     )
+    if killed:
+        assert run.returncode == -9, run.stderr[-5000:]
+        return {}
     assert run.returncode == 0, run.stderr[-5000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 
@@ -46,3 +50,41 @@ def test_tpch_and_recursive_views_kept_by_spark_in_shards_equal_the_embedded_eng
     said = _run("distributed_tpch_child", tmp_path / "s", 3, 5)
     assert said["batches"] == [0, 1, 2, 3, 4, 5]
     assert {f"q{i:02d}" for i in range(1, 23)} | {"tc", "sssp", "components"} == set(said["views"])
+
+
+def test_a_sink_with_shards_whose_driver_dies_mid_batch_resumes_from_its_checkpoint(tmp_path):
+    """``view_sink(..., shards=3)`` under a streaming query of change rows (two tables, several commits per
+    micro-batch, updates as pre- and post-images; Spark SQL views: grouped, joined, recursive, NOT IN, a
+    mixed-case name): the driver is SIGKILLed in micro-batch 3 after the tasks applied it and checkpointed,
+    before it was recorded. The query started again from its checkpoint loads the shards' checkpoint of
+    micro-batch 1, replays 2 and applies 3 again; every micro-batch's diff files equal the embedded sink's
+    diffs of the same change rows, written once."""
+    _run("sharded_sink_child", tmp_path, "prepare")
+    _run("sharded_sink_child", tmp_path, "die", 3, killed=True)
+    said = _run("sharded_sink_child", tmp_path, "resume")
+    assert said == {"compared": 24, "batches_called": [0, 1, 2, 3, 4, 5]}
+
+
+def test_a_sink_with_shards_refuses_what_it_cannot_do(tmp_path):
+    import pytest
+
+    from connectors.spark import ParquetContents, ParquetDiffs, plain, view_sink
+    from sql.errors import SqlError
+
+    schema, views = "CREATE TABLE t (k INT PRIMARY KEY, v INT)", {"s": "SELECT sum(v) AS s FROM t"}
+    with pytest.raises(SqlError, match="ParquetContents is not available with shards"):
+        view_sink(schema, views, tmp_path / "a", shards=2, outputs=[ParquetContents("s", tmp_path / "c")])
+    with pytest.raises(SqlError, match="dead_letters is not available with shards"):
+        view_sink(schema, views, tmp_path / "b", shards=2, dead_letters=tmp_path / "d")
+    with pytest.raises(SqlError, match="whole commits only"):
+        view_sink(schema, views, tmp_path / "c", shards=2, shape=plain(commit="c", whole_commits=False))
+    with pytest.raises(SqlError, match="at least 1"):
+        view_sink(schema, views, tmp_path / "d", shards=0)
+    sink = view_sink(schema, views, tmp_path / "e", shards=2, outputs=[ParquetDiffs("S", tmp_path / "f")])
+    with pytest.raises(SqlError, match="spread over the executors"):
+        sink.contents("s")
+    view_sink(schema, views, tmp_path / "e", shards=2)
+    with pytest.raises(SqlError, match="belongs to other tables or views"):
+        view_sink(schema, views, tmp_path / "e", shards=3)  # the shard count is part of the state's definition
+    with pytest.raises(SqlError, match="belongs to other tables or views"):
+        view_sink(schema, views, tmp_path / "e")

@@ -1,0 +1,146 @@
+"""The ``foreachBatch`` sink with Spark as the engine: ``view_sink(..., shards=N)``.
+
+The same change shapes, dialect, replay rules and diffs as the embedded sink (``connectors.spark._sink``), but
+the views are kept in N shards by the tasks of a barrier stage per micro-batch
+(``connectors.spark.distributed.DistributedViews``): the change rows never come to the driver, each source
+commit is one transaction in every shard, and the diffs leave as Spark DataFrames read from the Parquet the
+tasks wrote. ``ParquetDiffs`` are written by the tasks themselves, one file per task and micro-batch that has
+some; ``DiffsTo`` gets each changed view's diffs as a DataFrame. Both happen before the micro-batch is
+recorded, so a micro-batch Spark replays after a failure writes the same files and calls the function again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+
+from connectors.spark._changes import ChangeShape, delta_cdf, plain
+from connectors.spark._outputs import DiffsTo, Output, ParquetDiffs
+from connectors.spark._sink import ViewSink
+from connectors.spark._state import joined
+from connectors.spark.distributed import DistributedViews
+from sql.errors import SqlError
+
+__all__ = ["ShardedSink"]
+
+
+class ShardedSink(ViewSink):
+    """Maintains ``views`` in ``shards`` shards run by Spark's executors; see ``view_sink``."""
+
+    def __init__(
+        self,
+        schema: str,
+        views: Mapping[str, str],
+        state_dir: str | os.PathLike,
+        *,
+        shards: int,
+        tasks: int | None = None,
+        checkpoint_every: int = 10,
+        shape: ChangeShape | None = None,
+        outputs: Sequence[Output] = (),
+        ignore_columns: Sequence[str] = (),
+        dialect: str = "spark",
+        time_zone: str | None = None,
+    ) -> None:
+        if shards < 1:
+            raise SqlError("shards counts the parts each view is kept in: at least 1")
+        for out in outputs:
+            if not isinstance(out, (DiffsTo, ParquetDiffs)):
+                raise SqlError(
+                    f"{type(out).__name__} is not available with shards: a view's contents are spread over the "
+                    "executors (use DiffsTo or ParquetDiffs, or the sink without shards)"
+                )
+        if shape is not None and not shape.whole:
+            raise SqlError(
+                "a sink with shards takes whole commits only: whole_commits=False needs the sink without shards"
+            )
+        self.shard_count, self.tasks, self.checkpoint_every = shards, tasks, checkpoint_every
+        super().__init__(
+            schema,
+            views,
+            state_dir,
+            shape=shape,
+            outputs=outputs,
+            ignore_columns=ignore_columns,
+            dialect=dialect,
+            time_zone=time_zone,
+        )
+        self.kept: DistributedViews | None = None
+
+    def _layout(self) -> dict:
+        return {"shards": self.shard_count}
+
+    def __call__(self, df, batch_id: int) -> None:
+        """The ``foreachBatch`` function: apply the micro-batch ``df`` (a Spark DataFrame) once."""
+        query = self._check_session(df, batch_id)
+        kept = self._views(df.sparkSession)
+        if self._replayed(int(batch_id), query):
+            return
+        shape = self.shape or (delta_cdf() if "_change_type" in df.columns else plain())
+        self._refuse_extra_columns(df.columns, shape)
+        unread = [c for c in df.columns if c in self.ignore_columns or c in shape.ignored]
+        files = {}
+        for out in self.outputs:
+            if isinstance(out, ParquetDiffs):
+                files.setdefault(self.names[self._spelling(out.views[0])], []).append(out.path)
+        spelled = {name: v for v, name in self.names.items()}
+        functions = [out for out in self.outputs if isinstance(out, DiffsTo)]
+
+        def emit(frames: dict) -> None:
+            for name, frame in frames.items():
+                view = spelled[name]
+                if not kept.counts[name]:
+                    continue
+                diffs = frame.select(*self.no_diffs[view].schema.names)
+                for out in functions:
+                    if out.wants(view):
+                        out.fn(view, diffs.toArrow() if out.arrow else diffs, int(batch_id))
+
+        kept.apply_changes(int(batch_id), df.drop(*unread), shape, {"query": query}, files, emit)
+        self.last_batch, self.query = int(batch_id), query or self.query
+
+    def apply(self, changes, batch_id: int, spark=None, query: str | None = None):
+        raise SqlError("a sink with shards takes micro-batches as Spark DataFrames, as foreachBatch gives them")
+
+    def contents(self, view: str):
+        raise SqlError("a sink with shards keeps each view's contents spread over the executors")
+
+    def view_errors(self) -> dict[str, str]:
+        raise SqlError("a sink with shards does not gather the views' errors on the driver")
+
+    def checkpoint(self) -> None:
+        raise SqlError("a sink with shards checkpoints every checkpoint_every micro-batches, in its tasks")
+
+    def close(self) -> None:
+        self.kept = None
+
+    def _spelling(self, view: str) -> str:
+        return next(v for v in self.views if v.lower() == view.lower())
+
+    def _views(self, spark) -> DistributedViews:
+        if self.kept is None:
+            ordered = {self.names[v]: self.views[v] for v in self.order}
+            kept = DistributedViews(
+                spark,
+                self.engine_schema,
+                ordered,
+                str(joined(self.state.path, "shards")),
+                self.shard_count,
+                self.tasks,
+                self.checkpoint_every,
+                self.spark or "postgres",
+            )
+            for v, name in self.names.items():  # the diffs' columns as Spark types them
+                fields = self.no_diffs[v].schema
+                kept.columns[name] = pa.schema([f for f in fields if f.name not in ("time", "diff")])
+            self.columns = {t: [c.name for c in table.columns] for t, table in kept.tables.items()}
+            record = kept.record()
+            self.last_batch = record["last"]
+            self.query = (record.get("note") or {}).get("query")
+            self.kept = kept
+        return self.kept
+
+    def _last_applied(self) -> int:
+        return self.last_batch

@@ -1,0 +1,161 @@
+"""A Spark driver running a streaming query into ``view_sink(..., shards=3)`` on a multi-process cluster; run by
+test_distributed.py in a process of its own.
+
+``python -m tests.connectors.spark.sharded_sink_child ROOT prepare`` writes the source: one Parquet file of
+change rows per micro-batch (the plain shape, two tables, a commit column). ``... ROOT die N`` runs the query
+and SIGKILLs its own driver inside micro-batch N, after the tasks applied it and before it is recorded (from
+the sink's ``DiffsTo`` function; the shards had written their checkpoint of it, which is not recorded yet).
+``... ROOT resume`` starts the query again from its checkpoint, runs it to
+the end and checks it: each micro-batch's diff files (``ParquetDiffs``, written by the tasks) equal the
+embedded sink's diffs of the same micro-batch, and there is one set of them per micro-batch. Prints one line
+of JSON: what was checked."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import signal
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from connectors.spark import DiffsTo, ParquetDiffs, plain, view_sink
+from connectors.spark.local import cluster_session
+
+SCHEMA = (
+    "CREATE TABLE node (id INTEGER PRIMARY KEY, grp TEXT); "
+    "CREATE TABLE edge (src INTEGER, dst INTEGER, w INTEGER, PRIMARY KEY (src, dst))"
+)
+VIEWS = {
+    "by_grp": "SELECT grp, COUNT(*) AS n FROM node GROUP BY grp",
+    "Heavy": "SELECT n.grp, SUM(e.w) AS w, MAX(e.w) AS top FROM edge e JOIN node n ON e.src = n.id "
+    "GROUP BY n.grp",
+    "reach": "WITH RECURSIVE r(a, b) AS (SELECT src, dst FROM edge UNION "
+    "SELECT r.a, edge.dst FROM r JOIN edge ON r.b = edge.src) SELECT a, b FROM r",
+    "lonely": "SELECT id, upper(grp) AS g FROM node WHERE id NOT IN (SELECT src FROM edge)",
+}
+SHAPE = plain(operation="op", commit="lsn", table_column="tbl")
+BATCHES = 6
+COLUMNS = {"op": pa.string(), "lsn": pa.int64(), "tbl": pa.string(), "id": pa.int32(), "grp": pa.string()}
+COLUMNS.update({"src": pa.int32(), "dst": pa.int32(), "w": pa.int32()})
+
+
+def prepare(root: Path) -> None:
+    """Random change rows: inserts, deletes and updates (as pre- and post-images) of both tables, a few
+    commits per micro-batch."""
+    rng = random.Random(7)
+    nodes: dict[int, str] = {}
+    edges: dict[tuple[int, int], int] = {}
+    lsn = 0
+    (root / "source").mkdir(parents=True)
+    for batch in range(BATCHES):
+        rows = []
+        for _ in range(3 if batch else 1):
+            lsn += 1
+            for _ in range(40 if batch == 0 else rng.randrange(2, 8)):
+                if rng.random() < 0.4:
+                    k = rng.randrange(30)
+                    if k in nodes and rng.random() < 0.5:
+                        rows.append(("delete", lsn, "node", k, nodes.pop(k), None, None, None))
+                    elif k in nodes:
+                        new = rng.choice(["a", "b", "c", None])
+                        rows.append(("update_preimage", lsn, "node", k, nodes[k], None, None, None))
+                        rows.append(("update_postimage", lsn, "node", k, new, None, None, None))
+                        nodes[k] = new
+                    else:
+                        nodes[k] = rng.choice(["a", "b", "c", None])
+                        rows.append(("insert", lsn, "node", k, nodes[k], None, None, None))
+                else:
+                    e = (rng.randrange(30), rng.randrange(30))
+                    if e in edges and rng.random() < 0.5:
+                        rows.append(("delete", lsn, "edge", None, None, *e, edges.pop(e)))
+                    elif e not in edges:
+                        edges[e] = rng.randrange(1, 9)
+                        rows.append(("insert", lsn, "edge", None, None, *e, edges[e]))
+        table = pa.table({c: [r[i] for r in rows] for i, c in enumerate(COLUMNS)}, schema=pa.schema(COLUMNS))
+        path = root / "source" / f"{batch:03d}.parquet"
+        pq.write_table(table, path)
+        os.utime(path, (1_700_000_000 + batch, 1_700_000_000 + batch))  # the stream takes files by age
+
+
+def sink(root: Path, die_in: int | None = None):
+    def called(view, diffs, batch_id):
+        with open(root / "calls", "a") as f:
+            f.write(f"{batch_id} {view} {diffs.num_rows}\n")
+        if batch_id == die_in:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    outputs = [DiffsTo(called, arrow=True), *(ParquetDiffs(v, root / "diffs" / v) for v in VIEWS)]
+    return view_sink(
+        SCHEMA, VIEWS, root / "state", shape=SHAPE, outputs=outputs, shards=3, tasks=2, checkpoint_every=2
+    )
+
+
+def run(root: Path, die_in: int | None) -> None:
+    spark = cluster_session("ivm-sharded-sink-test", executors=2, cores=1)
+    source = str(root / "source")
+    stream = spark.readStream.schema(spark.read.parquet(source).schema).option("maxFilesPerTrigger", 1)
+    query = (
+        stream.parquet(source)
+        .writeStream.foreachBatch(sink(root, die_in))
+        .option("checkpointLocation", str(root / "ckpt"))
+        .start()
+    )
+    query.processAllAvailable()
+    query.stop()
+    spark.stop()
+
+
+def bag(t: pa.Table) -> collections.Counter:
+    return collections.Counter(zip(*[t.column(i).to_pylist() for i in range(t.num_columns)], strict=True))
+
+
+def check(root: Path) -> dict:
+    """Each micro-batch's diff files against the embedded sink's diffs of the same change rows."""
+    embedded = view_sink(SCHEMA, VIEWS, root / "embedded", shape=SHAPE)
+    files = collections.defaultdict(list)
+    for v in VIEWS:
+        for f in sorted((root / "diffs" / v).glob("batch-*.parquet")):
+            files[v, int(f.name.split("-")[1])].append(f)
+    compared = 0
+    for batch in range(BATCHES):
+        want = embedded.apply(pq.read_table(root / "source" / f"{batch:03d}.parquet"), batch)
+        for v in VIEWS:
+            parts = files.get((v, batch), [])
+            assert len(parts) <= 2, parts  # a file per task at most: a micro-batch's files are written once
+            got = collections.Counter()
+            for f in parts:
+                t = pq.read_table(f)
+                assert t.schema.metadata[b"ivm.batch_id"] == str(batch).encode()
+                got += bag(t)
+            assert got == bag(want[v]), (batch, v, got, bag(want[v]))
+            compared += 1
+    for shard in range(3):  # checkpoints of micro-batches 3 and 5 (that of 3 written again after the kill)
+        names = os.listdir(root / "state" / "shards" / "shards" / f"{shard:05d}")
+        assert sorted(n for n in names if n.startswith("manifest-")) == [
+            f"manifest-{b:012d}.json" for b in (3, 5)
+        ], names
+    calls = [line.split() for line in (root / "calls").read_text().splitlines()]
+    return {"compared": compared, "batches_called": sorted({int(c[0]) for c in calls})}
+
+
+def main(root: str, mode: str, arg: int | None = None) -> None:
+    path = Path(root)
+    if mode == "prepare":
+        prepare(path)
+        said = {}
+    elif mode == "die":
+        run(path, arg)
+        said = {"died": False}
+    else:
+        run(path, None)
+        said = check(path)
+    print(json.dumps(said))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else None)
