@@ -9,7 +9,7 @@ once in the engine; within one dataflow identical sub-plans compile to one fragm
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -272,20 +272,32 @@ class _Compiler:
     def _window(self, plan: Window) -> Collection:
         """The window functions' reduction of the input arranged by the partition columns (all rows under one
         key without PARTITION BY): a change recomputes the partitions it touches."""
-        types = [c.type for c in plan.input.columns]
-        n = len(types)
-        group = plan.partition
+        source, group, calls = plan.input, plan.partition, plan.calls
+        n = len(source.columns)
+        copies = sorted({c.arg for c in calls if c.arg in group})
+        if copies:  # a function of a partition column reads a copy of it: the reducer sees no key column
+            cols = source.columns
+            source = Project(
+                source,
+                tuple(ColRef(i, c.type) for i, c in enumerate(cols))
+                + tuple(ColRef(i, cols[i].type) for i in copies),
+                tuple(cols) + tuple(Column(f"_copy{i}", cols[i].type) for i in copies),
+            )
+            calls = tuple(replace(c, arg=n + copies.index(c.arg)) if c.arg in group else c for c in calls)
+        types = [c.type for c in source.columns]
         if not group:
-            arranged, group, shift = self.arranged(one_group(plan.input), (0,)), (), 1
+            arranged, shift = self.arranged(one_group(source), (0,)), 1
         else:
-            arranged, shift = self.arranged(plan.input, group), 0
-        values = [i for i in range(n) if i not in group]  # the reducer sees the columns outside the key
+            arranged, shift = self.arranged(source, group), 0
+        values = [
+            i for i in range(len(types)) if i not in group
+        ]  # the reducer sees the columns outside the key
         order = tuple(
             (values.index(p), desc, first, types[p].kind == "text")
             for p, desc, first in plan.order
             if p not in group  # equal within a partition
         )
-        calls = [_window_call(c, values, types) for c in plan.calls]
+        calls = [_window_call(c, values, types) for c in calls]
         out = arranged.reduce(windows.Window(order, calls)).as_collection()
         k = len(group) or shift
         back = [group.index(i) if i in group else k + values.index(i) for i in range(n)]
