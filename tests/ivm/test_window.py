@@ -176,3 +176,22 @@ def test_ntile_splits_as_postgresql():
     pos = np.arange(7)
     assert _ntile(pos, np.full(7, 7), 3).tolist() == [1, 1, 1, 2, 2, 3, 3]
     assert _ntile(np.arange(2), np.full(2, 2), 5).tolist() == [1, 2]
+
+
+def test_range_offsets_treat_nan_as_above_every_value():
+    """NaN is above every other double and within any offset of itself alone (PostgreSQL's in_range)."""
+    from ivm.engine.operators.reducers import Groups
+
+    f = np.array([1.0, np.nan, 2.0, 0.0, np.nan, 1.5])
+    valid = np.array([True, True, True, False, True, True])
+    near = Frame("range", Bound("preceding", 0.5), Bound("following", 0.5))
+    ahead = Frame("range", Bound("current"), Bound("following", 100.0))
+    for desc in (False, True):
+        w = Window(((0, desc, desc, False),), (Call("count_star", frame=near), Call("count_star", frame=ahead)))
+        _, cols, _, _ = w(Groups(np.zeros(6, dtype=np.int64), (f,), (valid,), np.ones(6, dtype=np.int64)))
+        shown = np.where(np.isnan(cols[0]), 9.0, cols[0]).tolist()  # NaN as 9, NULL as its fill, 0
+        got = sorted(zip(shown, cols[1].tolist(), cols[2].tolist(), strict=True))
+        n = {1.0: 1, 1.5: 2, 2.0: 3} if desc else {1.0: 3, 1.5: 2, 2.0: 1}
+        expected = [(1.0, 2, n[1.0]), (1.5, 3, n[1.5]), (2.0, 2, n[2.0])]
+        expected = sorted(expected + [(9.0, 2, 2), (9.0, 2, 2), (0.0, 1, 1)])
+        assert got == expected, (desc, got)

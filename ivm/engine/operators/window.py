@@ -265,9 +265,13 @@ def _range_bound(s: _Sorted, x: np.ndarray, m: Mask, desc: bool, b: Bound, is_st
     """A RANGE frame's bound at an offset: the first row (for a start) whose ORDER BY value is at least the
     row's less the offset for PRECEDING (plus it for FOLLOWING), in the order's direction, or the first row
     beyond the last one at most that (for an end). A row whose value is NULL has its peers (the NULLs) for
-    such a bound, and the NULLs are never within an offset of a value, as in PostgreSQL."""
+    such a bound, and the NULLs are never within an offset of a value, as in PostgreSQL; so is NaN (above every
+    other double, and equal to itself whatever the offset)."""
     out = (s.peer_start if is_start else s.peer_end).copy()
-    sel = np.flatnonzero(np.ones(len(x), dtype=bool) if m is None else m)
+    present = np.ones(len(x), dtype=bool) if m is None else m
+    if x.dtype.kind == "f":
+        present = present & ~np.isnan(x)
+    sel = np.flatnonzero(present)
     if not len(sel):
         return out
     v = x[sel]
