@@ -195,3 +195,15 @@ def test_range_offsets_treat_nan_as_above_every_value():
         expected = [(1.0, 2, n[1.0]), (1.5, 3, n[1.5]), (2.0, 2, n[2.0])]
         expected = sorted(expected + [(9.0, 2, 2), (9.0, 2, 2), (0.0, 1, 1)])
         assert got == expected, (desc, got)
+
+
+def test_module_example():
+    import doctest
+
+    from ivm.engine.operators import window
+
+    test = doctest.DocTestParser().get_doctest(window.__doc__, dict(vars(window)), "window", None, 0)
+    assert test.examples
+    runner = doctest.DocTestRunner()
+    runner.run(test)
+    assert runner.failures == 0
