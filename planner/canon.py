@@ -3,11 +3,12 @@
 A table keyed by other columns stores its columns of mostly distinct text (comments, names, addresses) under
 codes that equal strings need not share (``ivm.engine.strings``): loading them then takes no lookup. Reading,
 moving and joining such columns by other keys is as cheap as before; what compares their codes is not. Grouping,
-join keys, DISTINCT, set operations, top-k and a view's own result (arranged by all its columns) compare
-codes, so ``canonicalize`` puts a ``Canon`` step below each of them for the columns that may still hold stored
-codes there. Filters and projections in between pass such columns along: their own comparisons of text
-canonicalize inside the expression (``planner.expr``), and functions of text read the strings, whatever the
-code. Most columns thus reach a comparison only if a view uses them, and then only after its filters.
+join keys, DISTINCT, set operations, top-k, window functions and a view's own result (arranged by all its
+columns) compare codes, so ``canonicalize`` puts a ``Canon`` step below each of them for the columns that may
+still hold stored codes there. Filters and projections in between pass such columns along: their own
+comparisons of text canonicalize inside the expression (``planner.expr``), and functions of text read the
+strings, whatever the code. Most columns thus reach a comparison only if a view uses them, and then only after
+its filters.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from sql.logical import (
     SemiJoin,
     TopK,
     UnionAll,
+    Window,
 )
 
 __all__ = ["canonicalize", "arranged_form", "Stored"]
@@ -118,6 +120,9 @@ class _Rewriter:
             return TopK(self.whole(plan.input), plan.order, plan.limit, plan.offset, plan.group), none
         if isinstance(plan, SemiJoin):
             return SemiJoin(self.whole(plan.left), self.whole(plan.right), plan.anti), none
+        if isinstance(plan, Window):
+            inner = self.whole(plan.input)
+            return Window(inner, plan.partition, plan.order, plan.calls, plan.columns), none
         if isinstance(plan, FixpointResult):
             fx = plan.fixpoint
             bodies = tuple(self.whole(b) for b in fx.bodies)

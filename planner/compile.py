@@ -9,12 +9,13 @@ once in the engine; within one dataflow identical sub-plans compile to one fragm
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ivm import engine as ivm
 from ivm.engine.dataflow import Arranged, Collection, Dataflow, Loop
+from ivm.engine.operators import window as windows
 from ivm.engine.operators.reducers import distinct
 from ivm.engine.strings import POOL
 from planner.explain import Step, arrangement, describe, render
@@ -43,6 +44,7 @@ from sql.logical import (
     TopK,
     UnionAll,
     Values,
+    Window,
     is_recursive,
 )
 from sql.types import INT
@@ -263,7 +265,44 @@ class _Compiler:
             ranked = self.arranged(plan.input, group).reduce(rank)
             back = [group.index(i) if i in group else len(group) + values.index(i) for i in range(n)]
             return ranked.as_collection().project(back)
+        if isinstance(plan, Window):
+            return self._window(plan)
         raise NotImplementedError(type(plan).__name__)
+
+    def _window(self, plan: Window) -> Collection:
+        """The window functions' reduction of the input arranged by the partition columns (all rows under one
+        key without PARTITION BY): a change recomputes the partitions it touches."""
+        source, group, calls = plan.input, plan.partition, plan.calls
+        n = len(source.columns)
+        copies = sorted({c.arg for c in calls if c.arg in group})
+        if copies:  # a function of a partition column reads a copy of it: the reducer sees no key column
+            cols = source.columns
+            source = Project(
+                source,
+                tuple(ColRef(i, c.type) for i, c in enumerate(cols))
+                + tuple(ColRef(i, cols[i].type) for i in copies),
+                tuple(cols) + tuple(Column(f"_copy{i}", cols[i].type) for i in copies),
+            )
+            calls = tuple(replace(c, arg=n + copies.index(c.arg)) if c.arg in group else c for c in calls)
+        types = [c.type for c in source.columns]
+        if not group:
+            arranged, shift = self.arranged(one_group(source), (0,)), 1
+        else:
+            arranged, shift = self.arranged(source, group), 0
+        values = [
+            i for i in range(len(types)) if i not in group
+        ]  # the reducer sees the columns outside the key
+        order = tuple(
+            (values.index(p), desc, first, types[p].kind == "text")
+            for p, desc, first in plan.order
+            if p not in group  # equal within a partition
+        )
+        calls = [_window_call(c, values, types) for c in calls]
+        out = arranged.reduce(windows.Window(order, calls)).as_collection()
+        k = len(group) or shift
+        back = [group.index(i) if i in group else k + values.index(i) for i in range(n)]
+        back += [k + len(values) + j for j in range(len(calls))]
+        return out.project(back)
 
     def _join(self, plan: Join) -> Collection:
         nl, nr = len(plan.left.columns), len(plan.right.columns)
@@ -345,6 +384,28 @@ class _Compiler:
             self.steps[-1].how = "running state per group" if reducer.specs else "running count per row"
             return self.collection(plan).reduce(key, reducer)
         return self.arranged(plan, key).reduce(reducer)
+
+
+def _window_call(c, values: list[int], types) -> windows.Call:
+    """The engine's window function for a logical one, over the reducer's value columns ``values``."""
+    mode, start, end = c.frame
+    frame = windows.Frame(mode, windows.Bound(*start), windows.Bound(*end))
+    arg = None if c.arg is None else values.index(c.arg)
+    t = None if c.arg is None else types[c.arg]
+    divisor = 10.0**t.scale if c.func == "avg" and t.kind == "decimal" else None
+    overflow = "bigint out of range"
+    if c.func == "sum" and t.kind == "decimal":
+        overflow = f"numeric field overflow: a sum of {t} values beyond 64 bits"
+    return windows.Call(
+        c.func,
+        arg,
+        frame,
+        c.param,
+        None if c.default is None else encode(c.default, t),
+        t is not None and t.kind == "text",
+        divisor,
+        overflow,
+    )
 
 
 def _reduction(plan: Plan, key: tuple[int, ...]) -> bool:

@@ -32,6 +32,7 @@ from sql.logical import (
     TopK,
     UnionAll,
     Values,
+    Window,
 )
 from sql.types import TEXT, sql_literal
 
@@ -107,6 +108,8 @@ def describe(plan: Plan) -> str:
         )
         per = f" per=[{', '.join(plan.columns[i].name for i in plan.group)}]" if plan.group else ""
         return f"TopK{per} order=[{order}] limit={plan.limit} offset={plan.offset}"
+    if isinstance(plan, Window):
+        return _window(plan)
     if isinstance(plan, RecRef):
         return f"Recursive {plan.name}"
     if isinstance(plan, FixpointResult):
@@ -121,6 +124,35 @@ def describe(plan: Plan) -> str:
         more = f"; ... {len(plan.rows)} rows" if len(plan.rows) > 3 else ""
         return f"Values ({rows}{more})" if plan.rows else "Values (no rows)"
     return type(plan).__name__
+
+
+def _window(plan: Window) -> str:
+    cols = plan.input.columns
+    nulls = {(False, True): " NULLS FIRST", (True, False): " NULLS LAST"}
+    order = ", ".join(cols[i].name + (" DESC" if d else "") + nulls.get((d, f), "") for i, d, f in plan.order)
+    calls = []
+    for c, out in zip(plan.calls, plan.columns[len(cols) :], strict=True):
+        args = [] if c.arg is None else [cols[c.arg].name]
+        if c.func == "count_star":
+            args = ["*"]
+        if c.param is not None:
+            args.append(str(c.param))
+        if c.default is not None:
+            args.append(sql_literal(c.default, c.type))
+        mode, start, end = c.frame
+        frame = f" {mode} {_bound(start)} to {_bound(end)}" if c.func not in _UNFRAMED else ""
+        name = "count" if c.func == "count_star" else c.func
+        calls.append(f"{name}({', '.join(args)}){frame} AS {out.name}")
+    part = ", ".join(cols[i].name for i in plan.partition)
+    return f"Window partition=[{part}] order=[{order}] calls=[{', '.join(calls)}]"
+
+
+_UNFRAMED = frozenset({"row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile", "lag", "lead"})
+
+
+def _bound(b: tuple) -> str:
+    kind, offset = b
+    return kind if kind in ("unbounded", "current") else f"{offset} {kind}"
 
 
 def arrangement(plan: Plan, key: tuple[int, ...]) -> str:

@@ -7,6 +7,7 @@ arrangement of the whole input by the same key exists already (a table's own arr
 view's): then the view reads that one. A table is narrowed only when that drops several columns, since a whole
 table arranged by a key is what other views are most likely to share. The inputs of operators whose result
 depends on every column (DISTINCT, set difference, semijoins, top-k) and recursive definitions stay whole.
+A window function's input keeps its partition, order and argument columns and those read above.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from sql.logical import (
     SemiJoin,
     TopK,
     UnionAll,
+    Window,
+    WindowCall,
 )
 
 __all__ = ["prune", "column_refs"]
@@ -112,6 +115,8 @@ class _Pruner:
             )
             out = Aggregate(inner, tuple(m[g] for g in plan.group), aggs, plan.columns)
             return out, {i: i for i in range(len(plan.columns))}
+        if isinstance(plan, Window):
+            return self._window(plan, needed)
         if isinstance(plan, UnionAll):
             keep = sorted(needed)
             inputs = tuple(
@@ -131,6 +136,30 @@ class _Pruner:
         if isinstance(plan, TopK):
             return TopK(self.exact(plan.input), plan.order, plan.limit, plan.offset, plan.group), identity
         return plan, identity  # scans, constants, recursive definitions and their results
+
+    def _window(self, plan: Window, needed: frozenset[int]) -> tuple[Plan, Mapping]:
+        """A window's input narrowed to its partition, order and argument columns and those read above: the
+        columns dropped only broke ties among peers, which PostgreSQL leaves unspecified."""
+        width = len(plan.input.columns)
+        need = (
+            frozenset(i for i in needed if i < width)
+            | frozenset(plan.partition)
+            | frozenset(p for p, _, _ in plan.order)
+            | frozenset(c.arg for c in plan.calls if c.arg is not None)
+        )
+        inner, m = self.narrow(*self.prune(plan.input, need), need, plan.partition)
+        calls = tuple(
+            WindowCall(c.func, None if c.arg is None else m[c.arg], c.frame, c.param, c.default, c.type)
+            for c in plan.calls
+        )
+        order = tuple((m[p], d, f) for p, d, f in plan.order)
+        kept = [i for i in range(width) if i in m]
+        columns = tuple(inner.columns) + plan.columns[width:]
+        out = Window(inner, tuple(m[p] for p in plan.partition), order, calls, columns)
+        n = len(inner.columns)
+        mapping = {i: m[i] for i in kept}
+        mapping.update({width + j: n + j for j in range(len(plan.calls))})
+        return out, mapping
 
 
 def column_refs(e: Expr) -> frozenset[int]:

@@ -43,6 +43,7 @@ from sql.logical import (
     SemiJoin,
     TopK,
     UnionAll,
+    Window,
 )
 
 __all__ = ["simplify", "column_picks", "renames", "Keys"]
@@ -95,6 +96,8 @@ class _Simplifier:
             return Positive(self.plan(plan.input))
         if isinstance(plan, TopK):
             return TopK(self.plan(plan.input), plan.order, plan.limit, plan.offset, plan.group)
+        if isinstance(plan, Window):
+            return Window(self.plan(plan.input), plan.partition, plan.order, plan.calls, plan.columns)
         if isinstance(plan, Canon):
             return Canon(self.plan(plan.input), plan.positions)
         if isinstance(plan, FixpointResult):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sql.errors import error_at
+from sql.errors import error_at, position
 
 __all__ = ["ALLOWED", "check", "sql_name"]
 
@@ -113,6 +113,20 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Avg: _UNARY,
     exp.Min: _UNARY,
     exp.Max: _UNARY,
+    # window functions
+    exp.Window: frozenset({"this", "partition_by", "order", "spec", "over"}),
+    exp.WindowSpec: frozenset({"kind", "start", "start_side", "end", "end_side"}),
+    exp.RowNumber: frozenset(),
+    exp.Rank: frozenset(),
+    exp.DenseRank: frozenset(),
+    exp.PercentRank: frozenset(),
+    exp.CumeDist: frozenset(),
+    exp.Ntile: _UNARY,
+    exp.Lag: frozenset({"this", "offset", "default"}),
+    exp.Lead: frozenset({"this", "offset", "default"}),
+    exp.FirstValue: _UNARY,
+    exp.LastValue: _UNARY,
+    exp.NthValue: frozenset({"this", "offset"}),
     # functions
     exp.Abs: _UNARY,
     exp.Sign: _UNARY,
@@ -158,7 +172,8 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
 
 # SQL's words for node types and arguments that have no plain SQL rendering of their own
 _NODE_NAMES: dict[type[exp.Expression], str] = {
-    exp.Window: "window functions (OVER)",
+    exp.IgnoreNulls: "IGNORE NULLS",
+    exp.RespectNulls: "RESPECT NULLS",
     exp.Reference: "REFERENCES",
     exp.ForeignKey: "FOREIGN KEY",
     exp.Escape: "LIKE ... ESCAPE",
@@ -205,6 +220,10 @@ _ARG_NAMES: dict[tuple[type[exp.Expression], str], str] = {
     (exp.Select, "into"): "SELECT ... INTO",
     (exp.Select, "locks"): "SELECT ... FOR UPDATE/SHARE",
     (exp.Select, "windows"): "WINDOW",
+    (exp.Window, "alias"): "named windows (OVER name)",
+    (exp.Window, "first"): "KEEP (DENSE_RANK FIRST/LAST)",
+    (exp.WindowSpec, "exclude"): "EXCLUDE in a window frame",
+    (exp.NthValue, "from_first"): "NTH_VALUE ... FROM FIRST/LAST",
     (exp.Select, "qualify"): "QUALIFY",
     (exp.Select, "laterals"): "LATERAL",
     (exp.Drop, "cascade"): "DROP ... CASCADE",
@@ -258,7 +277,16 @@ def check(node: exp.Expression) -> None:
                 shown = value[0] if isinstance(value, list) else value
                 what = _ARG_NAMES.get((type(n), arg)) or _arg_sql(n, arg, value)
                 where = shown if isinstance(shown, exp.Expression) else n
-                raise error_at(where, f"{what} is not supported", unsupported=True)
+                raise error_at(_located(where), f"{what} is not supported", unsupported=True)
+
+
+def _located(node: exp.Expression) -> exp.Expression:
+    """``node``, or when the parser kept no position for any of its parts (a keyword such as EXCLUDE TIES),
+    the nearest enclosing node that has one."""
+    at: exp.Expression | None = node
+    while at is not None and position(at)[0] is None:
+        at = at.parent
+    return node if at is None else at
 
 
 def sql_name(node: exp.Expression) -> str:

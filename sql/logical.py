@@ -31,6 +31,8 @@ __all__ = [
     "Negate",
     "Positive",
     "TopK",
+    "WindowCall",
+    "Window",
     "Canon",
     "Values",
     "RecRef",
@@ -216,6 +218,36 @@ class TopK:
 
 
 @dataclass(frozen=True)
+class WindowCall:
+    """A window function: ``func`` (row_number, rank, dense_rank, percent_rank, cume_dist, ntile, lag, lead,
+    first_value, last_value, nth_value, count_star, count, sum, avg, min, max) of the input column ``arg``.
+    ``frame`` is ``(mode, start, end)`` with mode rows or range and each bound ``(kind, offset)``, kind in
+    unbounded, preceding, current, following (offsets of RANGE in the ORDER BY column's stored units);
+    ``param`` is NTILE's buckets, LAG's and LEAD's offset or NTH_VALUE's n; ``default`` LAG's and LEAD's
+    default value (None for NULL)."""
+
+    func: str
+    arg: int | None
+    frame: tuple
+    param: int | None
+    default: object
+    type: SqlType
+
+
+@dataclass(frozen=True)
+class Window:
+    """Every row of ``input`` followed by one column per window function of ``calls``, computed over the rows
+    equal in the ``partition`` columns, ordered by ``order`` ((position, descending, NULLs first), ties broken
+    by every column)."""
+
+    input: Plan
+    partition: tuple[int, ...]
+    order: tuple[tuple[int, bool, bool], ...]
+    calls: tuple[WindowCall, ...]
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True)
 class Canon:
     """``input`` with the text of the columns at ``positions`` under canonical codes. A table may store text
     under codes that equal strings do not share (the engine's string pool); what compares such text reads it
@@ -279,6 +311,7 @@ Plan = (
     | Negate
     | Positive
     | TopK
+    | Window
     | Canon
     | Values
     | RecRef
@@ -288,7 +321,7 @@ Plan = (
 
 def children(plan: Plan) -> tuple[Plan, ...]:
     """The plans ``plan`` reads (a fixpoint result reads its fixpoint's bodies)."""
-    if isinstance(plan, (Filter, Project, Aggregate, Distinct, Negate, Positive, TopK, Canon)):
+    if isinstance(plan, (Filter, Project, Aggregate, Distinct, Negate, Positive, TopK, Window, Canon)):
         return (plan.input,)
     if isinstance(plan, (Join, SemiJoin)):
         return (plan.left, plan.right)
@@ -357,6 +390,7 @@ _PLANS = (
     Negate,
     Positive,
     TopK,
+    Window,
     Canon,
     Values,
     RecRef,

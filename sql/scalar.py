@@ -43,6 +43,7 @@ from sql.types import (
 
 __all__ = [
     "AGGREGATES",
+    "aggregate_type",
     "and_parts",
     "translate_scalar",
     "Resolver",
@@ -79,6 +80,27 @@ def and_parts(cond: exp.Expression) -> list[exp.Expression]:
 
 def is_null_const(e: Expr) -> bool:
     return isinstance(e, Const) and e.value is None
+
+
+def aggregate_type(node: exp.Expression, func: str, e: Expr) -> SqlType:
+    """The type of aggregate ``func`` (count, sum, avg, min, max) of ``e``, as PostgreSQL types it (in ivm's
+    types: AVG is DOUBLE PRECISION, SUM of decimals DECIMAL(18, s))."""
+    t = e.type
+    if func == "count":
+        return INT
+    if func in ("sum", "avg") and not t.numeric:
+        raise error_at(node, f"{func.upper()} needs numbers, got {t}")
+    if func == "avg":
+        return FLOAT
+    if func == "sum" and t.kind == "decimal":
+        return decimal_type(18, t.scale)
+    if func == "sum" and t.kind == "int":
+        return INT  # BIGINT for every width, as PostgreSQL's SUM of SMALLINT and INTEGER
+    if t.pad:
+        return char_type(t.pad, declared=False)  # PostgreSQL's MIN and MAX of CHAR(n) are bpchar
+    if t.varchar:
+        return TEXT  # and of VARCHAR, TEXT's
+    return t
 
 
 def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:

@@ -42,8 +42,9 @@ from sql.logical import (
     Values,
 )
 from sql.recursive import translate_recursive
-from sql.scalar import AGGREGATES, NULL_TYPE, boolean, coerce, common_type, translate_scalar
-from sql.types import BOOL, FLOAT, INT, TEXT, SqlType, char_type, decimal_type
+from sql.scalar import AGGREGATES, NULL_TYPE, aggregate_type, boolean, coerce, common_type, translate_scalar
+from sql.types import BOOL, INT, TEXT, SqlType
+from sql.windows import check_no_windows, check_placement, is_window_function, translate_windows
 
 __all__ = ["translate_query"]
 
@@ -87,6 +88,7 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     """The logical plan of a query (SELECT or set operation), checked against the catalog."""
     with_ = tree.args.get("with_") or tree.args.get("with")
     if with_ is not None and with_.args.get("recursive"):
+        check_no_windows(tree, "a recursive query")
         return translate_recursive(tree, catalog, translate_query)
     _check_relations(tree, catalog)
     rewrite.check_merged_columns(tree)
@@ -678,6 +680,7 @@ def _select(select: exp.Select, catalog: Catalog) -> Plan:
     for key in ("windows", "qualify"):
         if select.args.get(key):
             raise error_at(select, f"{key.upper()} is not supported yet", unsupported=True)
+    check_placement(select)
     scope, pending = _from(select, catalog)
     scope = _uncorrelated_exists(scope, pending, catalog)
     scope = _filtered(scope, pending)
@@ -697,6 +700,7 @@ def _select(select: exp.Select, catalog: Catalog) -> Plan:
         resolve = scope.resolve
     if having is not None:
         plan = Filter(plan, boolean(having, translate_scalar(having.this, resolve)))
+    plan, resolve = translate_windows(select, plan, resolve)
     exprs = []
     cols = []
     for s in select.selects:
@@ -747,7 +751,11 @@ def _distinct_on(select: exp.Select) -> list[exp.Expression]:
 
 def _own_aggregates(node: exp.Expression, select: exp.Select) -> list[exp.Expression]:
     """The aggregate calls in ``node`` that belong to ``select`` (not to a subquery inside it)."""
-    return [a for a in node.find_all(*AGGREGATES) if a.parent_select is select or a.parent_select is None]
+    return [
+        a
+        for a in node.find_all(*AGGREGATES)
+        if (a.parent_select is select or a.parent_select is None) and not is_window_function(a)
+    ]
 
 
 def _hidden_order(select: exp.Select, scope: Scope) -> list[tuple[str, exp.Expression]]:
@@ -824,7 +832,7 @@ def _aggregate(select: exp.Select, scope: Scope, group: exp.Group | None, aggs: 
         pos = len(key_exprs) + len(args)
         args.append(e)
         agg_index[sql] = len(calls)
-        calls.append(AggCall(func, pos, distinct, _agg_type(a, func, e)))
+        calls.append(AggCall(func, pos, distinct, aggregate_type(a, func, e)))
     pre = Project(
         scope.plan,
         tuple(key_exprs + args),
@@ -854,25 +862,6 @@ def _aggregate(select: exp.Select, scope: Scope, group: exp.Group | None, aggs: 
         return None
 
     return plan, resolve
-
-
-def _agg_type(node: exp.Expression, func: str, e: Expr):
-    t = e.type
-    if func == "count":
-        return INT
-    if func in ("sum", "avg") and not t.numeric:
-        raise error_at(node, f"{func.upper()} needs numbers, got {t}")
-    if func == "avg":
-        return FLOAT
-    if func == "sum" and t.kind == "decimal":
-        return decimal_type(18, t.scale)
-    if func == "sum" and t.kind == "int":
-        return INT  # BIGINT for every width, as PostgreSQL's SUM of SMALLINT and INTEGER
-    if t.pad:
-        return char_type(t.pad, declared=False)  # PostgreSQL's MIN and MAX of CHAR(n) are bpchar
-    if t.varchar:
-        return TEXT  # and of VARCHAR, TEXT's
-    return t
 
 
 def _order_limit(node: exp.Expression, plan: Plan, computes: list[str] | None) -> Plan:

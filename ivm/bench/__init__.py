@@ -1,2 +1,2 @@
-"""Benchmarks of the engine (``python -m ivm.bench``) and of recursive views
-(``python -m ivm.bench recursion``)."""
+"""Benchmarks of the engine (``python -m ivm.bench``), of recursive views (``python -m ivm.bench recursion``)
+and of SQL views (``python -m ivm.bench sql``)."""

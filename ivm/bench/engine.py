@@ -1,5 +1,6 @@
 """Engine benchmarks, on one core: ``python -m ivm.bench [--json] [--quick]``; recursive views with
-``python -m ivm.bench recursion`` (see ``ivm.bench.recursion``).
+``python -m ivm.bench recursion`` (see ``ivm.bench.recursion``), SQL views with ``python -m ivm.bench sql``
+(see ``ivm.bench.sql``).
 
 (a) arrange + count: 10M updates over 1M keys in batches of 100k.
 (b) join: 100k-row deltas against a 10M-row arrangement.
@@ -258,14 +259,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     ap.add_argument("--only", choices=["count", "join", "reach"], action="append")
     argv = sys.argv[1:] if argv is None else list(argv)
-    recursion = argv[:1] == ["recursion"]
-    if recursion:
+    suite = argv[0] if argv[:1] in (["recursion"], ["sql"]) else None
+    if suite is not None:
         argv = argv[1:]
     args = ap.parse_args(argv)
     for v in _ONE_CORE_VARS:
         os.environ.setdefault(v, "1")
-    if recursion:
-        from ivm.bench.recursion import report, run
+    if suite is not None:
+        if suite == "sql":
+            from ivm.bench.sql import report, run
+        else:
+            from ivm.bench.recursion import report, run
 
         res = run(quick=args.quick)
         if args.json:

@@ -19,8 +19,9 @@ from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+from sqlglot.tokens import TokenType
 
-from ivm.errors import DataError, ProgrammingError
+from ivm.errors import DataError, NotSupportedError, ProgrammingError
 from sql import allow
 from sql.errors import error_at
 from sql.recursive import attach_mutually_recursive, rewrite_mutually_recursive
@@ -61,6 +62,7 @@ def parse(
         statements = [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
         attach_mutually_recursive(statements, mutual)
     except ParseError as err:
+        _refuse_groups_frames(sql)
         e = err.errors[0] if err.errors else {}
         what = e.get("description", str(err))
         if "<class" in what or "Required keyword" in what:  # the parser's words, not SQL's
@@ -100,11 +102,29 @@ def _parse_spark(sql: str, params, spark: Spark, catalog) -> list[exp.Expression
     for s in statements:
         for node in s.walk():
             node.comments = None
+        for w in s.find_all(exp.Window):  # Spark's window semantics are not checked against Spark's yet
+            raise error_at(w, "window functions in Spark SQL are not supported", unsupported=True)
         s = normalize_identifiers(s, dialect="spark")  # Spark's names are case-insensitive, quoted or not
         s = to_postgres(s, relations_of(catalog, spark) if catalog is not None else {}, spark)
         allow.check(s)
         out.append(s)
     return out
+
+
+def _refuse_groups_frames(sql: str) -> None:
+    """Refuse a window frame in GROUPS mode by name (the parser does not know GROUPS and would only say where
+    it stopped)."""
+    try:
+        toks = Postgres().tokenize(sql)
+    except TokenError:
+        return
+    for t, nxt in zip(toks, toks[1:], strict=False):
+        if t.text.upper() == "GROUPS" and (
+            nxt.text.upper() in ("BETWEEN", "UNBOUNDED", "CURRENT") or nxt.token_type == TokenType.NUMBER
+        ):
+            raise NotSupportedError(
+                "window frames in GROUPS mode are not supported", t.line, t.col - (t.end - t.start)
+            )
 
 
 def _numbered(sql: str, params: Sequence | dict) -> tuple[str, list[str] | None]:

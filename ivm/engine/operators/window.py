@@ -1,0 +1,432 @@
+"""Window functions: per partition, every row with the values of window functions over its partition appended.
+
+``Window`` is a reducer (see ``reducers``): the reduce operator keys its input by the PARTITION BY columns and,
+when a partition changes, recomputes that partition's rows from its accumulated input and emits the difference
+from what it emitted before, so a change costs work proportional to the partitions it touches. Every changed
+partition is computed at once: the rows (a row of multiplicity m as m copies) are sorted once by (partition,
+ORDER BY keys, every column), and row numbers, ranks, frames and frame aggregates come from segment boundaries,
+cumulative sums, binary searches and sparse tables; nothing loops over partitions or rows in Python.
+
+Ties in the ORDER BY are broken by every column, so ROW_NUMBER (and what else depends on the order of peers,
+such as a ROWS frame) is deterministic where PostgreSQL leaves it to the plan.
+
+    >>> import numpy as np
+    >>> from ivm.engine.operators.reducers import Groups
+    >>> w = Window(((0, False, False, False),), (Call("rank"), Call("sum", 0)))
+    >>> g = Groups(np.array([0, 0, 0]), (np.array([5, 3, 5]),), (None,), np.array([1, 1, 1]))
+    >>> ids, cols, valid, mult = w(g)
+    >>> [c.tolist() for c in cols]
+    [[3, 5, 5], [1, 2, 2], [3, 13, 13]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ivm.engine.batch import Mask, lexsort, sort_keys
+from ivm.engine.operators import exact
+from ivm.engine.operators.basic import EvaluationError
+from ivm.engine.operators.reducers import Groups, Output
+from ivm.engine.strings import POOL
+
+__all__ = ["Bound", "Frame", "Call", "Window", "DEFAULT_FRAME", "FUNCTIONS"]
+
+_LOW = np.int64(0xFFFFFFFF)
+_HALF = np.int64(1 << 31)
+
+RANKING = ("row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile")
+OFFSET = ("lag", "lead")
+FRAMED = ("first_value", "last_value", "nth_value", "count_star", "count", "sum", "avg", "min", "max")
+FUNCTIONS = RANKING + OFFSET + FRAMED
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One end of a frame: ``kind`` in unbounded, preceding, current, following; ``offset`` for preceding and
+    following (rows, or for RANGE a distance in the ORDER BY column's stored units)."""
+
+    kind: str
+    offset: int | float = 0
+
+
+@dataclass(frozen=True)
+class Frame:
+    """The rows a framed function reads: ``mode`` rows or range, from ``start`` to ``end`` (both included)."""
+
+    mode: str
+    start: Bound
+    end: Bound
+
+
+# PostgreSQL's default: RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW (the whole partition without ORDER BY,
+# where every row is a peer of every other)
+DEFAULT_FRAME = Frame("range", Bound("unbounded"), Bound("current"))
+
+
+@dataclass(frozen=True)
+class Call:
+    """One window function of ``FUNCTIONS`` over value column ``arg``. ``param``: NTILE's buckets, LAG's and
+    LEAD's offset, NTH_VALUE's n. ``default``: LAG's and LEAD's value (as the engine holds it) where the row
+    they look for is outside the partition, None for NULL. ``text``: ``arg`` holds string-pool codes, so MIN and
+    MAX compare strings. ``divisor``: AVG of decimals held as scaled integers divides by the scale's unit."""
+
+    func: str
+    arg: int | None = None
+    frame: Frame = DEFAULT_FRAME
+    param: int | None = None
+    default: object = None
+    text: bool = False
+    divisor: float | None = None
+    overflow: str = "bigint out of range"
+
+    def __post_init__(self) -> None:
+        if self.func not in FUNCTIONS:
+            raise ValueError(f"unknown window function {self.func!r}")
+
+
+OrderKey = tuple[int, bool, bool, bool]  # value column, descending, NULLs first, text (string-pool codes)
+
+
+class Window:
+    """The reducer: each row of a partition (value columns) followed by one column per ``Call``, the rows
+    ordered by ``order`` within their partition."""
+
+    def __init__(self, order: Sequence[OrderKey], calls: Sequence[Call]) -> None:
+        self.order = tuple(order)
+        self.calls = tuple(calls)
+
+    def out_dtypes(self, in_dtypes: Sequence[np.dtype]) -> tuple[np.dtype, ...]:
+        out = [np.dtype(d) for d in in_dtypes]
+        for c in self.calls:
+            if c.func in ("percent_rank", "cume_dist", "avg"):
+                out.append(np.dtype(np.float64))
+            elif c.func in RANKING or c.func in ("count", "count_star"):
+                out.append(np.dtype(np.int64))
+            elif c.func == "sum":
+                out.append(np.dtype(np.float64 if np.dtype(in_dtypes[c.arg]).kind == "f" else np.int64))
+            else:
+                out.append(np.dtype(in_dtypes[c.arg]))
+        return tuple(out)
+
+    def __call__(self, g: Groups) -> Output:
+        w = np.maximum(g.weights, 0)
+        order_keys = self._order_keys(g.columns, g.valid)
+        # sorted once; a row of multiplicity m becomes m adjacent copies
+        perm = lexsort([g.group, *order_keys, *sort_keys(g.columns, g.valid, None)])
+        rows = np.repeat(perm, w[perm])
+        n = len(rows)
+        if n == 0:
+            empty = tuple(c[:0] for c in g.columns) + self._empty(g)
+            return g.group[:0], empty, (None,) * len(empty), g.weights[:0]
+        s = _Sorted(g.group[rows], [k[rows] for k in order_keys])
+        cols = tuple(c[rows] for c in g.columns)
+        valid = tuple(None if m is None else m[rows] for m in g.valid)
+        out_cols: list[np.ndarray] = []
+        out_valid: list[Mask] = []
+        for c in self.calls:
+            value, mask = self._call(c, s, cols, valid)
+            out_cols.append(value)
+            out_valid.append(mask)
+        return s.gid, cols + tuple(out_cols), valid + tuple(out_valid), np.ones(n, dtype=np.int64)
+
+    def _empty(self, g: Groups) -> tuple[np.ndarray, ...]:
+        dtypes = self.out_dtypes([c.dtype for c in g.columns])[len(g.columns) :]
+        return tuple(np.zeros(0, dtype=d) for d in dtypes)
+
+    def _order_keys(self, columns, valid) -> list[np.ndarray]:
+        """Integer sort keys of the ORDER BY (each column's NULL flag, then its rank, complemented when
+        descending): rows equal on them are peers."""
+        keys: list[np.ndarray] = []
+        for pos, desc, nulls_first, text in self.order:
+            x, m = columns[pos], valid[pos]
+            if m is not None:
+                keys.append(m if nulls_first else ~m)  # a NULL's False sorts before every value's True
+            rank = POOL.ranks(x)[0] if text else _ranks(x)
+            if m is not None:
+                rank = np.where(m, rank, 0)  # a NULL's value is no part of its order
+            keys.append(~rank if desc else rank)
+        return keys
+
+    def _call(self, c: Call, s: _Sorted, cols, valid) -> tuple[np.ndarray, Mask]:
+        f = c.func
+        if f == "row_number":
+            return s.pos + 1, None
+        if f == "rank":
+            return s.peer_start - s.first + 1, None
+        if f == "dense_rank":
+            return s.peer_id - s.peer_id[s.first] + 1, None
+        if f == "percent_rank":
+            rank = s.peer_start - s.first
+            return np.where(s.size > 1, rank / np.maximum(s.size - 1, 1), 0.0), None
+        if f == "cume_dist":
+            return (s.peer_end - s.first) / s.size, None
+        if f == "ntile":
+            return _ntile(s.pos, s.size, int(c.param)), None
+        if f in OFFSET:
+            return _offset(c, s, cols[c.arg], valid[c.arg])
+        fs, fe = self._frame(c.frame, s, cols, valid)
+        if f == "count_star":
+            return fe - fs, None
+        if f in ("first_value", "last_value", "nth_value"):
+            at = fs if f == "first_value" else fe - 1 if f == "last_value" else fs + int(c.param) - 1
+            return _pick(cols[c.arg], valid[c.arg], at, (at >= fs) & (at < fe))
+        x, m = cols[c.arg], valid[c.arg]
+        nvalid = _frame_count(m, fs, fe)
+        if f == "count":
+            return nvalid, None
+        if f in ("sum", "avg"):
+            return _frame_sum(c, x, m, fs, fe, nvalid)
+        return _frame_extreme(c, x, m, fs, fe, s)
+
+    def _frame(self, frame: Frame, s: _Sorted, cols, valid) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, its frame as sorted positions ``[start, end)`` (empty where end <= start)."""
+        start = self._bound(frame, frame.start, True, s, cols, valid)
+        end = self._bound(frame, frame.end, False, s, cols, valid)
+        start = np.clip(start, s.first, s.last)
+        end = np.clip(end, s.first, s.last)
+        return start, np.maximum(end, start)
+
+    def _bound(self, frame: Frame, b: Bound, is_start: bool, s: _Sorted, cols, valid) -> np.ndarray:
+        if b.kind == "unbounded":
+            return s.first if is_start else s.last
+        if frame.mode == "rows":
+            step = 0 if b.kind == "current" else int(b.offset) if b.kind == "following" else -int(b.offset)
+            return s.index + step + (0 if is_start else 1)
+        if b.kind == "current":
+            return s.peer_start if is_start else s.peer_end
+        pos, desc, _, _ = self.order[0]
+        return _range_bound(s, cols[pos], valid[pos], desc, b, is_start)
+
+
+class _Sorted:
+    """The sorted rows of the partitions being computed: per row, its partition's bounds and its peers'."""
+
+    def __init__(self, gid: np.ndarray, keys: list[np.ndarray]) -> None:
+        n = len(gid)
+        self.gid = gid
+        self.index = np.arange(n)
+        new = np.empty(n, dtype=bool)
+        new[0] = True
+        np.not_equal(gid[1:], gid[:-1], out=new[1:])
+        starts = np.flatnonzero(new)
+        self.pid = np.cumsum(new) - 1
+        ends = np.append(starts[1:], n)
+        self.first = starts[self.pid]
+        self.last = ends[self.pid]
+        self.size = self.last - self.first
+        self.pos = self.index - self.first
+        peer = new.copy()
+        for k in keys:
+            peer[1:] |= k[1:] != k[:-1]
+        peer_starts = np.flatnonzero(peer)
+        self.peer_id = np.cumsum(peer) - 1
+        self.peer_start = peer_starts[self.peer_id]
+        self.peer_end = np.append(peer_starts[1:], n)[self.peer_id]
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Dense ranks of values (NaN above every other double and equal to itself, -0.0 equal to 0.0)."""
+    if x.dtype.kind in "biu" and x.dtype.itemsize <= 8:
+        return x.astype(np.int64)
+    return np.unique(x, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
+
+def _ntile(pos: np.ndarray, size: np.ndarray, buckets: int) -> np.ndarray:
+    """PostgreSQL's NTILE: ``size`` rows into ``buckets`` as equal as can be, the larger ones first."""
+    q, r = size // buckets, size % buckets
+    big = r * (q + 1)
+    return np.where(pos < big, pos // (q + 1), r + (pos - big) // np.maximum(q, 1)) + 1
+
+
+def _pick(x: np.ndarray, m: Mask, at: np.ndarray, present: np.ndarray) -> tuple[np.ndarray, Mask]:
+    """The values at sorted positions ``at`` where ``present``, NULL elsewhere."""
+    idx = np.where(present, at, 0)
+    value = x[idx]
+    mask = present if m is None else present & m[idx]
+    return np.where(mask, value, np.zeros(1, dtype=x.dtype)), mask
+
+
+def _offset(c: Call, s: _Sorted, x: np.ndarray, m: Mask) -> tuple[np.ndarray, Mask]:
+    """LAG and LEAD: the value ``param`` rows before (after) in the partition, else the default."""
+    step = int(c.param) if c.func == "lead" else -int(c.param)
+    at = s.index + step
+    inside = (at >= s.first) & (at < s.last)
+    value, mask = _pick(x, m, at, inside)
+    if c.default is None:
+        return value, mask
+    default = np.asarray(c.default, dtype=x.dtype)
+    return np.where(inside, value, default), mask | ~inside
+
+
+def _range_bound(s: _Sorted, x: np.ndarray, m: Mask, desc: bool, b: Bound, is_start: bool) -> np.ndarray:
+    """A RANGE frame's bound at an offset: the first row (for a start) whose ORDER BY value is at least the
+    row's less the offset for PRECEDING (plus it for FOLLOWING), in the order's direction, or the first row
+    beyond the last one at most that (for an end). A row whose value is NULL has its peers (the NULLs) for
+    such a bound, and the NULLs are never within an offset of a value, as in PostgreSQL; so is NaN (above every
+    other double, and equal to itself whatever the offset)."""
+    out = (s.peer_start if is_start else s.peer_end).copy()
+    present = np.ones(len(x), dtype=bool) if m is None else m
+    if x.dtype.kind == "f":
+        present = present & ~np.isnan(x)
+    sel = np.flatnonzero(present)
+    if not len(sel):
+        return out
+    v = x[sel]
+    if v.dtype.kind == "f":
+        t = -v.astype(np.float64) if desc else v.astype(np.float64)
+        target = t - b.offset if b.kind == "preceding" else t + b.offset
+        below = above = None
+    else:
+        t = ~v.astype(np.int64) if desc else v.astype(np.int64)  # ~ reverses the order, and ~(v + n) = ~v - n
+        off = np.int64(b.offset)
+        with np.errstate(over="ignore"):
+            target = t - off if b.kind == "preceding" else t + off
+        below = target > t if b.kind == "preceding" else None  # wrapped around: beyond every value
+        above = target < t if b.kind == "following" else None
+    # the rows with values of each partition are contiguous and sorted by ``t``: one search of (partition, t)
+    uniq = np.unique(t)
+    width = len(uniq) + 1
+    pid = s.pid[sel]
+    comb = pid * width + np.searchsorted(uniq, t)
+    rank = np.searchsorted(uniq, target, "left" if is_start else "right")
+    if below is not None:
+        rank = np.where(below, 0, rank)
+    if above is not None:
+        rank = np.where(above, len(uniq), rank)
+    found = np.searchsorted(comb, pid * width + rank, "left")
+    out[sel] = sel + (found - np.arange(len(sel)))
+    return out
+
+
+def _prefix(x: np.ndarray) -> np.ndarray:
+    """Cumulative sums with a 0 in front: the sum of ``x[a:b]`` is ``p[b] - p[a]``."""
+    out = np.empty(len(x) + 1, dtype=x.dtype)
+    out[0] = 0
+    np.cumsum(x, out=out[1:])
+    return out
+
+
+def _frame_count(m: Mask, fs: np.ndarray, fe: np.ndarray) -> np.ndarray:
+    if m is None:
+        return fe - fs
+    p = _prefix(m.astype(np.int64))
+    return p[fe] - p[fs]
+
+
+def _frame_sum(
+    c: Call, x: np.ndarray, m: Mask, fs: np.ndarray, fe: np.ndarray, nvalid: np.ndarray
+) -> tuple[np.ndarray, Mask]:
+    """SUM or AVG over each frame: exact, from prefix sums of integers' 32-bit halves, or of doubles' exact
+    limbs (``exact``), so that a frame's sum is that of its values whatever else the partition holds."""
+    present = nvalid > 0
+    if x.dtype.kind == "f":
+        total = _double_sums(x, m, fs, fe, nvalid, c.func == "sum")
+    else:
+        xs = x.astype(np.int64)
+        hi, lo = xs >> np.int64(32), xs & _LOW
+        if m is not None:
+            hi, lo = np.where(m, hi, 0), np.where(m, lo, 0)
+        ph, pl = _prefix(hi), _prefix(lo)
+        high, low = ph[fe] - ph[fs], pl[fe] - pl[fs]
+        total = (high << np.int64(32)) + low
+        upper = high + (low >> np.int64(32))
+        bad = ((upper < -_HALF) | (upper >= _HALF)) & present
+        if c.func == "sum" and bad.any():
+            raise EvaluationError(c.overflow)
+        if c.func == "avg":
+            total = np.where(bad, high.astype(np.float64) * 2.0**32 + low.astype(np.float64), total)
+    if c.func == "avg":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            total = total / np.maximum(nvalid, 1)
+        if c.divisor is not None:
+            total = total / c.divisor
+    return np.where(present, total, np.zeros(1, dtype=total.dtype)), present
+
+
+def _double_sums(x: np.ndarray, m: Mask, fs: np.ndarray, fe: np.ndarray, nvalid, signed: bool) -> np.ndarray:
+    """Exact sums of doubles over frames, rounded once (see ``exact``)."""
+    n = len(x)
+    ones = np.ones(n, dtype=np.int64)
+    counts = np.zeros((4, n + 1), dtype=np.int64)
+    rows, which = exact.special(x, m, ones)
+    counts[which, rows + 1] = 1
+    counts = np.cumsum(counts, axis=1)
+    frame_counts = counts[:, fe] - counts[:, fs]
+    rows = exact.finite(x, m, ones)
+    if len(rows):
+        lowest, parts = exact.split(x[rows], ones[rows])
+        lo, hi = exact.window(lowest)
+        limbs = np.zeros((hi - lo, n + 1), dtype=np.int64)
+        exact.scatter(limbs, lowest, parts, lo, rows + 1)
+        np.cumsum(limbs, axis=1, out=limbs)
+        total, over = exact.sums(limbs[:, fe] - limbs[:, fs], lo, frame_counts)
+    else:
+        total, over = exact.sums(np.zeros((0, n), dtype=np.int64), 0, frame_counts)
+    if (over & (nvalid > 0)).any():
+        raise EvaluationError(exact.OVERFLOW)
+    return exact.signed(total, frame_counts[3], nvalid) if signed else total
+
+
+def _frame_extreme(
+    c: Call, x: np.ndarray, m: Mask, fs: np.ndarray, fe: np.ndarray, s: _Sorted
+) -> tuple[np.ndarray, Mask]:
+    """MIN or MAX over each frame, as the greatest of the values' ranks (reversed for MIN): over whole
+    partitions by segments, over frames from the partition's start (or to its end) by cumulative maxima within
+    partitions, else from a sparse table of maxima over spans of 2**k rows."""
+    if c.text:
+        rank, value_of = POOL.ranks(x)
+    else:
+        value_of, rank = np.unique(x, return_inverse=True)
+        rank = rank.reshape(-1).astype(np.int64)
+    if c.func == "min":
+        rank = len(value_of) - 1 - rank
+    key = rank if m is None else np.where(m, rank, -1)  # -1: no value
+    empty = fe <= fs
+    if (fs == s.first).all() and (fe == s.last).all():
+        best = np.maximum.reduceat(key, np.flatnonzero(s.pos == 0))[s.pid]
+    elif (fs == s.first).all():
+        best = _running_max(key, s.pid)[np.maximum(fe - 1, 0)] - _lift(key, s.pid)
+    elif (fe == s.last).all():
+        back = s.pid[-1] - s.pid
+        best = _running_max(key[::-1], back[::-1])[::-1][np.minimum(fs, len(x) - 1)] - _lift(key, back)
+    else:
+        best = _sparse_max(key, fs, fe)
+    found = (best >= 0) & ~empty
+    if c.func == "min":
+        best = len(value_of) - 1 - best
+    value = value_of[np.where(found, best, 0)] if len(value_of) else np.zeros(len(x), dtype=x.dtype)
+    return np.where(found, value, np.zeros(1, dtype=x.dtype)), found
+
+
+def _lift(key: np.ndarray, pid: np.ndarray) -> np.ndarray:
+    """What ``_running_max`` adds to a key of partition ``pid``: keys (>= -1) of later partitions are then
+    above every key of earlier ones."""
+    return 1 + pid * (int(key.max(initial=0)) + 2)
+
+
+def _running_max(key: np.ndarray, pid: np.ndarray) -> np.ndarray:
+    """Per row, the greatest key from its partition's first row to it (rows sorted by non-decreasing
+    ``pid``), lifted by ``_lift``: one cumulative maximum for all partitions."""
+    return np.maximum.accumulate(key + _lift(key, pid))
+
+
+def _sparse_max(key: np.ndarray, fs: np.ndarray, fe: np.ndarray) -> np.ndarray:
+    """Per frame ``[fs, fe)``, the greatest key (-1 for an empty frame), from maxima over spans of 2**k rows."""
+    n = len(key)
+    length = np.maximum(fe - fs, 1)
+    level = np.floor(np.log2(length)).astype(np.int64)
+    tables = [key]
+    span = 1
+    while span * 2 <= int(length.max(initial=1)):
+        prev = tables[-1]
+        nxt = prev.copy()
+        np.maximum(prev[: n - span], prev[span:], out=nxt[: n - span])
+        tables.append(nxt)
+        span *= 2
+    table = np.stack(tables)
+    a = table[level, np.minimum(fs, n - 1)]
+    b = table[level, np.clip(fe - (1 << level), 0, n - 1)]
+    return np.where(fe > fs, np.maximum(a, b), -1)
