@@ -100,7 +100,7 @@ class _Rewriter:
             return Join(plan.kind, left, right, plan.left_keys, plan.right_keys), loose
         if isinstance(plan, Aggregate):
             inner, loose = self.rewrite(plan.input)
-            read = frozenset(plan.group) | frozenset(a.arg for a in plan.aggs if a.arg is not None)
+            read = frozenset(plan.group) | frozenset(p for a in plan.aggs for p in a.reads)
             return Aggregate(_canon(inner, loose & read), plan.group, plan.aggs, plan.columns), none
         if isinstance(plan, Negate):
             inner, loose = self.rewrite(plan.input)

@@ -371,7 +371,17 @@ class _Compiler:
                 kind = "count_distinct"
             if a.func in ("min", "max") and a.type.kind == "text":
                 kind = a.func + "_text"
-            specs.append((kind, None if a.arg is None else rest.index(a.arg + shift)))
+            spec = (kind, None if a.arg is None else rest.index(a.arg + shift))
+            if a.func == "string_agg":  # the ordering keys as the reducer sees them, in text order for text
+                sep, order = a.param
+                types = [c.type.kind for c in plan.input.columns]
+                keys = tuple(
+                    (rest.index(p + shift), desc, "nulls_first" if first else "nulls_last")
+                    + (("text",) if types[p] == "text" else ())
+                    for p, desc, first in order
+                )
+                spec = (*spec, (sep, keys))
+            specs.append(spec)
         reducer = ivm.Aggregate(specs, _avg_divisors(plan), _sum_overflows(plan))
         return self._reduce(plan.input if ng else one_group(plan.input), group, reducer)
 

@@ -87,6 +87,7 @@ def describe(plan: Plan) -> str:
         return f"{'AntiJoin' if plan.anti else 'SemiJoin'} on all columns"
     if isinstance(plan, Aggregate):
         args = ["*" if a.arg is None else plan.input.columns[a.arg].name for a in plan.aggs]
+        args = [arg + _agg_order(plan, a) for a, arg in zip(plan.aggs, args, strict=True)]
         aggs = ", ".join(
             f"{a.func}({'DISTINCT ' if a.distinct else ''}{arg})"
             for a, arg in zip(plan.aggs, args, strict=True)
@@ -180,3 +181,16 @@ def _expr(e: Expr, src: Plan) -> str:
             args.append(str(e.param))
         return f"{e.op}({', '.join(args)})"
     return "?"
+
+
+def _agg_order(plan: Aggregate, a) -> str:
+    """STRING_AGG's separator and ORDER BY, as written."""
+    if a.func != "string_agg":
+        return ""
+    sep, order = a.param
+    keys = ", ".join(
+        plan.input.columns[p].name + (" DESC" if desc else "") + (" NULLS FIRST" if first else " NULLS LAST")
+        for p, desc, first in order
+    )
+    quoted = "'" + sep.replace("'", "''") + "'"
+    return f", {quoted}" + (f" ORDER BY {keys}" if keys else "")

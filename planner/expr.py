@@ -346,6 +346,7 @@ def _fill(e: Expr, rows: np.ndarray, data: np.ndarray, mask: np.ndarray, cols, v
 # calls that fail on some values
 _FALLIBLE = frozenset(
     {"from_text", "fit_decimal", "fit_int", "div", "mod", "neg", "abs", "float_to_decimal", "div_round"}
+    | {"sqrt", "ln", "log10", "log", "exp", "power"}
 )
 _EXACT = frozenset({"add", "sub", "mul"})  # fail beyond 64 bits, or beyond a double's range
 

@@ -62,6 +62,109 @@ def _round(e: Call, args: list[Value], n: int) -> Value:
     return q.astype(np.int64), m
 
 
+def _fail_where(bad: np.ndarray, m: np.ndarray | None, message: str) -> None:
+    """An evaluation error when ``bad`` holds on a row whose value is not NULL."""
+    if m is not None:
+        bad = bad & m
+    if bad.any():
+        from ivm.engine.operators.basic import EvaluationError
+
+        raise EvaluationError(message)
+
+
+def _range_checked(out: np.ndarray, finite: np.ndarray, nonzero: np.ndarray, m) -> np.ndarray:
+    """A double result of finite arguments checked as PostgreSQL checks it: infinite is an overflow, zero out
+    of a nonzero argument an underflow."""
+    _fail_where(np.isinf(out) & finite, m, "value out of range: overflow")
+    _fail_where((out == 0) & finite & nonzero, m, "value out of range: underflow")
+    return out
+
+
+def _sqrt(e: Call, args: list[Value], n: int) -> Value:
+    ((a, m),) = args
+    negative = a < 0
+    _fail_where(negative, m, "cannot take square root of a negative number")
+    return np.sqrt(np.where(negative, 0.0, a)), m
+
+
+def _cbrt(e: Call, args: list[Value], n: int) -> Value:
+    ((a, m),) = args
+    return np.cbrt(a), m
+
+
+def _logarithm(a: np.ndarray, m: np.ndarray | None) -> np.ndarray:
+    """``a`` checked as an argument of a logarithm, with the values that fail replaced by 1."""
+    _fail_where(a == 0, m, "cannot take logarithm of zero")
+    _fail_where(a < 0, m, "cannot take logarithm of a negative number")
+    return np.where(a <= 0, 1.0, a)
+
+
+def _ln(e: Call, args: list[Value], n: int) -> Value:
+    ((a, m),) = args
+    a = _logarithm(a, m)
+    return (np.log(a) if e.op == "ln" else np.log10(a)), m
+
+
+def _log(e: Call, args: list[Value], n: int) -> Value:
+    """``LOG(b, x)``: the base checked first, as PostgreSQL does; base 1 divides by zero."""
+    from planner.expr import _and_masks
+
+    (b, mb), (x, mx) = args
+    m = _and_masks(mb, mx)
+    b = _logarithm(b, m)
+    x = _logarithm(x, m)
+    _fail_where(b == 1, m, "division by zero")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log10(x) / np.log10(np.where(b == 1, 10.0, b)), m
+
+
+def _exp(e: Call, args: list[Value], n: int) -> Value:
+    ((a, m),) = args
+    with np.errstate(over="ignore", under="ignore"):
+        out = np.exp(a)
+    finite = np.isfinite(a)
+    return _range_checked(out, finite, finite, m), m
+
+
+def _power(e: Call, args: list[Value], n: int) -> Value:
+    """POWER as PostgreSQL's: zero to a negative power and a negative number to a fractional power are
+    errors, and so is a finite result out of range; NaN and infinities as C's pow (which PostgreSQL follows)."""
+    from planner.expr import _and_masks
+
+    (a, ma), (b, mb) = args
+    m = _and_masks(ma, mb)
+    a, b = np.broadcast_to(a, (n,)), np.broadcast_to(b, (n,))
+    _fail_where((a == 0) & (b < 0), m, "zero raised to a negative power is undefined")
+    with np.errstate(invalid="ignore"):
+        fractional = np.floor(b) != b
+    _fail_where(
+        (a < 0) & fractional & ~np.isnan(b),
+        m,
+        "a negative number raised to a non-integer power yields a complex result",
+    )
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        out = np.power(a, b)
+    finite = np.isfinite(a) & np.isfinite(b)
+    return _range_checked(out, finite, a != 0, m), m
+
+
+def _trunc(e: Call, args: list[Value], n: int) -> Value:
+    """TRUNC toward zero: a double to an integral double, a scaled integer to ``e.param`` places."""
+    ((a, m),) = args
+    if a.dtype.kind == "f":
+        return np.trunc(a), m
+    places = e.param
+    t = e.args[0].type
+    scale = t.scale if t.kind == "decimal" else 0
+    if scale - places > 18:
+        return np.zeros(len(a), dtype=np.int64), m
+    unit = 10 ** (scale - places)
+    q = np.sign(a) * (np.abs(a) // unit)
+    if places < 0:
+        q = q * 10 ** (-places)
+    return q.astype(np.int64), m
+
+
 COMPARISONS = {
     "eq": np.equal,
     "ne": np.not_equal,
@@ -269,6 +372,14 @@ FUNCTIONS: dict[str, Callable[[Call, list[Value], int], Value]] = {
     "round": _round,
     "floor": _floor_ceil,
     "ceil": _floor_ceil,
+    "trunc": _trunc,
+    "sqrt": _sqrt,
+    "cbrt": _cbrt,
+    "exp": _exp,
+    "ln": _ln,
+    "log10": _ln,
+    "log": _log,
+    "power": _power,
     "greatest": _extreme,
     "least": _extreme,
     "length": _computed(lambda e: pc.utf8_length, np.int64),

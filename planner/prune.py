@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sql.logical import (
-    AggCall,
     Aggregate,
     Call,
     ColRef,
@@ -108,11 +107,9 @@ class _Pruner:
             m.update({nl + j: len(left.columns) + mr[j] for j in mr})
             return join, m
         if isinstance(plan, Aggregate):
-            need = frozenset(plan.group) | frozenset(a.arg for a in plan.aggs if a.arg is not None)
+            need = frozenset(plan.group) | frozenset(p for a in plan.aggs for p in a.reads)
             inner, m = self.narrow(*self.prune(plan.input, need), need, plan.group)
-            aggs = tuple(
-                AggCall(a.func, None if a.arg is None else m[a.arg], a.distinct, a.type) for a in plan.aggs
-            )
+            aggs = tuple(a.moved(m) for a in plan.aggs)
             out = Aggregate(inner, tuple(m[g] for g in plan.group), aggs, plan.columns)
             return out, {i: i for i in range(len(plan.columns))}
         if isinstance(plan, Window):

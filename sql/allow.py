@@ -54,7 +54,7 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Where: _UNARY,
     exp.Group: frozenset({"expressions"}),
     exp.Having: _UNARY,
-    exp.Order: frozenset({"expressions"}),
+    exp.Order: frozenset({"this", "expressions"}),  # "this": the values of an aggregate with ORDER BY
     exp.Ordered: frozenset({"this", "desc", "nulls_first"}),
     exp.Limit: frozenset({"expression"}),
     exp.Offset: frozenset({"expression"}),
@@ -127,12 +127,27 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.FirstValue: _UNARY,
     exp.LastValue: _UNARY,
     exp.NthValue: frozenset({"this", "offset"}),
+    exp.LogicalAnd: _UNARY,
+    exp.LogicalOr: _UNARY,
+    exp.GroupConcat: frozenset({"this", "separator"}),
+    exp.Filter: _BINARY,
+    exp.Rollup: frozenset({"expressions"}),
+    exp.Cube: frozenset({"expressions"}),
+    exp.GroupingSets: frozenset({"expressions"}),
+    exp.Grouping: frozenset({"expressions"}),
     # functions
     exp.Abs: _UNARY,
     exp.Sign: _UNARY,
     exp.Round: frozenset({"this", "decimals"}),
     exp.Floor: _UNARY,
     exp.Ceil: _UNARY,
+    exp.Sqrt: _UNARY,
+    exp.Cbrt: _UNARY,
+    exp.Pow: _BINARY,
+    exp.Ln: _UNARY,
+    exp.Exp: _UNARY,
+    exp.Log: _BINARY,
+    exp.Trunc: frozenset({"this", "decimals"}),
     exp.Greatest: frozenset({"this", "expressions", "ignore_nulls"}),
     exp.Least: frozenset({"this", "expressions", "ignore_nulls"}),
     exp.Length: _UNARY,
@@ -170,6 +185,9 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Credentials: frozenset(),
 }
 
+# functions sqlglot parses as anonymous calls that the translator implements by name
+_ANONYMOUS = frozenset({"every"})
+
 # SQL's words for node types and arguments that have no plain SQL rendering of their own
 _NODE_NAMES: dict[type[exp.Expression], str] = {
     exp.IgnoreNulls: "IGNORE NULLS",
@@ -183,7 +201,7 @@ _NODE_NAMES: dict[type[exp.Expression], str] = {
     exp.All: "ALL",
     exp.Filter: "FILTER (WHERE ...)",
     exp.GroupConcat: "STRING_AGG",
-    exp.ArrayAgg: "ARRAY_AGG",
+    exp.ArrayAgg: "ARRAY_AGG (ivm has no arrays; STRING_AGG joins text)",
     exp.Returning: "RETURNING",
     exp.OnConflict: "ON CONFLICT",
     exp.TemporaryProperty: "TEMPORARY",
@@ -270,6 +288,8 @@ def check(node: exp.Expression) -> None:
     ``ALLOWED``."""
     for n in node.walk():
         allowed = ALLOWED.get(type(n))
+        if isinstance(n, exp.Anonymous) and str(n.this).lower() in _ANONYMOUS:
+            allowed = frozenset({"this", "expressions"})
         if allowed is None:
             raise error_at(n, f"{sql_name(n)} is not supported", unsupported=True)
         for arg, value in n.args.items():

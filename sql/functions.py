@@ -2,11 +2,16 @@
 
 Numbers: ABS, SIGN, ROUND (half away from zero, to a constant number of decimal places; ``ROUND(a / b, n)``
 of exact numbers, one of them a decimal, divides exactly and rounds once, as NUMERIC does), FLOOR, CEIL,
-GREATEST and LEAST (NULL only when every argument is). Text: LENGTH, UPPER, LOWER, TRIM/LTRIM/RTRIM/BTRIM,
-SUBSTRING, LEFT, RIGHT, REPLACE, POSITION/STRPOS, STARTS_WITH, REVERSE, LPAD/RPAD, SPLIT_PART and CONCAT
-(which skips NULLs and writes other types as text, CHAR(n) padded). A CHAR(n) argument is otherwise read
-without its trailing spaces, as PostgreSQL converts it to text. Arguments other than the text or number a
-function works on must be constants: the function then runs once per distinct string of a batch.
+TRUNC, GREATEST and LEAST (NULL only when every argument is); SQRT, CBRT, EXP, LN, LOG (base 10, or
+``LOG(b, x)``) and POWER in DOUBLE PRECISION, with PostgreSQL's errors for the values they have none for.
+Integers go in as DOUBLE PRECISION, as PostgreSQL resolves these functions for them; NUMERIC values too,
+which PostgreSQL computes in NUMERIC instead (as it does AVG and division).
+
+Text: LENGTH, UPPER, LOWER, TRIM/LTRIM/RTRIM/BTRIM, SUBSTRING, LEFT, RIGHT, REPLACE, POSITION/STRPOS,
+STARTS_WITH, REVERSE, LPAD/RPAD, SPLIT_PART and CONCAT (which skips NULLs and writes other types as text,
+CHAR(n) padded). A CHAR(n) argument is otherwise read without its trailing spaces, as PostgreSQL converts it to
+text. Arguments other than the text or number a function works on must be constants: the function then runs once
+per distinct string of a batch.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from sqlglot import exp
 from sql.chars import shown
 from sql.errors import error_at
 from sql.logical import Call, Const, Expr
-from sql.types import BOOL, INTEGER, TEXT, SqlType, decimal_type
+from sql.types import BOOL, FLOAT, INTEGER, TEXT, SqlType, decimal_type
 
 __all__ = ["translate_function", "as_text"]
 
@@ -52,7 +57,84 @@ def _number(node: exp.Expression, translate: Translate) -> Expr:
 
 def _abs_sign(node: exp.Expression, translate: Translate) -> Expr:
     x = _number(node, translate)
+    if isinstance(node, exp.Sign) and x.type.kind == "int":
+        x = _double(node, x)  # PostgreSQL's SIGN of an integer is SIGN(DOUBLE PRECISION)
     return Call(node.key.lower(), (x,), x.type)
+
+
+def _double(node: exp.Expression, x: Expr) -> Expr:
+    """A number (or NULL) as DOUBLE PRECISION."""
+    from sql.scalar import coerce
+
+    return coerce(node, x, FLOAT)
+
+
+def _float_function(op: str):
+    """A function of one DOUBLE PRECISION argument (SQRT, CBRT, EXP, LN, one-argument LOG)."""
+
+    def translate_one(node: exp.Expression, translate: Translate) -> Expr:
+        x = _number(node, translate)
+        if isinstance(node, exp.Log) and node.expression is not None:
+            return _log(node, translate)
+        return Call(op, (_double(node, x),), FLOAT)
+
+    return translate_one
+
+
+def _log(node: exp.Log, translate: Translate) -> Expr:
+    """``LOG(b, x)``: PostgreSQL has it for NUMERIC only (no DOUBLE PRECISION argument); computed in DOUBLE
+    PRECISION."""
+    b, x = translate(node.this), translate(node.expression)
+    for a in (b, x):
+        if not (a.type.numeric or _is_null(a)):
+            raise error_at(node, f"LOG needs numbers, got {a.type}")
+        if a.type.kind == "float":
+            what = f"log({_pg_type(b.type)}, {_pg_type(x.type)})"
+            raise error_at(node, f"function {what} does not exist (CAST the arguments to NUMERIC)")
+    return Call("log", (_double(node, b), _double(node, x)), FLOAT)
+
+
+def _pg_type(t: SqlType) -> str:
+    """A type as PostgreSQL's messages name it."""
+    return "double precision" if t.kind == "float" else str(t).lower()
+
+
+def _power(node: exp.Pow, translate: Translate) -> Expr:
+    a, b = translate(node.this), translate(node.expression)
+    for v in (a, b):
+        if not (v.type.numeric or _is_null(v)):
+            raise error_at(node, f"POWER needs numbers, got {v.type}")
+    return Call("power", (_double(node, a), _double(node, b)), FLOAT)
+
+
+def _trunc(node: exp.Trunc, translate: Translate) -> Expr:
+    """TRUNC toward zero: of DOUBLE PRECISION (and integers) as DOUBLE PRECISION; of NUMERIC (and integers,
+    with a number of places) to that many places, as NUMERIC."""
+    x = _number(node, translate)
+    given = node.args.get("decimals")
+    t = x.type
+    if given is None:
+        if t.kind != "decimal":
+            return Call("trunc", (_double(node, x),), FLOAT, 0)
+        places = 0
+    else:
+        if t.kind == "float":
+            what = f"trunc({_pg_type(t)}, integer)"
+            raise error_at(node, f"function {what} does not exist (CAST the first argument to NUMERIC)")
+        places = _int_arg(node, given, None)
+    if t.kind == "int":
+        from sql.scalar import cast_to
+
+        if places >= 0:  # the integer itself, with that many zero places
+            return cast_to(node, x, decimal_type(18, min(places, 17)))
+        return Call("trunc", (x,), decimal_type(18, 0), places)
+    if places >= t.scale:
+        from sql.scalar import cast_to
+
+        return cast_to(node, x, decimal_type(min(t.precision - t.scale + places, 18), min(places, 17)))
+    return Call(
+        "trunc", (x,), decimal_type(max(t.precision - t.scale + max(places, 0), 1), max(places, 0)), places
+    )
 
 
 def _round(node: exp.Round, translate: Translate) -> Expr:
@@ -66,8 +148,14 @@ def _round(node: exp.Round, translate: Translate) -> Expr:
         if places >= t.scale:
             return x
         t = decimal_type(min(t.precision + 1, 18), max(places, 0))
-    elif t.kind == "int" and places >= 0:
-        return x
+    elif t.kind == "int":  # as PostgreSQL: ROUND(DOUBLE PRECISION), or to places as NUMERIC
+        if node.args.get("decimals") is None:
+            return _double(node, x)
+        if places >= 0:
+            from sql.scalar import cast_to
+
+            return cast_to(node, x, decimal_type(18, min(places, 17)))
+        t = decimal_type(18, 0)
     return Call("round", (x,), t, places)
 
 
@@ -98,7 +186,7 @@ def _floor_ceil(node: exp.Expression, translate: Translate) -> Expr:
     x = _number(node, translate)
     t = x.type
     if t.kind == "int":
-        return x
+        return _double(node, x)  # PostgreSQL's FLOOR and CEIL of an integer are of DOUBLE PRECISION
     if t.kind == "decimal":
         if t.scale == 0:
             return x
@@ -120,6 +208,13 @@ _NUMERIC = {
     exp.Round: _round,
     exp.Floor: _floor_ceil,
     exp.Ceil: _floor_ceil,
+    exp.Trunc: _trunc,
+    exp.Sqrt: _float_function("sqrt"),
+    exp.Cbrt: _float_function("cbrt"),
+    exp.Exp: _float_function("exp"),
+    exp.Ln: _float_function("ln"),
+    exp.Log: _float_function("log10"),
+    exp.Pow: _power,
     exp.Greatest: _extreme,
     exp.Least: _extreme,
 }

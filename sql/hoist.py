@@ -204,6 +204,8 @@ def _in_as_joins(node: exp.In, alias: str):
 
 def _over_no_rows(node: exp.Expression) -> exp.Expression:
     """An aggregate call as its value over no rows."""
+    if isinstance(node, exp.Filter):
+        node = node.this
     if isinstance(node, exp.Count):
         return exp.Literal.number(0)
     if isinstance(node, AGGREGATES):

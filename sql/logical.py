@@ -147,12 +147,33 @@ class SemiJoin:
 
 @dataclass(frozen=True)
 class AggCall:
-    """``func`` in count_star, count, sum, avg, min, max; ``arg`` a position of the input."""
+    """``func`` in count_star, count, sum, avg, min, max, string_agg; ``arg`` a position of the input.
+    STRING_AGG's ``param`` is ``(separator, order)``: the values joined by the separator in the order of
+    ``order``'s ``(position, descending, NULLs first)`` keys, ties (and everything, without keys) by value, so
+    that the result never depends on the order rows arrived in."""
 
     func: str
     arg: int | None
     distinct: bool
     type: SqlType
+    param: object = None
+
+    @property
+    def reads(self) -> tuple[int, ...]:
+        """The input positions the call reads: its argument and its ordering keys."""
+        own = () if self.arg is None else (self.arg,)
+        if self.func == "string_agg":
+            return own + tuple(p for p, _, _ in self.param[1])
+        return own
+
+    def moved(self, m: dict[int, int]) -> AggCall:
+        """The call reading input position ``m[i]`` where it read ``i``."""
+        param = self.param
+        if self.func == "string_agg":
+            sep, order = param
+            param = (sep, tuple((m[p], desc, first) for p, desc, first in order))
+        arg = None if self.arg is None else m[self.arg]
+        return AggCall(self.func, arg, self.distinct, self.type, param)
 
 
 @dataclass(frozen=True)

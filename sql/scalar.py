@@ -66,7 +66,8 @@ _ARITH = {exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul", exp.Div: "div", exp.Mo
 _CMP = {exp.EQ: "eq", exp.NEQ: "ne", exp.LT: "lt", exp.LTE: "le", exp.GT: "gt", exp.GTE: "ge"}
 
 
-AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)  # the aggregate calls of SQL supported
+# the aggregate calls of SQL supported (EVERY is read as BOOL_AND, see ``sql.translate``)
+AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.LogicalAnd, exp.LogicalOr, exp.GroupConcat)
 
 
 def and_parts(cond: exp.Expression) -> list[exp.Expression]:

@@ -17,6 +17,7 @@ from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 from sqlglot.schema import MappingSchema
 
 from sql import chars, rewrite
+from sql.aggregates import aggregate, own_aggregates
 from sql.allow import sql_name
 from sql.catalog import Catalog
 from sql.errors import ProgrammingError, SqlError, error_at
@@ -42,7 +43,7 @@ from sql.logical import (
     Values,
 )
 from sql.recursive import translate_recursive
-from sql.scalar import AGGREGATES, NULL_TYPE, aggregate_type, boolean, coerce, common_type, translate_scalar
+from sql.scalar import NULL_TYPE, boolean, coerce, common_type, translate_scalar
 from sql.types import BOOL, INT, TEXT, SqlType
 from sql.windows import check_no_windows, check_placement, is_window_function, translate_windows
 
@@ -107,6 +108,7 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     except (AssertionError, KeyError, ValueError, TypeError) as err:  # sqlglot's own, on what it cannot resolve
         raise error_at(tree, f"the query cannot be resolved: {err}") from err
     rewrite.always_exists(tree)
+    tree = tree.transform(_every)
     tree = hoist_select_subqueries(tree)
     rewrite.check_in_subqueries(tree)
     tree = rewrite.not_in_subqueries(tree)
@@ -115,6 +117,15 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     _stash_inequality_exists(tree)
     tree = unnest_subqueries(tree)
     return _query(tree, catalog)
+
+
+def _every(node: exp.Expression) -> exp.Expression:
+    """``EVERY(x)``, which sqlglot reads as an unknown function, as the ``BOOL_AND(x)`` it is."""
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() == "every" and len(node.expressions) == 1:
+        out = exp.LogicalAnd(this=node.expressions[0])
+        out.meta.update(node.meta)
+        return out
+    return node
 
 
 def _check_relations(tree: exp.Expression, catalog) -> None:
@@ -751,11 +762,7 @@ def _distinct_on(select: exp.Select) -> list[exp.Expression]:
 
 def _own_aggregates(node: exp.Expression, select: exp.Select) -> list[exp.Expression]:
     """The aggregate calls in ``node`` that belong to ``select`` (not to a subquery inside it)."""
-    return [
-        a
-        for a in node.find_all(*AGGREGATES)
-        if (a.parent_select is select or a.parent_select is None) and not is_window_function(a)
-    ]
+    return [a for a in own_aggregates(node, select) if not is_window_function(a)]
 
 
 def _hidden_order(select: exp.Select, scope: Scope) -> list[tuple[str, exp.Expression]]:
@@ -804,54 +811,15 @@ def _output_position(target: exp.Expression, names: list[str], computes: list[st
 
 
 def _aggregate(select: exp.Select, scope: Scope, group: exp.Group | None, aggs: list[exp.Expression]):
-    keys = list(group.expressions) if group is not None else []
-    key_exprs = [translate_scalar(k, scope.resolve) for k in keys]
-    args: list[Expr] = []
-    calls: list[AggCall] = []
-    agg_index: dict[str, int] = {}
-    for a in aggs:
-        sql = a.sql()
-        if sql in agg_index:
-            continue
-        func = a.key  # count, sum, avg, min, max
-        arg = a.this
-        distinct = isinstance(arg, exp.Distinct)
-        if distinct:
-            if len(arg.expressions) != 1:
-                raise error_at(a, "COUNT(DISTINCT ...) of several columns is not supported", unsupported=True)
-            arg = arg.expressions[0]
-            if func != "count":
-                raise error_at(a, f"{func.upper()}(DISTINCT ...) is not supported yet", unsupported=True)
-        if isinstance(arg, exp.Star):
-            agg_index[sql] = len(calls)
-            calls.append(AggCall("count_star", None, False, INT))
-            continue
-        if list(arg.find_all(*AGGREGATES)):
-            raise error_at(a, "aggregate calls cannot be nested")
-        e = translate_scalar(arg, scope.resolve)
-        pos = len(key_exprs) + len(args)
-        args.append(e)
-        agg_index[sql] = len(calls)
-        calls.append(AggCall(func, pos, distinct, aggregate_type(a, func, e)))
-    pre = Project(
-        scope.plan,
-        tuple(key_exprs + args),
-        tuple(Column(f"g{i}", e.type) for i, e in enumerate(key_exprs + args)),
-    )
-    out_cols = tuple(Column(f"g{i}", e.type) for i, e in enumerate(key_exprs)) + tuple(
-        Column(f"a{i}", c.type) for i, c in enumerate(calls)
-    )
-    plan = Aggregate(pre, tuple(range(len(key_exprs))), tuple(calls), out_cols)
-    key_sql = {k.sql(): i for i, k in enumerate(keys)}
+    """The aggregation of the FROM clause (see ``sql.aggregates``) and the resolver of what reads it."""
+    groupings = [g for g in select.find_all(exp.Grouping) if g.parent_select is select]
+    plan, resolve_aggregates = aggregate(scope.plan, scope.resolve, group, aggs, groupings)
     scope_tables = {t for t, _ in scope.names}
 
     def resolve(node: exp.Expression) -> Expr | None:
-        if isinstance(node, AGGREGATES):
-            j = agg_index[node.sql()]
-            return ColRef(len(key_exprs) + j, calls[j].type)
-        i = key_sql.get(node.sql())
-        if i is not None:
-            return ColRef(i, key_exprs[i].type)
+        found = resolve_aggregates(node)
+        if found is not None:
+            return found
         if isinstance(node, exp.Column):
             if node.table.startswith("_u_"):  # a subquery decorrelated into a join, read after grouping
                 # the column was made by the decorrelation, without a position: the SELECT's is given

@@ -172,6 +172,8 @@ def _call(w: exp.Window, resolve: Resolver, position, order: list, plan: Plan, e
             raise error_at(inner, "window function calls cannot be nested")
         pos, e = arg(target)
         return WindowCall(func, pos, frame, None, None, aggregate_type(f, func, e))
+    if isinstance(f, exp.Filter):
+        raise error_at(f, "FILTER (WHERE ...) in a window function is not supported", unsupported=True)
     raise error_at(f, f"{name.lower()}() as a window function is not supported", unsupported=True)
 
 

@@ -39,6 +39,13 @@ VIEWS = {
     "JOIN o ON o.ck = c.ck WHERE o.day >= DATE '1995-03-15' AND o.note LIKE 'rush%' GROUP BY c.region",
     "big_spenders": "SELECT s.region, c.name FROM spend s JOIN c ON c.region = s.region WHERE s.spent > 0.05",
     "totals": "SELECT COUNT(*) AS n, MAX(total) AS most, MIN(day) AS first FROM o",
+    "customers_of_day": "SELECT day, COUNT(DISTINCT ck) AS buyers, SUM(DISTINCT total) AS amounts, COUNT(*) "
+    "FILTER (WHERE total > 100) AS big FROM o GROUP BY day",
+    "same_customers": "SELECT day, AVG(DISTINCT ck) AS mean FROM o GROUP BY day",
+    "regional_rollup": "SELECT c.region, o.day, SUM(o.total) AS spent, GROUPING(c.region, o.day) AS level "
+    "FROM c JOIN o ON o.ck = c.ck GROUP BY ROLLUP (c.region, o.day)",
+    "names_by_region": "SELECT region, STRING_AGG(name, ', ' ORDER BY ck DESC) AS names, BOOL_OR(ck > 10) "
+    "AS big FROM c GROUP BY region",
 }
 
 

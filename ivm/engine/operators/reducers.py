@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ivm.engine.batch import Mask, lexsort, sort_keys
 from ivm.engine.operators import exact
@@ -126,7 +128,18 @@ def distinct() -> Aggregate:
     return Aggregate([])
 
 
-AGGREGATES = ("count", "count_col", "sum", "avg", "min", "max", "min_text", "max_text", "count_distinct")
+AGGREGATES = (
+    "count",
+    "count_col",
+    "sum",
+    "avg",
+    "min",
+    "max",
+    "min_text",
+    "max_text",
+    "count_distinct",
+    "string_agg",
+)
 
 
 INTEGER_OVERFLOW = "bigint out of range"  # a sum of integers beyond 64 bits, as PostgreSQL says of BIGINT
@@ -137,24 +150,27 @@ class Aggregate:
 
     ``specs`` are ``(kind, column position)`` with kind in ``count`` (rows; position ignored), ``count_col``
     (non-NULL values), ``sum``, ``avg``, ``min``, ``max``, ``min_text`` and ``max_text`` (string-pool codes
-    compared as strings), ``count_distinct``. Sums of integers are exact int64; a group whose sum does not fit
-    is in error, under ``overflow[j]`` for spec ``j`` (``bigint out of range`` unless given). Sums of doubles
-    are the exact sums of the values present, rounded once (see ``exact``), -0.0 where every value is -0.0;
-    one beyond the largest double is an error, as in PostgreSQL. ``avg`` is float64, divided further by
+    compared as strings), ``count_distinct``, ``string_agg`` (string-pool codes joined, given as ``(kind,
+    position, (separator, order))`` with ``order`` as ``TopK``'s entries, ties and all without keys by string,
+    each value as many times as its multiplicity). Sums of integers are exact int64; a group whose sum does not
+    fit is in error, under ``overflow[j]`` for spec ``j`` (``bigint out of range`` unless given). Sums of
+    doubles are the exact sums of the values present, rounded once (see ``exact``), -0.0 where every value is
+    -0.0; one beyond the largest double is an error, as in PostgreSQL. ``avg`` is float64, divided further by
     ``divisors[j]`` when given for spec ``j`` (the mean of decimals held as scaled integers, in units); an
     aggregate over no non-NULL value is NULL (``count`` variants are 0).
     """
 
     def __init__(
         self,
-        specs: Sequence[tuple[str, int | None]],
+        specs: Sequence[tuple],
         divisors: dict[int, float] | None = None,
         overflow: dict[int, str] | None = None,
     ) -> None:
-        for kind, _ in specs:
+        for kind, *_ in specs:
             if kind not in AGGREGATES:
                 raise ValueError(f"unknown aggregate {kind!r}")
-        self.specs = tuple(specs)
+        self.specs = tuple((s[0], s[1]) for s in specs)
+        self.params = {j: s[2] for j, s in enumerate(specs) if len(s) > 2}
         self.divisors = dict(divisors or {})
         self.overflow = dict(overflow or {})
         if any(self.specs[j][0] != "avg" for j in self.divisors):
@@ -271,7 +287,7 @@ class Aggregate:
     def out_dtypes(self, in_dtypes):
         out = []
         for kind, pos in self.specs:
-            if kind in ("count", "count_col", "count_distinct", "min_text", "max_text"):
+            if kind in ("count", "count_col", "count_distinct", "min_text", "max_text", "string_agg"):
                 out.append(np.dtype(np.int64))
             elif kind == "avg":
                 out.append(np.dtype(np.float64))
@@ -357,6 +373,11 @@ class Aggregate:
                 found = g.segment_sum(use.astype(np.int64)) > 0
                 cols.append(np.where(found, code_of[np.where(found, best, 0)] if len(code_of) else 0, 0))
                 masks.append(found)
+            elif kind == "string_agg":
+                use = (w > 0) if m is None else (w > 0) & m
+                codes, found = _string_agg(g, pos, use, *self.params[j])
+                cols.append(codes)
+                masks.append(found)
             else:  # count_distinct
                 use = (w > 0) if m is None else (w > 0) & m
                 cols.append(_count_distinct(g.group, x, use, g.starts))
@@ -423,6 +444,51 @@ def _count_distinct(group: np.ndarray, x: np.ndarray, use: np.ndarray, starts: n
     return np.bincount(sk[0][new], minlength=n_groups).astype(np.int64)
 
 
+def _string_agg(g: Groups, pos: int, use: np.ndarray, sep: str, order) -> tuple[np.ndarray, np.ndarray]:
+    """Per group, the strings of column ``pos`` at the rows ``use`` selects (each repeated by its multiplicity)
+    joined by ``sep`` in ``order`` then by string; and which groups had any. One sort and one Arrow join for
+    all groups."""
+    n_groups = len(g.starts)
+    sel = np.flatnonzero(use)
+    if len(sel) == 0:
+        return np.zeros(n_groups, dtype=np.int64), np.zeros(n_groups, dtype=bool)
+    group_of = np.repeat(np.arange(n_groups), np.diff(np.append(g.starts, len(g.group))))
+    gi = group_of[sel]
+    columns = tuple(c[sel] for c in g.columns)
+    valid = tuple(None if m is None else m[sel] for m in g.valid)
+    keys = [gi, *order_keys(columns, valid, order), POOL.ranks(columns[pos])[0]]
+    ranked = sel[lexsort(keys)]
+    rows = np.repeat(ranked, g.weights[ranked])
+    counts = np.bincount(group_of[rows], minlength=n_groups)
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    lists = pa.LargeListArray.from_arrays(pa.array(offsets), POOL.strings(g.columns[pos][rows]))
+    joined = POOL.encode_arrow(pc.binary_join(lists, pa.scalar(sep, pa.large_string())))
+    found = counts > 0
+    return np.where(found, joined, 0), found
+
+
+def order_keys(columns: tuple[np.ndarray, ...], valid: tuple[Mask, ...], order) -> list[np.ndarray]:
+    """Sort keys (for ``lexsort``, most significant first) of rows ordered by ``order``: entries
+    ``(position, descending, *flags)`` as ``TopK`` takes them."""
+    keys: list[np.ndarray] = []
+    for pos, desc, *flags in order:
+        x, m = columns[pos], valid[pos]
+        if "text" in flags:
+            x = POOL.ranks(x)[0]
+        first = "nulls_first" in flags if {"nulls_first", "nulls_last"} & set(flags) else desc
+        if m is not None:
+            keys.append(m if first else ~m)  # a NULL's False sorts before every value's True
+        # descending: negated doubles, complemented integers (~x reverses the order and, unlike -x, does
+        # not wrap at the least 64-bit integer)
+        if x.dtype.kind == "f":
+            nan = np.isnan(x)
+            if nan.any():
+                keys.append(~nan if desc else nan)  # NaN above every other double, as in PostgreSQL
+        xk = (-x.astype(np.float64) if x.dtype.kind == "f" else ~x.astype(np.int64)) if desc else x
+        keys.append(xk)
+    return keys
+
+
 class TopK:
     """Per group, the rows ranked ``[offset, offset + limit)`` by ``order``, counting multiplicities. Each
     entry is ``(position, descending, *flags)``: ``"text"`` for string-pool codes ordered as strings,
@@ -440,22 +506,7 @@ class TopK:
     def __call__(self, g: Groups) -> Output:
         if len(g.group) == 0:
             return g.group, g.columns, g.valid, g.weights
-        keys: list[np.ndarray] = [g.group]
-        for pos, desc, *flags in self.order:
-            x, m = g.columns[pos], g.valid[pos]
-            if "text" in flags:
-                x = POOL.ranks(x)[0]
-            first = "nulls_first" in flags if {"nulls_first", "nulls_last"} & set(flags) else desc
-            if m is not None:
-                keys.append(m if first else ~m)  # a NULL's False sorts before every value's True
-            # descending: negated doubles, complemented integers (~x reverses the order and, unlike -x, does
-            # not wrap at the least 64-bit integer)
-            if x.dtype.kind == "f":
-                nan = np.isnan(x)
-                if nan.any():
-                    keys.append(~nan if desc else nan)  # NaN above every other double, as in PostgreSQL
-            xk = (-x.astype(np.float64) if x.dtype.kind == "f" else ~x.astype(np.int64)) if desc else x
-            keys.append(xk)
+        keys: list[np.ndarray] = [g.group, *order_keys(g.columns, g.valid, self.order)]
         keys += sort_keys(g.columns, g.valid, None)
         order = lexsort(keys)
         group = g.group[order]
