@@ -89,11 +89,11 @@ class ShardedSink(ViewSink):
         functions = [out for out in self.outputs if isinstance(out, DiffsTo)]
 
         def emit(frames: dict) -> None:
-            for name, frame in frames.items():
+            for name in frames:
                 view = spelled[name]
-                if not kept.counts[name]:
+                if not kept.counts[name] or not any(out.wants(view) for out in functions):
                     continue
-                diffs = frame.select(*self.no_diffs[view].schema.names)
+                diffs = frames[name].select(*self.no_diffs[view].schema.names)
                 for out in functions:
                     if out.wants(view):
                         out.fn(view, diffs.toArrow() if out.arrow else diffs, int(batch_id))

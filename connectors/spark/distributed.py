@@ -223,7 +223,7 @@ class DistributedViews:
             if isinstance(r, Error):
                 raise type(r)(f"micro-batch {batch_id} was not applied: {r}")
         self.counts = {v: sum(r[v] for r in reported) for v in self.views}
-        frames = {v: self.spark.read.parquet(join(directory, "output", v)) for v in self.views}
+        frames = _Frames(self.spark, join(directory, "output"), list(self.views))
         if emit is not None:
             emit(frames)
         self._record(rec, batch_id, job.checkpoint, note)
@@ -303,6 +303,27 @@ def _hosted(task: int, tasks: int, shards: int) -> range:
 _HELD: dict[tuple[str, int, int, int], tuple[int, Shards, dict, list[Versions]]] = {}
 
 
+class _Frames(Mapping):
+    """Each view's diffs as a DataFrame, read when asked for (reading one lists its files)."""
+
+    def __init__(self, spark, directory: str, views: list[str]) -> None:
+        self.spark, self.directory, self.views = spark, directory, views
+        self.read: dict[str, object] = {}
+
+    def __getitem__(self, view: str):
+        if view not in self.views:
+            raise KeyError(view)
+        if view not in self.read:
+            self.read[view] = self.spark.read.parquet(join(self.directory, view))
+        return self.read[view]
+
+    def __iter__(self):
+        return iter(self.views)
+
+    def __len__(self) -> int:
+        return len(self.views)
+
+
 class _Job:
     """What a task of a micro-batch's barrier stage runs (pickled to the executors)."""
 
@@ -334,10 +355,16 @@ class _Job:
         key = (self.state, self.shards, self.tasks, task)
         held = _HELD.pop(key, None)  # put back only once this batch is through
         last = self.last
-        have = [int(h) for h in ctx.allGather(str(held[0] if held else -2))]  # what each task holds
         directory = _batch_dir(self.state, self.batch_id)
         host = ctx.getTaskInfos()[task].address.rsplit(":", 1)[0]
-        collective = SocketCollective(task, self.tasks, ctx.allGather, self.authkey, host)
+        have: list[int] = []  # the batch whose state each task holds
+
+        def publish(address: str) -> list[str]:  # one allGather: each of Spark's barrier calls takes a second
+            said = [json.loads(m) for m in ctx.allGather(json.dumps([address, held[0] if held else -2]))]
+            have.extend(h for _, h in said)
+            return [a for a, _ in said]
+
+        collective = SocketCollective(task, self.tasks, publish, self.authkey, host)
         if any(h != last for h in have):  # some task lacks the state before this batch: all start afresh
             if held is not None:
                 held[1].close()
