@@ -39,8 +39,8 @@ from sqlglot import exp
 
 from sql.errors import error_at
 from sql.logical import AggCall, Aggregate, Call, ColRef, Column, Const, Distinct, Expr, Plan, Project, UnionAll
-from sql.scalar import AGGREGATES, NULL_TYPE, boolean, translate_scalar
-from sql.types import BOOL, FLOAT, INT, INTEGER, TEXT, SqlType, char_type, decimal_type
+from sql.scalar import AGGREGATES, NULL_TYPE, aggregate_type, boolean, translate_scalar
+from sql.types import BOOL, INT, INTEGER, TEXT, SqlType
 
 __all__ = ["aggregate", "own_aggregates"]
 
@@ -306,7 +306,7 @@ def _value(node: exp.Expression, resolve: Resolver, column: Callable[[_Call], Ex
         return Call("case", (Call("eq", (n, Const(0, INT)), BOOL), Const(None, BOOL), test), BOOL)
     if func == "string_agg":
         return column(_string_agg(node, e, distinct, order_nodes, resolve))
-    return column(_Call(func, e, distinct, _agg_type(node, func, e)))
+    return column(_Call(func, e, distinct, aggregate_type(node, func, e)))
 
 
 def own_nested(node: exp.Expression) -> bool:
@@ -347,22 +347,3 @@ def _string_agg(node: exp.Expression, e: Expr, distinct: bool, order_nodes, reso
             )
         order.append((k, desc, desc if first is None else bool(first)))
     return _Call("string_agg", e, distinct, TEXT, sep, tuple(order))
-
-
-def _agg_type(node: exp.Expression, func: str, e: Expr) -> SqlType:
-    t = e.type
-    if func == "count":
-        return INT
-    if func in ("sum", "avg") and not t.numeric:
-        raise error_at(node, f"{func.upper()} needs numbers, got {t}")
-    if func == "avg":
-        return FLOAT
-    if func == "sum" and t.kind == "decimal":
-        return decimal_type(18, t.scale)
-    if func == "sum" and t.kind == "int":
-        return INT  # BIGINT for every width, as PostgreSQL's SUM of SMALLINT and INTEGER
-    if t.pad:
-        return char_type(t.pad, declared=False)  # PostgreSQL's MIN and MAX of CHAR(n) are bpchar
-    if t.varchar:
-        return TEXT  # and of VARCHAR, TEXT's
-    return t

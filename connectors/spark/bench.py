@@ -83,7 +83,7 @@ def run(sf: float, batches: int, fraction: float, queries: list[str], directory:
             start = time.perf_counter()
             handle.processAllAvailable()
             latencies.append(time.perf_counter() - start)
-            recomputes.append(_recompute(spark, files, queries))
+            recomputes.append(sum(recompute(spark, files, queries).values()))
     finally:
         handle.stop()
     inside = sink.seconds[1:]
@@ -143,18 +143,19 @@ def overhead(directory: Path) -> dict:
     }
 
 
-def _recompute(spark, files: ChangeFiles, queries: list[str]) -> float:
-    """Seconds for Spark SQL to compute every query over the accumulated tables (loaded and cached first)."""
+def recompute(spark, files: ChangeFiles, queries: list[str]) -> dict[str, float]:
+    """Seconds for Spark SQL to compute each query over the accumulated tables (loaded and cached first)."""
     cached = []
     for t in TABLES:
         df = spark.createDataFrame(files.tables[t]).cache()
         df.count()
         df.createOrReplaceTempView(t)
         cached.append(df)
-    start = time.perf_counter()
+    seconds = {}
     for q in queries:
+        start = time.perf_counter()
         spark.sql(spark_query(q)).toArrow()
-    seconds = time.perf_counter() - start
+        seconds[q] = time.perf_counter() - start
     for df in cached:
         df.unpersist()
     return seconds

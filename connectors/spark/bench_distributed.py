@@ -27,10 +27,11 @@ from pathlib import Path
 
 from connectors.spark._sink import view_sink
 from connectors.spark.bench import DEFAULT_QUERIES
+from connectors.spark.bench import recompute as recompute_queries
 from connectors.spark.local import cluster_session
-from connectors.spark.tpch_stream import ChangeFiles, spark_query
+from connectors.spark.tpch_stream import ChangeFiles
 from tpch import SCHEMA
-from tpch.data import TABLES, generate, refresh_stream
+from tpch.data import generate, refresh_stream
 from tpch.queries import query
 
 __all__ = ["main"]
@@ -57,29 +58,11 @@ def _stream(spark, sink, stream, directory: Path, recompute: list[str] | None = 
             out["latency_s"].append(time.perf_counter() - start)
             out["rows"].append(rows)
             if recompute:
-                for q, seconds in _recompute(spark, files, recompute).items():
+                for q, seconds in recompute_queries(spark, files, recompute).items():
                     out["recompute_s"][q].append(seconds)
     finally:
         handle.stop()
     return out
-
-
-def _recompute(spark, files: ChangeFiles, queries: list[str]) -> dict[str, float]:
-    """Seconds for Spark SQL to compute each query over the accumulated tables (loaded and cached first)."""
-    cached = []
-    for t in TABLES:
-        df = spark.createDataFrame(files.tables[t]).cache()
-        df.count()
-        df.createOrReplaceTempView(t)
-        cached.append(df)
-    seconds = {}
-    for q in queries:
-        start = time.perf_counter()
-        spark.sql(spark_query(q)).toArrow()
-        seconds[q] = time.perf_counter() - start
-    for df in cached:
-        df.unpersist()
-    return seconds
 
 
 def run(sf: float, batches: int, fraction: float, queries: list[str], shards: int, directory: Path) -> dict:
