@@ -32,10 +32,12 @@ def local_session(app: str = "ivm", cores: int = 2, shuffle_partitions: int = 2,
     return spark
 
 
-def cluster_session(app: str = "ivm", executors: int = 2, cores: int = 1, memory_mb: int = 1024):
-    """A ``SparkSession`` on a cluster of ``executors`` separate executor processes of ``cores`` cores each,
-    started by Spark's own launcher on this machine (``local-cluster``), loopback only, no UI; their Python
-    workers run this interpreter and import this project."""
+def cluster_session(
+    app: str = "ivm", executors: int = 2, cores: int = 1, memory_mb: int = 1024, driver_memory: str = "1g"
+):
+    """A ``SparkSession`` on a cluster of ``executors`` separate executor processes of ``cores`` cores and
+    ``memory_mb`` of heap each, started by Spark's own launcher on this machine (``local-cluster``), loopback
+    only, no UI; their Python workers run this interpreter and import this project."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -46,6 +48,7 @@ def cluster_session(app: str = "ivm", executors: int = 2, cores: int = 1, memory
     spark = (
         SparkSession.builder.master(f"local-cluster[{executors},{cores},{memory_mb}]")
         .appName(app)
+        .config("spark.driver.memory", driver_memory)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
