@@ -66,7 +66,7 @@ def _stream(spark, sink, stream, directory: Path, recompute: list[str] | None = 
 
 
 def run(sf: float, batches: int, fraction: float, queries: list[str], shards: int, directory: Path) -> dict:
-    spark = cluster_session("ivm-bench-distributed", executors=2, cores=1, memory_mb=3072, driver_memory="6g")
+    spark = cluster_session("ivm-bench-distributed", executors=2, cores=1, memory_mb=4096, driver_memory="4g")
     stream = refresh_stream(generate(sf), fraction=fraction, batches=batches, seed=7)
     views = {q: query(q) for q in queries}  # written for ivm's PostgreSQL dialect
     runs = {}

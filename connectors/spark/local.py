@@ -49,6 +49,7 @@ def cluster_session(
         SparkSession.builder.master(f"local-cluster[{executors},{cores},{memory_mb}]")
         .appName(app)
         .config("spark.driver.memory", driver_memory)
+        .config("spark.executor.memory", f"{memory_mb}m")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
