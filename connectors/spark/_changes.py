@@ -23,7 +23,16 @@ import pyarrow.compute as pc
 
 from sql.errors import SqlError
 
-__all__ = ["ChangeShape", "Commit", "delta_cdf", "plain", "split_commits", "OPERATIONS"]
+__all__ = [
+    "ChangeShape",
+    "Commit",
+    "delta_cdf",
+    "plain",
+    "split_commits",
+    "require_control_columns",
+    "require_table_columns",
+    "OPERATIONS",
+]
 
 # operation word -> sign of the change (-1 deletes a row, +1 inserts one)
 OPERATIONS = {"insert": 1, "update_postimage": 1, "delete": -1, "update_preimage": -1}
@@ -92,10 +101,7 @@ def split_commits(
 
     ``tables`` maps each source table to its column names. Raises ``SqlError`` naming the column, value or
     table that does not fit."""
-    names = set(data.column_names)
-    for col in sorted(shape.control_columns()):
-        if col not in names:
-            raise SqlError(f"change rows lack the column {col!r} (columns: {', '.join(data.column_names)})")
+    require_control_columns(data.column_names, shape)
     n = data.num_rows
     if n == 0:
         return pa.array([], pa.int64()), []
@@ -108,10 +114,7 @@ def split_commits(
         codes = np.zeros(n, dtype=np.int32)
     else:
         table_names, codes = _table_codes(data.column(shape.table_column), shape.table_column, tables)
-    for t in table_names:
-        missing = [c for c in tables[t] if c not in names]
-        if missing:
-            raise SqlError(f"change rows of table {t!r} lack its column(s) {', '.join(map(repr, missing))}")
+    require_table_columns(data.column_names, tables, table_names)
 
     if shape.commit is None:
         commit_col = pa.chunked_array([pa.array(np.full(n, batch_id, dtype=np.int64))])
@@ -129,6 +132,21 @@ def split_commits(
         for ci, part, s in _net_changes(rows, cs, signs, values):
             (commits[ci].inserts if s > 0 else commits[ci].deletes)[t] = part
     return values, commits
+
+
+def require_control_columns(names: list[str], shape: ChangeShape) -> None:
+    """Refuse change rows (of columns ``names``) that lack a column the shape reads."""
+    for col in sorted(shape.control_columns()):
+        if col not in names:
+            raise SqlError(f"change rows lack the column {col!r} (columns: {', '.join(names)})")
+
+
+def require_table_columns(names: list[str], tables: dict[str, list[str]], table_names: list[str]) -> None:
+    """Refuse change rows (of columns ``names``) of the tables ``table_names`` that lack a column of one."""
+    for t in table_names:
+        missing = [c for c in tables[t] if c not in names]
+        if missing:
+            raise SqlError(f"change rows of table {t!r} lack its column(s) {', '.join(map(repr, missing))}")
 
 
 def _net_changes(rows: pa.Table, commit: pa.ChunkedArray, sign: np.ndarray, values: pa.Array):

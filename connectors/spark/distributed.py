@@ -38,7 +38,12 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 import ivm
-from connectors.spark._changes import ChangeShape, split_commits
+from connectors.spark._changes import (
+    ChangeShape,
+    require_control_columns,
+    require_table_columns,
+    split_commits,
+)
 from ivm.db.shards import Shards, portable_error, shards_of_rows
 from ivm.db.storage import Versions
 from ivm.engine.collective import SocketCollective
@@ -156,19 +161,12 @@ class DistributedViews:
             return None
         if not shape.whole:
             raise NotSupportedError("a distributed sink takes whole commits only (whole_commits=False)")
-        columns = {t: [c.name for c in table.columns] for t, table in self.tables.items()}
-        names = set(df.columns)
-        for col in sorted(shape.control_columns()):
-            if col not in names:
-                raise SqlError(f"change rows lack the column {col!r} (columns: {', '.join(df.columns)})")
+        require_control_columns(df.columns, shape)
         if shape.table is not None:
-            if shape.table not in columns:
+            if shape.table not in self.tables:
                 raise SqlError(f"table {shape.table!r} does not exist")
-            missing = [c for c in columns[shape.table] if c not in names]
-            if missing:
-                raise SqlError(
-                    f"change rows of table {shape.table!r} lack its column(s) {', '.join(map(repr, missing))}"
-                )
+            columns = {t: [c.name for c in table.columns] for t, table in self.tables.items()}
+            require_table_columns(df.columns, columns, [shape.table])
         directory = _batch_dir(self.state, batch_id)
         remove_tree(join(directory, "input"))
         self._route_changes(df, shape).write.mode("overwrite").partitionBy(_SHARD).parquet(
@@ -205,12 +203,10 @@ class DistributedViews:
         directory = _batch_dir(self.state, batch_id)
         remove_tree(join(directory, "output"))  # what an attempt with another layout of tasks left
         diff_files = {v: [str(f) for f in folders] for v, folders in (diff_files or {}).items()}
-        prefix = f"batch-{batch_id:012d}-task-"
-        for folders in diff_files.values():
+        for folders in diff_files.values():  # an earlier attempt's files, maybe of more tasks (at most shards)
             for folder in folders:
-                for name in listdir(folder) if _exists(folder) else []:
-                    if name.startswith(prefix):  # an earlier attempt's, maybe with more tasks
-                        remove(join(folder, name))
+                for task in range(self.shards):
+                    remove(join(folder, _diff_file(batch_id, task)))
         job = _Job(self, batch_id, rec, time_type, diff_files)
         sc = self.spark.sparkContext
         # the barrier stage feeds a shuffle, so that Spark retries it whole when a task fails (a barrier stage
@@ -291,6 +287,11 @@ def _values(pair: tuple[int, object]) -> list[bytes]:
 
 def _batch_dir(state: str, batch_id: int) -> str:
     return join(state, "batches", f"{batch_id:012d}")
+
+
+def _diff_file(batch_id: int, task: int) -> str:
+    """The name of a task's file of a view's diffs in a ``diff_files`` folder."""
+    return f"batch-{batch_id:012d}-task-{task:05d}.parquet"
 
 
 def _hosted(task: int, tasks: int, shards: int) -> range:
@@ -404,10 +405,10 @@ class _Job:
             pq.write_table(diffs, join(out, f"task-{task:05d}.parquet"))
             if diffs.num_rows:
                 meta = {b"ivm.view": view.encode(), b"ivm.batch_id": str(self.batch_id).encode()}
+                stamped = diffs.replace_schema_metadata(meta)
                 for folder in self.diff_files.get(view, ()):
                     makedirs(folder)
-                    name = f"batch-{self.batch_id:012d}-task-{task:05d}.parquet"
-                    pq.write_table(diffs.replace_schema_metadata(meta), join(folder, name))
+                    pq.write_table(stamped, join(folder, _diff_file(self.batch_id, task)))
         if self.checkpoint:
             db.save(versions, self.batch_id)
         collective.close()

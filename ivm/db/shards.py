@@ -108,19 +108,13 @@ class Shards:
         an UPDATE that keeps each row's key), committed only if every shard accepts it. New rows go to the
         shards of their keys through ``insert_arrow``. ``dialect`` is ``Connection.execute``'s: a CREATE VIEW
         may be read as Spark SQL."""
-        if dialect != "postgres":
-            _, err = self._together(lambda i, db: db.execute(sql, dialect=dialect))
-            if err is not None:
-                self._reconcile()
-                raise err
-            return
-        statements = parse(sql)
+        statements = parse(sql) if dialect == "postgres" else []  # Spark SQL: a CREATE VIEW
         if any(isinstance(s, (exp.Insert, exp.Copy)) for s in statements):
             raise NotSupportedError("a sharded database takes new rows by insert_arrow, not INSERT or COPY")
         if any(isinstance(s, (exp.Update, exp.Delete)) for s in statements):
             self._transaction(lambda i, db: db.execute(sql))
             return
-        _, err = self._together(lambda i, db: db.execute(sql))
+        _, err = self._together(lambda i, db: db.execute(sql, dialect=dialect))
         if err is not None:
             self._reconcile()
             raise err

@@ -392,26 +392,8 @@ def open_database(
             return
         manifest, number = _newest_manifest(store.path, numbers)
         store.number = numbers[-1]
-        if manifest["format"] != FORMAT:
-            raise OperationalError(f"{store.path} holds format {manifest['format']}, this ivm reads {FORMAT}")
-        rebuilt = False
-        if manifest["engine"] == ENGINE:
-            try:
-                with read_ahead(_stored_files(manifest)):
-                    _restore(db, store, manifest, hydrate=True)
-            except checkpoint.Mismatch as err:
-                log.warning("%s: %s; building every view again from the tables", store.path, err)
-                rebuilt = True
-        else:
-            log.warning("%s was written by another version of ivm: building every view again", store.path)
-            rebuilt = True
-        if rebuilt:
-            db._reset()
-            store.written = Written()
-            with db.pool.active():  # the new pool
-                _restore(db, store, manifest, hydrate=False)
-                replayed = _replay(db, store, manifest)
-        else:
+        rebuilt = _load_checkpoint(db, store, manifest)
+        with db.pool.active():  # a new pool, if the views were built again
             replayed = _replay(db, store, manifest)
         store.version = manifest["version"] if not rebuilt else -1
         store.logged = len(db.pool)
@@ -426,6 +408,30 @@ def open_database(
         if store._lock is not None:
             os.close(store._lock)
         raise
+
+
+def _load_checkpoint(db: Connection, store: Store, manifest: dict) -> bool:
+    """Give ``db`` (new and empty, its engine's sharding set if any) the state ``manifest`` names: every table
+    and dataflow its saved state, or, if the engine or a plan changed since, the tables' rows from which every
+    view is computed again (said in the log). Whether the views were computed again."""
+    if manifest["format"] != FORMAT:
+        raise OperationalError(f"{store.path} holds format {manifest['format']}, this ivm reads {FORMAT}")
+    if manifest["engine"] == ENGINE:
+        try:
+            with db.pool.active(), read_ahead(_stored_files(manifest)):
+                _restore(db, store, manifest, hydrate=True)
+            return False
+        except checkpoint.Mismatch as err:
+            log.warning("%s: %s; building every view again from the tables", store.path, err)
+    else:
+        log.warning("%s was written by another version of ivm: building every view again", store.path)
+    sharding = db.engine.sharding
+    db._reset()
+    db.engine.sharding = sharding
+    store.written = Written()
+    with db.pool.active():  # the new pool
+        _restore(db, store, manifest, hydrate=False)
+    return True
 
 
 def _restore(db: Connection, store: Store, manifest: dict, hydrate: bool) -> None:
@@ -684,24 +690,7 @@ class Versions:
         its tables' rows, from which every view is computed again, as at the opening of a database
         directory."""
         store = self.store
-        if manifest["format"] != FORMAT:
-            raise OperationalError(f"{store.path} holds format {manifest['format']}, this ivm reads {FORMAT}")
         store.number = store._allocated = number
-        rebuild = manifest["engine"] != ENGINE
-        with db.pool.active():
-            if not rebuild:
-                try:
-                    with read_ahead(_stored_files(manifest)):
-                        _restore(db, store, manifest, hydrate=True)
-                except checkpoint.Mismatch as err:
-                    log.warning("%s: %s; building every view again from the tables", store.path, err)
-                    rebuild = True
-        if rebuild:
-            sharding = db.engine.sharding
-            db._reset()
-            db.engine.sharding = sharding
-            store.written = Written()
-            with db.pool.active():
-                _restore(db, store, manifest, hydrate=False)
+        _load_checkpoint(db, store, manifest)
         store.version = db.version
         store.logged = len(db.pool)
