@@ -97,7 +97,7 @@ class _Rewriter:
             left, right = _canon(left, ll & lk), _canon(right, rl & rk)
             nl = len(plan.left.columns)
             loose = (ll - lk) | frozenset(nl + j for j in rl - rk)
-            return Join(plan.kind, left, right, plan.left_keys, plan.right_keys), loose
+            return Join(plan.kind, left, right, plan.left_keys, plan.right_keys, plan.nulls_match), loose
         if isinstance(plan, Aggregate):
             inner, loose = self.rewrite(plan.input)
             read = frozenset(plan.group) | frozenset(p for a in plan.aggs for p in a.reads)

@@ -315,23 +315,26 @@ class _Compiler:
             rrest = [j for j in range(nr) if j not in rk]
             pos = [lk.index(i) if i in lk else k + lrest.index(i) for i in range(nl)]
             pos += [rk.index(j) if j in rk else k + len(lrest) + rrest.index(j) for j in range(nr)]
-            return left.join(right, positions=pos)
+            return left.join(right, positions=pos, nulls_match=plan.nulls_match)
         # the inner join, plus each side's rows without a partner padded with NULLs; every arrangement
         # comes from the registry, so outer joins share indexes like inner ones
-        inner = self._join(Join("inner", plan.left, plan.right, lk, rk))
+        inner = self._join(Join("inner", plan.left, plan.right, lk, rk, plan.nulls_match))
         parts = [inner]
         if plan.kind in ("left", "full"):
             with self._making(self._show("Left rows without a partner")):
-                unmatched = self._unmatched(plan.left, lk, plan.right, rk)
+                unmatched = self._unmatched(plan.left, lk, plan.right, rk, plan.nulls_match)
             parts.append(unmatched.map(_pad(plan.right.columns, True)))
         if plan.kind in ("right", "full"):
             with self._making(self._show("Right rows without a partner")):
-                unmatched = self._unmatched(plan.right, rk, plan.left, lk)
+                unmatched = self._unmatched(plan.right, rk, plan.left, lk, plan.nulls_match)
             parts.append(unmatched.map(_pad(plan.left.columns, False)))
         return parts[0].concat(*parts[1:])
 
-    def _unmatched(self, side: Plan, keys: tuple[int, ...], other: Plan, other_keys: tuple[int, ...]):
-        """The rows of ``side`` whose ``keys`` meet no row of ``other`` (NULL keys meet nothing)."""
+    def _unmatched(
+        self, side: Plan, keys: tuple[int, ...], other: Plan, other_keys: tuple[int, ...], nulls_match: bool
+    ):
+        """The rows of ``side`` whose ``keys`` meet no row of ``other`` (NULL keys meet nothing, unless
+        ``nulls_match``)."""
         k = len(keys)
         partners = Distinct(
             Project(
@@ -343,7 +346,10 @@ class _Compiler:
         n = len(side.columns)
         rest = [i for i in range(n) if i not in keys]
         restore = [keys.index(i) if i in keys else k + rest.index(i) for i in range(n)]
-        matched = self.arranged(side, keys).join(self.arranged(partners, tuple(range(k))), positions=restore)
+        arranged = self.arranged(side, keys)
+        matched = arranged.join(
+            self.arranged(partners, tuple(range(k))), positions=restore, nulls_match=nulls_match
+        )
         return self.collection(side).concat(matched.negate())
 
     def _aggregate(self, plan: Aggregate) -> Collection:

@@ -78,8 +78,9 @@ def describe(plan: Plan) -> str:
         )
         return f"Project {items or '(no columns)'}"
     if isinstance(plan, Join):
+        eq = " IS NOT DISTINCT FROM " if plan.nulls_match else " = "
         on = ", ".join(
-            f"{plan.left.columns[a].name} = {plan.right.columns[b].name}"
+            f"{plan.left.columns[a].name}{eq}{plan.right.columns[b].name}"
             for a, b in zip(plan.left_keys, plan.right_keys, strict=True)
         )
         return f"Join {plan.kind}" + (f" on {on}" if on else " (cross)")

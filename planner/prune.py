@@ -102,7 +102,7 @@ class _Pruner:
             left, ml = self.narrow(*self.prune(plan.left, need_l), need_l, plan.left_keys)
             right, mr = self.narrow(*self.prune(plan.right, need_r), need_r, plan.right_keys)
             lk = tuple(ml[i] for i in plan.left_keys)
-            join = Join(plan.kind, left, right, lk, tuple(mr[i] for i in plan.right_keys))
+            join = Join(plan.kind, left, right, lk, tuple(mr[i] for i in plan.right_keys), plan.nulls_match)
             m = {i: ml[i] for i in range(nl) if i in ml}
             m.update({nl + j: len(left.columns) + mr[j] for j in mr})
             return join, m

@@ -79,9 +79,8 @@ class _Simplifier:
         if isinstance(plan, Project):
             return _project(self.plan(plan.input), plan.exprs, plan.columns)
         if isinstance(plan, Join):
-            return _join(
-                plan.kind, self.plan(plan.left), self.plan(plan.right), plan.left_keys, plan.right_keys
-            )
+            left, right = self.plan(plan.left), self.plan(plan.right)
+            return _join(plan.kind, left, right, plan.left_keys, plan.right_keys, plan.nulls_match)
         if isinstance(plan, SemiJoin):
             return self._semijoin(self.plan(plan.left), self.plan(plan.right), plan.anti)
         if isinstance(plan, Aggregate):
@@ -133,12 +132,14 @@ class _Simplifier:
         return Filter(inner, pred)
 
 
-def _join(kind: str, left: Plan, right: Plan, lk: tuple[int, ...], rk: tuple[int, ...]) -> Plan:
+def _join(
+    kind: str, left: Plan, right: Plan, lk: tuple[int, ...], rk: tuple[int, ...], nulls_match: bool = False
+) -> Plan:
     """The join, or, when it is inner and an input projects an aggregate's rows (computing from them, or
     reordering them) and meets the other input on the aggregate's group columns, the join with the aggregate
     itself and the projection computed above it: the aggregate's reduction is arranged by its group already
     and the join reads it, where the projected rows would be arranged anew."""
-    join = Join(kind, left, right, lk, rk)
+    join = Join(kind, left, right, lk, rk, nulls_match)
     if kind != "inner":
         return join
     for side, keys in ((right, rk), (left, lk)):
@@ -149,14 +150,14 @@ def _join(kind: str, left: Plan, right: Plan, lk: tuple[int, ...], rk: tuple[int
         order = sorted(range(len(keys)), key=group.__getitem__)
         group = tuple(group[i] for i in order)
         if side is right:
-            inner = Join("inner", left, agg, tuple(lk[i] for i in order), group)
+            inner = Join("inner", left, agg, tuple(lk[i] for i in order), group, nulls_match)
             nl = len(left.columns)
             exprs = (
                 *(ColRef(i, c.type) for i, c in enumerate(left.columns)),
                 *(_shift(e, nl) for e in side.exprs),
             )
         else:
-            inner = Join("inner", agg, right, group, tuple(rk[i] for i in order))
+            inner = Join("inner", agg, right, group, tuple(rk[i] for i in order), nulls_match)
             na = len(agg.columns)
             exprs = (*side.exprs, *(ColRef(na + j, c.type) for j, c in enumerate(right.columns)))
         return Project(inner, tuple(exprs), join.columns)
@@ -215,7 +216,7 @@ def _tighten(plan: Plan, rejects: Callable[[frozenset[int]], bool]) -> Plan:
             kind = "inner" if kind == "right" else "left"
         lhs = _tighten(plan.left, rejects)
         rhs = _tighten(plan.right, lambda cols: rejects(frozenset(nl + j for j in cols)))
-        return _join(kind, lhs, rhs, plan.left_keys, plan.right_keys)
+        return _join(kind, lhs, rhs, plan.left_keys, plan.right_keys, plan.nulls_match)
     return plan
 
 

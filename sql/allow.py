@@ -58,6 +58,8 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Ordered: frozenset({"this", "desc", "nulls_first"}),
     exp.Limit: frozenset({"expression"}),
     exp.Offset: frozenset({"expression"}),
+    exp.Any: _UNARY,  # of a subquery, as ``sql.decorrelate`` checks
+    exp.All: _UNARY,
     exp.Fetch: frozenset({"direction", "count", "limit_options"}),
     exp.LimitOptions: frozenset({"rows"}),
     exp.Distinct: frozenset({"expressions", "on"}),
@@ -197,8 +199,6 @@ _NODE_NAMES: dict[type[exp.Expression], str] = {
     exp.Escape: "LIKE ... ESCAPE",
     exp.Lateral: "LATERAL",
     exp.Unnest: "UNNEST",
-    exp.Any: "ANY",
-    exp.All: "ALL",
     exp.Filter: "FILTER (WHERE ...)",
     exp.GroupConcat: "STRING_AGG",
     exp.ArrayAgg: "ARRAY_AGG (ivm has no arrays; STRING_AGG joins text)",

@@ -133,7 +133,7 @@ def _scalar_as_join(inner: exp.Expression, alias: str):
     if not keys:  # one row, always
         return [exp.Join(this=_table(derived, alias), kind="CROSS")], exp.column("_v", alias)
     derived = derived.group_by(*(k.copy() for k, _ in keys))
-    empty = value.copy().transform(_over_no_rows)
+    empty = value.copy().transform(over_no_rows)
     read = exp.Case(
         ifs=[exp.If(this=exp.Is(this=exp.column("_p", alias), expression=exp.Null()), true=empty)],
         default=exp.column("_v", alias),
@@ -202,7 +202,7 @@ def _in_as_joins(node: exp.In, alias: str):
     return joins, (exp.Not(this=value) if node.args.get("negate") else value)
 
 
-def _over_no_rows(node: exp.Expression) -> exp.Expression:
+def over_no_rows(node: exp.Expression) -> exp.Expression:
     """An aggregate call as its value over no rows."""
     if isinstance(node, exp.Filter):
         node = node.this

@@ -112,13 +112,15 @@ class Project:
 @dataclass(frozen=True)
 class Join:
     """``kind`` in inner, left, right, full; equality of ``left_keys`` and ``right_keys`` (positions in each
-    input); output columns are the left's then the right's."""
+    input), NULL meeting NULL with ``nulls_match`` (``IS NOT DISTINCT FROM``); output columns are the left's
+    then the right's."""
 
     kind: str
     left: Plan
     right: Plan
     left_keys: tuple[int, ...]
     right_keys: tuple[int, ...]
+    nulls_match: bool = False
     columns: tuple[Column, ...] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:

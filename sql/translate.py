@@ -20,7 +20,8 @@ from sql import chars, rewrite
 from sql.aggregates import aggregate, own_aggregates
 from sql.allow import sql_name
 from sql.catalog import Catalog
-from sql.errors import ProgrammingError, SqlError, error_at
+from sql.decorrelate import decorrelate, skips_a_level, subquery_values
+from sql.errors import ProgrammingError, SqlError, UnsupportedError, error_at
 from sql.hoist import hoist_select_subqueries
 from sql.logical import (
     AggCall,
@@ -109,14 +110,26 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
         raise error_at(tree, f"the query cannot be resolved: {err}") from err
     rewrite.always_exists(tree)
     tree = tree.transform(_every)
+    if skips_a_level(tree):
+        return _query(decorrelate(tree), catalog)
+    try:
+        return _query(_subqueries_by_shape(tree.copy()), catalog)
+    except UnsupportedError:
+        if next(subquery_values(tree), None) is None:
+            raise
+    return _query(decorrelate(tree), catalog)
+
+
+def _subqueries_by_shape(tree: exp.Expression) -> exp.Expression:
+    """The subqueries of the shapes met most (correlated by equalities, in WHERE or a SELECT list) as the joins
+    that need no domain of outer values; ``decorrelate`` takes the others."""
     tree = hoist_select_subqueries(tree)
     rewrite.check_in_subqueries(tree)
     tree = rewrite.not_in_subqueries(tree)
     rewrite.correlated_in_as_exists(tree)
     # correlated and uncorrelated EXISTS, IN and scalar subqueries become joins with grouped derived tables
     _stash_inequality_exists(tree)
-    tree = unnest_subqueries(tree)
-    return _query(tree, catalog)
+    return unnest_subqueries(tree)
 
 
 def _every(node: exp.Expression) -> exp.Expression:
@@ -328,6 +341,9 @@ def _outer_join(kind: str, left: Scope, right: Scope, conds: list[exp.Expression
     rk: list[int] = []
     types: list[SqlType] = []
     only: dict[str, list[Expr]] = {"left": [], "right": []}
+    null_safe = [c for c in conds if isinstance(c, exp.NullSafeEQ)]
+    if null_safe:
+        return _null_safe_join(kind, left, right, conds)
     for c in conds:
         pair = _equi(c, left, right, widen=True) or _expression_equality(c, left, right)
         if pair is not None:
@@ -357,14 +373,39 @@ def _outer_join(kind: str, left: Scope, right: Scope, conds: list[exp.Expression
     return _keyed_join(kind, lplan, rplan, lk, rk, types, only["left"], only["right"])
 
 
+def _null_safe_join(kind: str, left: Scope, right: Scope, conds: list[exp.Expression]) -> Plan:
+    """A join whose every condition is ``l IS NOT DISTINCT FROM r`` of a column of each side: keys where NULL
+    meets NULL (the join of a decorrelated subquery's results with the outer rows)."""
+    lk: list[int] = []
+    rk: list[int] = []
+    types: list[SqlType] = []
+    for c in conds:
+        pair = _equi(exp.EQ(this=c.this, expression=c.expression), left, right, widen=True)
+        if not isinstance(c, exp.NullSafeEQ) or pair is None:
+            what = f"this {kind.upper()} JOIN condition beside IS NOT DISTINCT FROM"
+            raise error_at(c, f"{what} is not supported", True)
+        lk.append(pair[0])
+        rk.append(pair[1])
+        types.append(pair[2])
+    return _keyed_join(kind, left.plan, right.plan, lk, rk, types, nulls_match=True)
+
+
 def _keyed_join(
-    kind: str, left: Plan, right: Plan, lk: list[int], rk: list[int], types: list[SqlType], lgates=(), rgates=()
+    kind: str,
+    left: Plan,
+    right: Plan,
+    lk: list[int],
+    rk: list[int],
+    types: list[SqlType],
+    lgates=(),
+    rgates=(),
+    nulls_match: bool = False,
 ) -> Plan:
     """A join of ``left`` and ``right`` on key columns ``lk`` = ``rk`` compared in ``types`` (see
     ``_join_keys`` for the gates), with the columns of both sides and no others."""
     lplan, lkeys = _join_keys(left, lk, types, list(lgates))
     rplan, rkeys = _join_keys(right, rk, types, list(rgates))
-    joined = Join(kind, lplan, rplan, lkeys, rkeys)
+    joined = Join(kind, lplan, rplan, lkeys, rkeys, nulls_match)
     nl, nr = len(left.columns), len(right.columns)
     if (len(lplan.columns), len(rplan.columns)) == (nl, nr):
         return joined

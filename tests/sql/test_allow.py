@@ -64,6 +64,8 @@ QUERIES = [
     "SELECT t.id, u.v FROM t CROSS JOIN u WHERE u.k = 2",
     "SELECT x.id FROM t AS x, u AS y WHERE x.id = y.k",
     "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.k = t.g)",
+    "SELECT id, g > ALL (SELECT k FROM u WHERE u.k < t.id), g = ANY (SELECT k FROM u) FROM t",
+    "SELECT id FROM t WHERE id <> ALL (SELECT k FROM u WHERE k IS NOT NULL) AND g >= SOME (SELECT k FROM u)",
     "SELECT id FROM t WHERE g IN (SELECT k FROM u WHERE v LIKE 'o%')",
     "SELECT id, (SELECT COUNT(*) FROM u) AS n FROM t",
     "SELECT g FROM t UNION SELECT k FROM u",

@@ -1,0 +1,564 @@
+"""Subqueries of any kind, in any position, correlated in any way, as joins with derived tables: the unnesting
+of Neumann and Kemper ("Unnesting Arbitrary Queries", BTW 2015), written as a rewrite of the qualified tree.
+
+A subquery used as a value in a SELECT (its list, WHERE, HAVING, inside CASE or a function) that reads columns
+F of that SELECT is computed once for each distinct value of F: the domain D, ``SELECT DISTINCT F`` over the
+SELECT's own FROM clause and the conditions of its WHERE that hold no subquery, is joined into the subquery
+(its reads of F become reads of D) and the subquery's result is grouped by D. The outer query then joins that
+result on F, NULL meeting NULL, exactly one row for each of its rows:
+
+- a scalar aggregate gives its value, or, for a domain value without rows, what it gives over no rows;
+- ``EXISTS`` is whether the domain value has a row;
+- ``x op ANY/ALL (SELECT y ...)`` (``IN`` is ``= ANY``, ``NOT IN`` is ``NOT (= ANY)``) counts, per domain value,
+  the rows where ``x op y`` is TRUE and where it is FALSE, which give SQL's answer with NULLs.
+
+A subquery that reads nothing of its SELECT is the same with an empty domain: one row, cross-joined. Subqueries
+nested in the subquery read D's columns where they read F, so the rewrite goes on from the outside in until
+no subquery is left but those in FROM. What no rewrite covers is refused by name and position.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+from sqlglot import exp
+
+from sql.errors import error_at
+from sql.hoist import over_no_rows
+from sql.scalar import AGGREGATES, and_parts
+
+__all__ = ["decorrelate", "skips_a_level", "subquery_values"]
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+
+
+def decorrelate(tree: exp.Expression) -> exp.Expression:
+    """``tree`` (qualified: every column names its relation) with every subquery used as a value turned into
+    joins with derived tables."""
+    names = itertools.count()
+    while True:
+        found = _next(tree)
+        if found is None:
+            return tree
+        _unnest(*found, next(names))
+
+
+def skips_a_level(tree: exp.Expression) -> bool:
+    """Whether a subquery reads a column of a query enclosing the one it is used in (correlated two levels
+    out or more)."""
+    for node in subquery_values(tree):
+        owner = node.parent_select
+        for col in _query_of(node).find_all(exp.Column):
+            bound = _binding(col)
+            if bound is not None and bound is not owner and not _inside(bound, node):
+                return True
+    return False
+
+
+def subquery_values(tree: exp.Expression) -> Iterator[exp.Expression]:
+    """The subqueries used as values (EXISTS, IN, ANY/ALL comparisons and scalar subqueries) in ``tree``."""
+    for node in tree.find_all(exp.Exists, exp.In, exp.Any, exp.All, exp.Subquery):
+        if isinstance(node, exp.In) and node.args.get("query") is None:
+            continue
+        if isinstance(node, (exp.Any, exp.All)):
+            if not isinstance(node.parent, _COMPARISONS) or node.parent.expression is not node:
+                continue
+            node = node.parent
+        if isinstance(node, exp.Subquery) and isinstance(
+            node.parent, (exp.From, exp.Join, exp.In, exp.Exists, exp.Any, exp.All, exp.SetOperation, exp.CTE)
+        ):
+            continue
+        if isinstance(node, exp.Subquery) and node.parent is None:
+            continue
+        yield node
+
+
+def _query_of(node: exp.Expression) -> exp.Expression:
+    """The query of a subquery node (for a comparison with ANY/ALL, the one on its right)."""
+    if isinstance(node, _COMPARISONS):
+        node = node.expression
+    q = node.args.get("query") if isinstance(node, exp.In) else node.this
+    while isinstance(q, (exp.Subquery, exp.Paren)):
+        q = q.this
+    return q
+
+
+def _sources(select: exp.Select) -> set[str]:
+    from_ = select.args.get("from_") or select.args.get("from")
+    items = ([from_.this] if from_ is not None else []) + [j.this for j in select.args.get("joins") or []]
+    return {item.alias_or_name for item in items}
+
+
+def _binding(col: exp.Column) -> exp.Select | None:
+    """The SELECT whose FROM clause holds the relation ``col`` reads (the nearest one, as SQL's scoping)."""
+    s = col.parent_select
+    while s is not None:
+        if isinstance(s, exp.Select) and col.table in _sources(s):
+            return s
+        s = s.parent_select
+    return None
+
+
+def _inside(node: exp.Expression, ancestor: exp.Expression) -> bool:
+    while node is not None:
+        if node is ancestor:
+            return True
+        node = node.parent
+    return False
+
+
+def _next(tree: exp.Expression):
+    """The first SELECT (outermost first) using a subquery as a value, and that subquery; among a SELECT's
+    subqueries, one holding no other."""
+    for select in tree.find_all(exp.Select):
+        own = [n for n in subquery_values(select) if n.parent_select is select]
+        for node in own:
+            if not any(other is not node and _inside(other, node) for other in own):
+                return select, node
+    return None
+
+
+def _unnest(select: exp.Select, node: exp.Expression, n: int) -> None:
+    """Replace ``node``, a subquery ``select`` uses as a value, by a read of a derived table joined to it."""
+    clause = _clause(select, node)
+    if clause == "joins" and _on_to_where(select, node):
+        return  # taken up next from WHERE
+    if clause not in ("expressions", "where", "having"):
+        where = {
+            "joins": "the ON condition of an outer join (or of an inner join before a RIGHT or FULL one)",
+            "order": "ORDER BY",
+            "group": "GROUP BY",
+        }.get(clause, clause)
+        raise error_at(node, f"a subquery in {where} is not supported", unsupported=True)
+    if _grouped(select) and clause != "where" and not _in_own_aggregate(node, select):
+        _split_grouping(select, n)  # the subquery is now in a SELECT over the groups; taken up next
+        return
+    query = _query_of(node)
+    free = _free_columns(select, node)
+    alias = f"_sub{n}"
+    if isinstance(node, exp.Exists):
+        derived, value = _exists(node, query, select, free, n)
+    elif isinstance(node, exp.Subquery):
+        derived, value = _scalar(node, query, select, free, n)
+    else:
+        derived, value = _quantified(node, query, select, free, n)
+    if derived is None:
+        node.replace(value)
+        return
+    table = _named(derived, alias)
+    if not free and "_m" in derived.named_selects:  # at most one row: kept apart from the outer rows
+        marker = exp.EQ(this=exp.column("_m", alias), expression=exp.Literal.number(1))
+        join = exp.Join(this=table, side="LEFT", on=marker)
+    elif not free:  # one row, always
+        join = exp.Join(this=table, kind="CROSS")
+    else:
+        on = exp.and_(
+            *(
+                exp.NullSafeEQ(this=exp.column(name, t), expression=exp.column(f"_d{i}", alias))
+                for i, (t, name) in enumerate(free)
+            )
+        )
+        join = exp.Join(this=table, side="LEFT", on=on)
+    if select.args.get("from_") or select.args.get("from"):
+        select.append("joins", join)
+    else:
+        select.set("from_", exp.From(this=table))
+    node.replace(value)
+
+
+def _on_to_where(select: exp.Select, node: exp.Expression) -> bool:
+    """Move the condition holding ``node`` from an inner join's ON to WHERE, where it means the same when no
+    later join pads rows with NULLs; whether it could."""
+    joins = select.args.get("joins") or []
+    at = next(i for i, j in enumerate(joins) if _inside(node, j))
+    join = joins[at]
+    on = join.args.get("on")
+    if (
+        (join.side or "")
+        or not _inside(node, on)
+        or any(j.side.upper() in ("RIGHT", "FULL") for j in joins[at:])
+    ):
+        return False
+    parts = and_parts(on.this if isinstance(on, exp.Paren) else on)
+    moved = [c for c in parts if _inside(node, c)]
+    kept = [c for c in parts if not _inside(node, c)]
+    join.set("on", exp.and_(*kept) if kept else None)
+    if not kept and (join.kind or "").upper() != "CROSS":
+        join.set("kind", "CROSS")
+    select.where(*moved, copy=False)
+    return True
+
+
+def _split_grouping(select: exp.Select, n: int) -> None:
+    """Make ``select``, grouped, a SELECT over its groups: its keys and aggregates become a derived table, which
+    its list, HAVING and ORDER BY read; a subquery there then reads a group as it would read a row."""
+    group = select.args.get("group")
+    if group is not None and any(group.args.get(k) for k in ("grouping_sets", "rollup", "cube")):
+        raise error_at(group, "a subquery used with GROUPING SETS, ROLLUP or CUBE is not supported", True)
+    keys = list(group.expressions) if group is not None else []
+    groups = f"_agg{n}"
+    aggregates: list[exp.Expression] = []
+
+    def outer(node: exp.Expression) -> bool:
+        cols = list(node.find_all(exp.Column))
+        return bool(cols) and all(_binding(c) is select for c in cols)
+
+    def lift(node: exp.Expression) -> exp.Expression:
+        aggregate = isinstance(node, (*AGGREGATES, exp.AggFunc)) and not isinstance(node.parent, exp.Window)
+        aggregate = aggregate or (isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc))
+        if aggregate and (node.parent_select is select or outer(node)):
+            for j, a in enumerate(aggregates):
+                if a == node:
+                    return exp.column(f"_a{j}", groups)
+            aggregates.append(node.copy())
+            return exp.column(f"_a{len(aggregates) - 1}", groups)
+        if isinstance(node, exp.Column) and _binding(node) is not select:
+            return node
+        if not isinstance(node, exp.Literal):
+            for i, k in enumerate(keys):
+                if node == k and (not isinstance(node, exp.Column) or _binding(node) is select):
+                    return exp.column(f"_g{i}", groups)
+        if isinstance(node, exp.Column):
+            raise error_at(node, f"column {node.sql()!r} must appear in GROUP BY or be used in an aggregate")
+        for child in list(node.iter_expressions()):
+            new = lift(child)
+            if new is not child:
+                child.replace(new)
+        return node
+
+    items = []
+    for item in select.expressions:
+        if not isinstance(item, exp.Alias):
+            item = exp.alias_(item.copy(), item.alias_or_name) if item.alias_or_name else item
+        items.append(lift(item))
+    having = select.args.get("having")
+    condition = lift(having.this) if having is not None else None
+    order = select.args.get("order")
+    if order is not None:
+        for o in order.expressions:
+            o.set("this", lift(o.this))
+    inner = exp.select(
+        *(exp.alias_(k.copy(), f"_g{i}") for i, k in enumerate(keys)),
+        *(exp.alias_(a, f"_a{j}") for j, a in enumerate(aggregates)),
+    )
+    for key in ("from_", "joins", "where", "group"):
+        inner.set(key, select.args.get(key))
+    if not inner.expressions:
+        inner.set("expressions", [exp.alias_(exp.Count(this=exp.Star()), "_a")])
+    select.set("expressions", items)
+    select.set("from_", exp.From(this=_named(inner, groups)))
+    for key in ("joins", "group", "having"):
+        select.set(key, None)
+    select.set("where", exp.Where(this=condition) if condition is not None else None)
+
+
+def _named(query: exp.Expression, alias: str) -> exp.Subquery:
+    return exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+
+
+def _clause(select: exp.Select, node: exp.Expression) -> str:
+    at = node
+    while at.parent is not select:
+        at = at.parent
+    return at.arg_key
+
+
+def _grouped(select: exp.Select) -> bool:
+    if select.args.get("group") is not None:
+        return True
+    return any(a.parent_select is select for s in select.selects for a in s.find_all(*AGGREGATES))
+
+
+def _in_own_aggregate(node: exp.Expression, select: exp.Select) -> bool:
+    at = node.parent
+    while at is not None and at is not select:
+        if isinstance(at, AGGREGATES):
+            return True
+        at = at.parent
+    return False
+
+
+def _free_columns(select: exp.Select, node: exp.Expression) -> list[tuple[str, str]]:
+    """The columns of ``select``'s relations that ``node`` reads (its left operand's, for IN and ANY/ALL), in
+    the order first read."""
+    out: list[tuple[str, str]] = []
+    for col in node.find_all(exp.Column):
+        key = (col.table, col.name)
+        if key not in out and _binding(col) is select:
+            out.append(key)
+    return out
+
+
+def _domain(select: exp.Select, free: list[tuple[str, str]]) -> exp.Select:
+    """``SELECT DISTINCT`` the free columns over ``select``'s FROM clause and the conditions of its WHERE that
+    hold no subquery: every value the subquery is asked for, and few others."""
+    out = exp.select(*(exp.alias_(exp.column(name, t), f"_d{i}") for i, (t, name) in enumerate(free)))
+    from_ = select.args.get("from_") or select.args.get("from")
+    out.set("from_", from_.copy())
+    for j in select.args.get("joins") or []:
+        if not j.this.alias_or_name.startswith("_sub"):  # one row per row: not needed for the domain
+            out.append("joins", j.copy())
+    where = select.args.get("where")
+    conds = and_parts(where.this) if where is not None else []
+    plain = [c for c in conds if not _holds_subquery(c) and not _reads_unnested(c)]
+    if plain:
+        out.set("where", exp.Where(this=exp.and_(*(c.copy() for c in plain))))
+    out.set("distinct", exp.Distinct())
+    return out
+
+
+def _reads_unnested(node: exp.Expression) -> bool:
+    """Whether ``node`` reads a subquery's result joined by an earlier unnesting (left out of domains)."""
+    return any(c.table.startswith("_sub") for c in node.find_all(exp.Column))
+
+
+def _holds_subquery(node: exp.Expression) -> bool:
+    return next(subquery_values(node), None) is not None or isinstance(node, (exp.Exists,))
+
+
+def _dependent(query: exp.Select, select: exp.Select, free: list[tuple[str, str]], n: int) -> exp.Select:
+    """``query`` with the domain of ``free`` joined into its FROM clause and its reads of ``select``'s columns
+    made reads of the domain's (alias ``_dom<n>``); its SELECT list is left to the caller."""
+    dom = f"_dom{n}"
+    index = {key: i for i, key in enumerate(free)}
+    for col in list(query.find_all(exp.Column)):
+        if _binding(col) is select:
+            col.replace(exp.column(f"_d{index[(col.table, col.name)]}", dom))
+    domain = exp.Subquery(this=_domain(select, free), alias=exp.TableAlias(this=exp.to_identifier(dom)))
+    from_ = query.args.get("from_") or query.args.get("from")
+    if from_ is None:
+        query.set("from_", exp.From(this=domain))
+        return query
+    joins = query.args.get("joins") or []
+    if any((j.side or "").upper() in ("RIGHT", "FULL") for j in joins):
+        raise error_at(query, "a correlated subquery with a RIGHT or FULL JOIN is not supported", True)
+    query.set("from_", exp.From(this=domain))
+    query.set("joins", [exp.Join(this=from_.this, kind="CROSS"), *joins])
+    return query
+
+
+def _domain_columns(table: str, free) -> list[exp.Expression]:
+    return [exp.alias_(exp.column(f"_d{i}", table), f"_d{i}") for i in range(len(free))]
+
+
+def _aggregate_only(query: exp.Select) -> bool:
+    """Whether ``query`` is an aggregate without GROUP BY: one row, whatever its WHERE lets through."""
+    if query.args.get("group") is not None:
+        return False
+    return any(a.parent_select is query for s in query.selects for a in s.find_all(*AGGREGATES))
+
+
+def _limit_value(query: exp.Select) -> int | None:
+    limit = query.args.get("limit")
+    if limit is None:
+        return None
+    value = limit.expression
+    if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
+        return int(value.this)
+    raise error_at(limit, "a LIMIT in a subquery must be a number", unsupported=True)
+
+
+def _scalar(node: exp.Subquery, query: exp.Expression, select: exp.Select, free, n: int):
+    """A scalar subquery: the derived table and the expression reading its value."""
+    if not isinstance(query, exp.Select) or len(query.selects) != 1:
+        raise error_at(node, "a scalar subquery must be a SELECT of one column", unsupported=True)
+    if query.args.get("offset") is not None or query.args.get("with_") is not None:
+        raise error_at(node, "a scalar subquery with OFFSET or WITH is not supported", unsupported=True)
+    value = query.selects[0].unalias()
+    from_ = query.args.get("from_") or query.args.get("from")
+    if from_ is None and query.args.get("where") is None and not _aggregate_only(query):
+        return None, exp.Paren(this=value.copy())  # SELECT expression: the expression
+    alias = f"_sub{n}"
+    if _aggregate_only(query):
+        if query.args.get("having") is not None or _limit_value(query) == 0:
+            raise error_at(node, "a scalar aggregate subquery with HAVING or LIMIT 0 is not supported", True)
+        query.set("limit", None)
+        query.set("order", None)
+        if not free:
+            query.set("expressions", [exp.alias_(value.copy(), "_v")])
+            return query, exp.column("_v", alias)
+        empty = value.copy().transform(over_no_rows)
+        dependent = _dependent(query, select, free, n)
+        dom = f"_dom{n}"
+        v = dependent.selects[0].unalias()
+        dependent.set(
+            "expressions",
+            [*_domain_columns(dom, free), exp.alias_(v.copy(), "_v"), exp.alias_(exp.Literal.number(1), "_m")],
+        )
+        dependent.set("group", exp.Group(expressions=[exp.column(f"_d{i}", dom) for i in range(len(free))]))
+        read = exp.Case(
+            ifs=[exp.If(this=exp.Is(this=exp.column("_m", alias), expression=exp.Null()), true=empty)],
+            default=exp.column("_v", alias),
+        )
+        return dependent, exp.Paren(this=read)
+    if _limit_value(query) != 1 or query.args.get("group") is not None:
+        raise error_at(node, "a scalar subquery that may return more than one row is not supported", True)
+    # LIMIT 1: the first row in ORDER BY of each domain value's rows (any one without ORDER BY)
+    query.set("limit", None)
+    order = query.args.get("order")
+    query.set("order", None)
+    if order is not None:  # ORDER BY an output name orders by what the name stands for
+        outputs = {s.alias_or_name: s.unalias() for s in query.selects}
+        for o in order.expressions:
+            if isinstance(o.this, exp.Column) and not o.this.table and o.this.name in outputs:
+                o.set("this", outputs[o.this.name].copy())
+    if free:
+        query = _dependent(query, select, free, n)
+    dom = f"_dom{n}"
+    v = query.selects[0].unalias()
+    window = exp.Window(
+        this=exp.RowNumber(),
+        partition_by=[exp.column(f"_d{i}", dom) for i in range(len(free))] or None,
+        order=order.copy() if order is not None else None,
+    )
+    query.set(
+        "expressions",
+        [
+            *_domain_columns(dom, free),
+            exp.alias_(v.copy(), "_v"),
+            exp.alias_(exp.Literal.number(1), "_m"),
+            exp.alias_(window, "_rn"),
+        ],
+    )
+    ranked = f"_rank{n}"
+    first = exp.select(
+        *_domain_columns(ranked, free), exp.alias_(exp.column("_v", ranked), "_v"), exp.column("_m", ranked)
+    )
+    first.set("from_", exp.From(this=_named(query, ranked)))
+    first.set("where", exp.Where(this=exp.EQ(this=exp.column("_rn", ranked), expression=exp.Literal.number(1))))
+    return first, exp.column("_v", alias)
+
+
+def _exists(node: exp.Exists, query: exp.Expression, select: exp.Select, free, n: int):
+    """``EXISTS (query)``: the derived table and the expression reading whether the outer row's has rows."""
+    alias = f"_sub{n}"
+    if not isinstance(query, exp.Select):
+        if free:
+            raise error_at(node, "a correlated EXISTS over a set operation is not supported", unsupported=True)
+        counted = exp.select(
+            exp.alias_(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0)), "_v")
+        )
+        counted.set("from_", exp.From(this=_named(query, f"_set{n}")))
+        return counted, exp.column("_v", alias)
+    if query.args.get("offset") is not None:
+        raise error_at(node, "EXISTS over a subquery with OFFSET is not supported", unsupported=True)
+    if _limit_value(query) == 0:
+        return None, exp.false()
+    query.set("limit", None)
+    query.set("order", None)
+    if _aggregate_only(query):
+        if query.args.get("having") is None:
+            return None, exp.true()
+        raise error_at(node, "EXISTS over an aggregate with HAVING and no GROUP BY is not supported", True)
+    grouped = query.args.get("group") is not None
+    query.set("expressions", [exp.alias_(exp.Literal.number(1), "_one")])
+    if not free:
+        query.set("distinct", None)
+        counted = exp.select(
+            exp.alias_(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0)), "_v")
+        )
+        counted.set("from_", exp.From(this=_named(query, f"_set{n}")))
+        return counted, exp.column("_v", alias)
+    dependent = _dependent(query, select, free, n)
+    dom = f"_dom{n}"
+    dependent.set("expressions", _domain_columns(dom, free))
+    if grouped:
+        group = dependent.args["group"]
+        for i in range(len(free)):
+            group.append("expressions", exp.column(f"_d{i}", dom))
+        inner = f"_grp{n}"
+        found = exp.select(*_domain_columns(inner, free))
+        found.set("from_", exp.From(this=_named(dependent, inner)))
+        dependent = found
+    dependent.set("expressions", [*dependent.expressions, exp.alias_(exp.Literal.number(1), "_m")])
+    dependent.set("distinct", exp.Distinct())
+    read = exp.Not(this=exp.Is(this=exp.column("_m", alias), expression=exp.Null()))
+    return dependent, exp.Paren(this=read)
+
+
+def _quantified(node: exp.Expression, query: exp.Expression, select: exp.Select, free, n: int):
+    """``x [NOT] IN (query)`` or ``x op ANY/ALL (query)``: the derived table counting, per domain value, the
+    rows where the comparison is TRUE and FALSE, and the expression giving SQL's answer from the counts."""
+    if isinstance(node, exp.In):
+        op, x, every, negate = exp.EQ, node.this, False, bool(node.args.get("negate"))
+    else:
+        op, x, every, negate = type(node), node.this, isinstance(node.expression, exp.All), False
+    if not isinstance(query, exp.Query):
+        word = "ALL" if every else "ANY"
+        raise error_at(node, f"{word} over a list or an array is not supported, only over a subquery", True)
+    if isinstance(x, exp.Tuple):
+        raise error_at(node, "a row of several values compared with a subquery is not supported", True)
+    if not isinstance(query, exp.Select):
+        inner = f"_set{n}"
+        names = query.named_selects
+        if len(names) != 1:
+            raise error_at(node, "a subquery compared with a value must have one column", unsupported=True)
+        query = exp.select(exp.column(names[0], inner)).from_(_named(query, inner))
+    if len(query.selects) != 1:
+        raise error_at(node, "a subquery compared with a value must have one column", unsupported=True)
+    if query.args.get("limit") is not None or query.args.get("offset") is not None:
+        raise error_at(node, "a subquery with LIMIT or OFFSET compared with a value is not supported", True)
+    alias = f"_sub{n}"
+    if _aggregate_only(query) and query.args.get("having") is None:  # one row: a plain comparison
+        compared = op(this=x.copy(), expression=exp.Subquery(this=query))
+        return None, exp.Not(this=compared) if negate else compared
+    y = query.selects[0].unalias()
+    query.set("order", None)
+    counted = f"_cmp{n}"
+    if free:
+        index = {key: i for i, key in enumerate(free)}
+
+        def as_domain(e: exp.Expression) -> exp.Expression:
+            if isinstance(e, exp.Column) and (e.table, e.name) in index:
+                return exp.column(f"_d{index[(e.table, e.name)]}", counted)
+            return e
+
+        x_read = x.copy().transform(as_domain)
+        grouped = query.args.get("group") is not None
+        dependent = _dependent(query, select, free, n)
+        dom = f"_dom{n}"
+        y = dependent.selects[0].unalias()
+        dependent.set("expressions", [*_domain_columns(dom, free), exp.alias_(y.copy(), "_y")])
+        if grouped:
+            for i in range(len(free)):
+                dependent.args["group"].append("expressions", exp.column(f"_d{i}", dom))
+    else:
+        x_read = x.copy()
+        query.set("expressions", [exp.alias_(y.copy(), "_y")])
+        dependent = query
+    holds = op(this=x_read, expression=exp.column("_y", counted))
+
+    def count_when(cond: exp.Expression) -> exp.Expression:
+        return exp.Count(this=exp.Case(ifs=[exp.If(this=cond, true=exp.Literal.number(1))]))
+
+    counts = exp.select(
+        *_domain_columns(counted, free),
+        exp.alias_(count_when(holds.copy()), "_t"),
+        exp.alias_(count_when(exp.Not(this=exp.Paren(this=holds.copy()))), "_f"),
+        exp.alias_(exp.Count(this=exp.Star()), "_n"),
+    )
+    counts.set("from_", exp.From(this=_named(dependent, counted)))
+    if free:
+        counts.set("group", exp.Group(expressions=[exp.column(f"_d{i}", counted) for i in range(len(free))]))
+
+    def read(name: str) -> exp.Expression:  # no row for the domain value: no comparisons
+        return exp.Coalesce(this=exp.column(name, alias), expressions=[exp.Literal.number(0)])
+
+    t, f, total = read("_t"), read("_f"), read("_n")
+    unknown = exp.Cast(this=exp.Null(), to=exp.DataType.build("BOOLEAN"))
+    zero = exp.Literal.number(0)
+    if every:  # FALSE when some comparison is FALSE, else NULL when some is NULL, else TRUE
+        ifs = [
+            exp.If(this=exp.GT(this=f, expression=zero), true=exp.false()),
+            exp.If(this=exp.GT(this=exp.Sub(this=total, expression=t), expression=zero.copy()), true=unknown),
+        ]
+        value = exp.Case(ifs=ifs, default=exp.true())
+    else:  # TRUE when some comparison is TRUE, else NULL when some is NULL, else FALSE
+        ifs = [
+            exp.If(this=exp.GT(this=t, expression=zero), true=exp.true()),
+            exp.If(this=exp.GT(this=exp.Sub(this=total, expression=f), expression=zero.copy()), true=unknown),
+        ]
+        value = exp.Case(ifs=ifs, default=exp.false())
+    value = exp.Paren(this=value)
+    return counts, exp.Not(this=value) if negate else value
