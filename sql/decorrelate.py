@@ -136,35 +136,42 @@ def _unnest(select: exp.Select, node: exp.Expression, n: int) -> None:
         return
     query = _query_of(node)
     free = _free_columns(select, node)
-    alias = f"_sub{n}"
     if isinstance(node, exp.Exists):
         derived, value = _exists(node, query, select, free, n)
+        tables = [] if derived is None else [(derived, f"_sub{n}", free, None)]
     elif isinstance(node, exp.Subquery):
         derived, value = _scalar(node, query, select, free, n)
+        tables = [] if derived is None else [(derived, f"_sub{n}", free, None)]
     else:
-        derived, value = _quantified(node, query, select, free, n)
-    if derived is None:
-        node.replace(value)
-        return
+        tables, value = _quantified(node, query, select, n)
+    for derived, alias, keys, also in tables:
+        _join(select, derived, alias, keys, also)
+    node.replace(value)
+
+
+def _join(
+    select: exp.Select, derived: exp.Select, alias: str, keys, also: exp.Expression | None = None
+) -> None:
+    """Join ``derived`` to ``select``'s FROM clause as ``alias``, one row (or none) per outer row: on the outer
+    columns ``keys`` (and ``also``, read as ``alias._y``), NULL meeting NULL."""
     table = _named(derived, alias)
-    if not free and "_m" in derived.named_selects:  # at most one row: kept apart from the outer rows
+    if not keys and also is None and "_m" in derived.named_selects:  # at most one row: kept apart
         marker = exp.EQ(this=exp.column("_m", alias), expression=exp.Literal.number(1))
         join = exp.Join(this=table, side="LEFT", on=marker)
-    elif not free:  # one row, always
+    elif not keys and also is None:  # one row, always
         join = exp.Join(this=table, kind="CROSS")
     else:
-        on = exp.and_(
-            *(
-                exp.NullSafeEQ(this=exp.column(name, t), expression=exp.column(f"_d{i}", alias))
-                for i, (t, name) in enumerate(free)
-            )
-        )
-        join = exp.Join(this=table, side="LEFT", on=on)
+        on = [
+            exp.NullSafeEQ(this=exp.column(name, t), expression=exp.column(f"_d{i}", alias))
+            for i, (t, name) in enumerate(keys)
+        ]
+        if also is not None:
+            on.append(exp.NullSafeEQ(this=also.copy(), expression=exp.column("_y", alias)))
+        join = exp.Join(this=table, side="LEFT", on=exp.and_(*on))
     if select.args.get("from_") or select.args.get("from"):
         select.append("joins", join)
     else:
         select.set("from_", exp.From(this=table))
-    node.replace(value)
 
 
 def _on_to_where(select: exp.Select, node: exp.Expression) -> bool:
@@ -477,9 +484,10 @@ def _exists(node: exp.Exists, query: exp.Expression, select: exp.Select, free, n
     return dependent, exp.Paren(this=read)
 
 
-def _quantified(node: exp.Expression, query: exp.Expression, select: exp.Select, free, n: int):
-    """``x [NOT] IN (query)`` or ``x op ANY/ALL (query)``: the derived table counting, per domain value, the
-    rows where the comparison is TRUE and FALSE, and the expression giving SQL's answer from the counts."""
+def _quantified(node: exp.Expression, query: exp.Expression, select: exp.Select, n: int):
+    """``x [NOT] IN (query)`` or ``x op ANY/ALL (query)``: the derived tables giving, per value of the outer
+    columns the query reads, its row count, its count of non-NULL values and their least and greatest (and, for
+    = and <>, whether x is among them), and the expression giving SQL's answer from them, NULLs included."""
     if isinstance(node, exp.In):
         op, x, every, negate = exp.EQ, node.this, False, bool(node.args.get("negate"))
     else:
@@ -489,76 +497,90 @@ def _quantified(node: exp.Expression, query: exp.Expression, select: exp.Select,
         raise error_at(node, f"{word} over a list or an array is not supported, only over a subquery", True)
     if isinstance(x, exp.Tuple):
         raise error_at(node, "a row of several values compared with a subquery is not supported", True)
+    free = _free_columns(select, query)
     if not isinstance(query, exp.Select):
-        inner = f"_set{n}"
+        if free:
+            raise error_at(node, "a correlated set operation compared with a value is not supported", True)
         names = query.named_selects
         if len(names) != 1:
             raise error_at(node, "a subquery compared with a value must have one column", unsupported=True)
+        inner = f"_set{n}"
         query = exp.select(exp.column(names[0], inner)).from_(_named(query, inner))
     if len(query.selects) != 1:
         raise error_at(node, "a subquery compared with a value must have one column", unsupported=True)
     if query.args.get("limit") is not None or query.args.get("offset") is not None:
         raise error_at(node, "a subquery with LIMIT or OFFSET compared with a value is not supported", True)
-    alias = f"_sub{n}"
     if _aggregate_only(query) and query.args.get("having") is None:  # one row: a plain comparison
         compared = op(this=x.copy(), expression=exp.Subquery(this=query))
-        return None, exp.Not(this=compared) if negate else compared
-    y = query.selects[0].unalias()
+        return [], exp.Not(this=compared) if negate else compared
     query.set("order", None)
-    counted = f"_cmp{n}"
     if free:
-        index = {key: i for i, key in enumerate(free)}
-
-        def as_domain(e: exp.Expression) -> exp.Expression:
-            if isinstance(e, exp.Column) and (e.table, e.name) in index:
-                return exp.column(f"_d{index[(e.table, e.name)]}", counted)
-            return e
-
-        x_read = x.copy().transform(as_domain)
         grouped = query.args.get("group") is not None
-        dependent = _dependent(query, select, free, n)
+        base = _dependent(query, select, free, n)
         dom = f"_dom{n}"
-        y = dependent.selects[0].unalias()
-        dependent.set("expressions", [*_domain_columns(dom, free), exp.alias_(y.copy(), "_y")])
+        y = base.selects[0].unalias()
+        base.set("expressions", [*_domain_columns(dom, free), exp.alias_(y.copy(), "_y")])
         if grouped:
             for i in range(len(free)):
-                dependent.args["group"].append("expressions", exp.column(f"_d{i}", dom))
+                base.args["group"].append("expressions", exp.column(f"_d{i}", dom))
     else:
-        x_read = x.copy()
-        query.set("expressions", [exp.alias_(y.copy(), "_y")])
-        dependent = query
-    holds = op(this=x_read, expression=exp.column("_y", counted))
-
-    def count_when(cond: exp.Expression) -> exp.Expression:
-        return exp.Count(this=exp.Case(ifs=[exp.If(this=cond, true=exp.Literal.number(1))]))
-
-    counts = exp.select(
-        *_domain_columns(counted, free),
-        exp.alias_(count_when(holds.copy()), "_t"),
-        exp.alias_(count_when(exp.Not(this=exp.Paren(this=holds.copy()))), "_f"),
+        base = query
+        base.set("expressions", [exp.alias_(query.selects[0].unalias().copy(), "_y")])
+    values = f"_vals{n}"
+    y = exp.column("_y", values)
+    stats = exp.select(
+        *_domain_columns(values, free),
         exp.alias_(exp.Count(this=exp.Star()), "_n"),
+        exp.alias_(exp.Count(this=y.copy()), "_nn"),
+        exp.alias_(exp.Min(this=y.copy()), "_lo"),
+        exp.alias_(exp.Max(this=y.copy()), "_hi"),
     )
-    counts.set("from_", exp.From(this=_named(dependent, counted)))
+    stats.set("from_", exp.From(this=_named(base.copy(), values)))
     if free:
-        counts.set("group", exp.Group(expressions=[exp.column(f"_d{i}", counted) for i in range(len(free))]))
-
-    def read(name: str) -> exp.Expression:  # no row for the domain value: no comparisons
-        return exp.Coalesce(this=exp.column(name, alias), expressions=[exp.Literal.number(0)])
-
-    t, f, total = read("_t"), read("_f"), read("_n")
-    unknown = exp.Cast(this=exp.Null(), to=exp.DataType.build("BOOLEAN"))
+        stats.set("group", exp.Group(expressions=[exp.column(f"_d{i}", values) for i in range(len(free))]))
+    st = f"_sub{n}"
+    tables = [(stats, st, free, None)]
     zero = exp.Literal.number(0)
+    rows = exp.Coalesce(this=exp.column("_n", st), expressions=[zero.copy()])
+    nonnull = exp.Coalesce(this=exp.column("_nn", st), expressions=[zero.copy()])
+    lo, hi = exp.column("_lo", st), exp.column("_hi", st)
+
+    def known(cond: exp.Expression) -> exp.Expression:  # NULL (no values, or x NULL) as FALSE
+        return exp.Coalesce(this=exp.Paren(this=cond), expressions=[exp.false()])
+
+    def differs() -> exp.Expression:  # some value is not x
+        return known(
+            exp.or_(exp.NEQ(this=lo.copy(), expression=x.copy()), exp.NEQ(this=hi.copy(), expression=x.copy()))
+        )
+
+    if op in (exp.EQ, exp.NEQ):
+        found = exp.select(
+            *_domain_columns(values, free), exp.alias_(y.copy(), "_y"), exp.alias_(exp.Literal.number(1), "_m")
+        )
+        found.set("from_", exp.From(this=_named(base, values)))
+        found.set("where", exp.Where(this=exp.Not(this=exp.Is(this=y.copy(), expression=exp.Null()))))
+        found.set("distinct", exp.Distinct())
+        match = f"_sub{n}m"
+        tables.append((found, match, free, x))
+        equal = exp.Not(this=exp.Is(this=exp.column("_m", match), expression=exp.Null()))
+        some_true, some_false = (equal, differs()) if op is exp.EQ else (differs(), equal)
+    else:
+        flipped = {exp.LT: exp.GTE, exp.LTE: exp.GT, exp.GT: exp.LTE, exp.GTE: exp.LT}[op]
+        below = op in (exp.LT, exp.LTE)  # x < some y: against the greatest; x >= some y: against the least
+        some_true = known(op(this=x.copy(), expression=(hi if below else lo).copy()))
+        some_false = known(flipped(this=x.copy(), expression=(lo if below else hi).copy()))
+    unknown = exp.or_(
+        exp.and_(
+            exp.GT(this=rows.copy(), expression=zero.copy()), exp.Is(this=x.copy(), expression=exp.Null())
+        ),
+        exp.GT(this=rows.copy(), expression=nonnull.copy()),
+    )
+    null = exp.Cast(this=exp.Null(), to=exp.DataType.build("BOOLEAN"))
     if every:  # FALSE when some comparison is FALSE, else NULL when some is NULL, else TRUE
-        ifs = [
-            exp.If(this=exp.GT(this=f, expression=zero), true=exp.false()),
-            exp.If(this=exp.GT(this=exp.Sub(this=total, expression=t), expression=zero.copy()), true=unknown),
-        ]
+        ifs = [exp.If(this=some_false, true=exp.false()), exp.If(this=unknown, true=null)]
         value = exp.Case(ifs=ifs, default=exp.true())
     else:  # TRUE when some comparison is TRUE, else NULL when some is NULL, else FALSE
-        ifs = [
-            exp.If(this=exp.GT(this=t, expression=zero), true=exp.true()),
-            exp.If(this=exp.GT(this=exp.Sub(this=total, expression=f), expression=zero.copy()), true=unknown),
-        ]
+        ifs = [exp.If(this=some_true, true=exp.true()), exp.If(this=unknown, true=null)]
         value = exp.Case(ifs=ifs, default=exp.false())
     value = exp.Paren(this=value)
-    return counts, exp.Not(this=value) if negate else value
+    return tables, exp.Not(this=value) if negate else value

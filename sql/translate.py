@@ -380,7 +380,8 @@ def _null_safe_join(kind: str, left: Scope, right: Scope, conds: list[exp.Expres
     rk: list[int] = []
     types: list[SqlType] = []
     for c in conds:
-        pair = _equi(exp.EQ(this=c.this, expression=c.expression), left, right, widen=True)
+        eq = exp.EQ(this=c.this, expression=c.expression)
+        pair = _equi(eq, left, right, widen=True) or _expression_equality(eq, left, right)
         if not isinstance(c, exp.NullSafeEQ) or pair is None:
             what = f"this {kind.upper()} JOIN condition beside IS NOT DISTINCT FROM"
             raise error_at(c, f"{what} is not supported", True)
