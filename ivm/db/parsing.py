@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 import math
 from collections.abc import Sequence
 
@@ -52,11 +53,38 @@ def parse(
     semantics computing Spark's answer (``sql.spark``), with the types of ``catalog``'s tables and views."""
     if dialect != "postgres":
         return _parse_spark(sql, params, Spark() if dialect == "spark" else dialect, catalog)
-    names = None
+    named = None
     if params is not None:
         if isinstance(params, (str, bytes)) or not isinstance(params, (Sequence, dict)):
             raise ProgrammingError("parameters must be a sequence or a mapping")
-        sql, names = _numbered(sql, params)
+        named = isinstance(params, dict)
+    # a short text is parsed once and kept (a prepared statement); a long one (a bulk INSERT) is not kept
+    parsed, names = _parsed(sql, named) if len(sql) <= 4096 else _parsed.__wrapped__(sql, named)
+    for name in names or ():
+        if name not in params:
+            raise ProgrammingError(f"no value given for the parameter %({name})s")
+    statements = [s.copy() for s in parsed]
+    if params is not None:
+        statements = _bind(statements, [params[n] for n in names] if names is not None else list(params))
+    else:
+        for s in statements:
+            for node in s.find_all(exp.Placeholder, exp.Parameter):
+                raise error_at(node, "a parameter placeholder, but no parameters were given")
+    for s in statements:
+        allow.check(s)
+        for node in s.walk():
+            node.comments = None  # comments mean nothing, and must not make equal expressions differ
+    return [normalize_identifiers(s, dialect="postgres") for s in statements]
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed(sql: str, named: bool | None) -> tuple[tuple[exp.Expression, ...], tuple[str, ...] | None]:
+    """The syntax trees of ``sql`` (its placeholders numbered when ``named`` is not None: see ``_numbered``) and
+    the parameter names in their numbers' order; kept for the text's next use, as a prepared statement, since
+    parsing costs more than the rest of a small statement."""
+    names = None
+    if named is not None:
+        sql, names = _numbered(sql, named)
     sql, mutual = rewrite_mutually_recursive(sql)
     try:
         statements = [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
@@ -71,17 +99,7 @@ def parse(
         raise ProgrammingError(f"syntax error: {what}", e.get("line"), e.get("col")) from err
     except TokenError:
         raise _token_error(sql) from None
-    if params is not None:
-        statements = _bind(statements, [params[n] for n in names] if names is not None else list(params))
-    else:
-        for s in statements:
-            for node in s.find_all(exp.Placeholder, exp.Parameter):
-                raise error_at(node, "a parameter placeholder, but no parameters were given")
-    for s in statements:
-        allow.check(s)
-        for node in s.walk():
-            node.comments = None  # comments mean nothing, and must not make equal expressions differ
-    return [normalize_identifiers(s, dialect="postgres") for s in statements]
+    return tuple(statements), (tuple(names) if names is not None else None)
 
 
 def _parse_spark(sql: str, params, spark: Spark, catalog) -> list[exp.Expression]:
@@ -127,17 +145,16 @@ def _refuse_groups_frames(sql: str) -> None:
             )
 
 
-def _numbered(sql: str, params: Sequence | dict) -> tuple[str, list[str] | None]:
+def _numbered(sql: str, named: bool) -> tuple[str, list[str] | None]:
     """``sql`` with its parameter placeholders written as ``$1``, ``$2``, ... (and, for a mapping, the names in
     their numbers' order): ``%s`` and ``?`` in order,
-    ``%(name)s`` by name (``params`` a mapping), ``%%`` as ``%``; ``$n`` stays. Found among the statement's
-    tokens, so never inside a string, a quoted name or a comment."""
+    ``%(name)s`` by name (``named``: the parameters are a mapping), ``%%`` as ``%``; ``$n`` stays. Found among
+    the statement's tokens, so never inside a string, a quoted name or a comment."""
     try:
         toks = Postgres().tokenize(sql)
     except TokenError:
         raise _token_error(sql) from None
     T = sqlglot.tokens.TokenType
-    named = isinstance(params, dict)
     names: dict[str, int] = {}
     edits: list[tuple[int, int, str]] = []
     count = 0
@@ -167,8 +184,6 @@ def _numbered(sql: str, params: Sequence | dict) -> tuple[str, list[str] | None]
             and glued(4, T.VAR, "s")
         ):
             name = toks[i + 2].text
-            if name not in params:
-                raise ProgrammingError(f"no value given for the parameter %({name})s")
             k = names.setdefault(name, len(names) + 1)
             edits.append((t.start, toks[i + 4].end, f"${k}"))
             i += 4
@@ -188,7 +203,7 @@ def _glued(toks: list, at: int, kind, text: str | None) -> bool:
 
 
 def _bind(statements: list[exp.Expression], values: list) -> list[exp.Expression]:
-    """The statements with each ``$n`` replaced by the n-th value as a typed SQL constant."""
+    """The statements (changed in place) with each ``$n`` replaced by the n-th value as a typed SQL constant."""
     used = set()
 
     def replace(node: exp.Expression) -> exp.Expression:
@@ -205,7 +220,7 @@ def _bind(statements: list[exp.Expression], values: list) -> list[exp.Expression
             raise error_at(node, "parameter placeholders need parameters")
         return node
 
-    out = [s.transform(replace) for s in statements]
+    out = [s.transform(replace, copy=False) for s in statements]  # the caller's own copies
     if len(used) != len(values):
         raise ProgrammingError(f"the statement uses {len(used)} parameters, but {len(values)} were given")
     return out
