@@ -7,10 +7,12 @@ scale factor and held back from the initial load; RF2 deletes orders of the init
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,14 +36,26 @@ def _tpchgen() -> str:
 def generate(sf: float, directory: str | os.PathLike | None = None) -> dict[str, pa.Table]:
     """The eight tables at scale factor ``sf`` (generated once per directory, then read back)."""
     directory = Path(directory or Path(os.environ.get("IVM_TPCH_CACHE", "/tmp/ivm-tpch")) / f"sf{sf:g}")
-    if not all((directory / f"{t}.parquet").exists() for t in TABLES):
-        directory.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [_tpchgen(), "parquet", "-s", f"{sf:g}", f"--output-dir={directory}"],
-            check=True,
-            capture_output=True,
-        )
+    if not _complete(directory):
+        # generated beside and renamed into place whole: a process reading the cache meanwhile, or one killed
+        # while generating, never sees part of the tables
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=directory.parent, prefix=f".{directory.name}-") as tmp:
+            subprocess.run(
+                [_tpchgen(), "parquet", "-s", f"{sf:g}", f"--output-dir={tmp}"],
+                check=True,
+                capture_output=True,
+            )
+            if not _complete(directory):
+                shutil.rmtree(directory, ignore_errors=True)  # left incomplete by an older generation
+            with contextlib.suppress(OSError):  # another process put the same tables there first
+                os.rename(tmp, directory)
+            Path(tmp).mkdir(exist_ok=True)  # for the clean-up, when renamed away
     return {t: _plain_strings(pq.read_table(directory / f"{t}.parquet")) for t in TABLES}
+
+
+def _complete(directory: Path) -> bool:
+    return all((directory / f"{t}.parquet").exists() for t in TABLES)
 
 
 def _plain_strings(table: pa.Table) -> pa.Table:
