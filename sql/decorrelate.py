@@ -7,14 +7,23 @@ SELECT's own FROM clause and the conditions of its WHERE that hold no subquery, 
 (its reads of F become reads of D) and the subquery's result is grouped by D. The outer query then joins that
 result on F, NULL meeting NULL, exactly one row for each of its rows:
 
-- a scalar aggregate gives its value, or, for a domain value without rows, what it gives over no rows;
+- a scalar aggregate gives its value, or, for a domain value without rows, what it gives over no rows; a
+  scalar ``ORDER BY ... LIMIT 1`` its first row per domain value (ROW_NUMBER over the domain's partitions);
 - ``EXISTS`` is whether the domain value has a row;
-- ``x op ANY/ALL (SELECT y ...)`` (``IN`` is ``= ANY``, ``NOT IN`` is ``NOT (= ANY)``) counts, per domain value,
-  the rows where ``x op y`` is TRUE and where it is FALSE, which give SQL's answer with NULLs.
+- ``x op ANY/ALL (SELECT y ...)`` (``IN`` is ``= ANY``, ``NOT IN`` is ``NOT (= ANY)``) reads, per domain
+  value of the subquery's own correlation (x is not part of it), the row count, the count of non-NULL y
+  and their least and greatest, and for = and <> a join on x with the distinct y: enough for SQL's answer
+  with NULLs, without pairing x with every y.
 
 A subquery that reads nothing of its SELECT is the same with an empty domain: one row, cross-joined. Subqueries
 nested in the subquery read D's columns where they read F, so the rewrite goes on from the outside in until
-no subquery is left but those in FROM. What no rewrite covers is refused by name and position.
+no subquery is left but those in FROM. A grouped SELECT whose list or HAVING holds a subquery is first split
+into a SELECT over its groups; a subquery in an inner join's ON moves to WHERE. What no rewrite covers is
+refused by name and position.
+
+The translator tries its joins by shape first (``sql.hoist`` and sqlglot's unnesting: equality correlations
+joined on the inner columns, with no domain) and takes this rewrite where those refuse, or where a subquery
+reads a query two levels out.
 """
 
 from __future__ import annotations
