@@ -146,6 +146,8 @@ def assignments(table: Table, nodes: list[exp.Expression]) -> list[tuple[int, ex
     out: list[tuple[int, exp.Expression, exp.Expression]] = []
     for assign in nodes:
         left, value = assign.this, assign.expression
+        if isinstance(left, exp.Paren) and isinstance(value, exp.Subquery):
+            left = exp.Tuple(expressions=[left.this])  # SET (a) = (SELECT ...)
         if isinstance(left, exp.Tuple):
             targets = list(left.expressions)
             if isinstance(value, exp.Subquery) and isinstance(value.this, exp.Select):
@@ -270,7 +272,9 @@ def _with(db: Connection, with_: exp.With, source: exp.Expression | None) -> exp
     """INSERT's source with the statement's WITH: a query reads it (after its own WITH queries' turn comes
     theirs); VALUES reads nothing of it, but its queries must still be valid."""
     if source is None or isinstance(source, exp.Values):
-        db._plan(exp.Select(expressions=[exp.Literal.number(1)]).set("with_", with_.copy()))
+        probe = exp.Select(expressions=[exp.Literal.number(1)])
+        probe.set("with_", with_.copy())
+        db._plan(probe)
         return source
     source = source.copy()
     inner = source.args.get("with_")

@@ -144,6 +144,7 @@ class _Query:
         self.ext: list[exp.Expression] = []
         self.named: dict[tuple[str, str], int] = {}
         self.counts: list = []
+        self.assigned: set[int] = set()  # the computed values SET assigns
 
     def external(self, node: exp.Expression) -> exp.Column:
         """The marker column standing for ``node``'s value, computed by the query."""
@@ -195,11 +196,13 @@ class _Query:
             shown = rows.describe(table, self.key, k_cols, k_valid, int(first))
             source = stmt.args.get("from_") or (stmt.args.get("using") or [None])[0]
             what = "FROM" if isinstance(stmt, exp.Update) else "USING"
+            keyed = list(k_cols) + [e_cols[j] for j in sorted(self.assigned)]
+            keyed_valid = list(k_valid) + [e_valid[j] for j in sorted(self.assigned)]
+            differ = "new values" if rows.groups(keyed, keyed_valid, n)[1].max() + 1 > gid.max() + 1 else None
             raise error_at(
                 source,
                 f"the row of {table.name!r} with {shown} is met by several rows of {what} that give it "
-                f"different {'new values' if isinstance(stmt, exp.Update) else 'RETURNING values'} "
-                "(PostgreSQL would take any one of them)",
+                f"different {differ or 'RETURNING values'} (PostgreSQL would take any one of them)",
                 cls=DataError,
             )
         live_cols, live_valid, mult = rows.live(self.db, st, tuple(self.key), st.arranged, k_cols, k_valid)
@@ -269,6 +272,7 @@ def update(db: Connection, stmt: exp.Update, st, target: exp.Table, alias: str, 
     for v in values:
         if _reads_more(v, alias):
             local.append(query.external(_scalar_checked(v.copy(), query.counts)))
+            query.assigned.add(len(query.ext) - 1)
         else:
             local.append(v)
     ret_items = _returning(query, qret, names, width)

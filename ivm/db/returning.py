@@ -134,11 +134,11 @@ def items(node: exp.Returning) -> tuple[list[exp.Expression], dict[str, str]]:
     refused with PostgreSQL's words (or as not supported)."""
     out, names = [], {}
     for i, item in enumerate(node.expressions):
+        for sub in item.find_all(exp.Subquery, exp.Exists):
+            raise error_at(sub, "a subquery in RETURNING is not supported", unsupported=True)
         for bad in item.find_all(exp.AggFunc, exp.Window):
             what = "window functions" if isinstance(bad, exp.Window) else "aggregate functions"
             raise error_at(bad, f"{what} are not allowed in RETURNING")
-        for sub in item.find_all(exp.Subquery, exp.Exists):
-            raise error_at(sub, "a subquery in RETURNING is not supported", unsupported=True)
         star = isinstance(item, exp.Star) or isinstance(item, exp.Column) and isinstance(item.this, exp.Star)
         if star or isinstance(item, exp.Alias):
             out.append(item.copy())
