@@ -122,7 +122,7 @@ def qualify_query(tree: exp.Expression, catalog: Catalog) -> exp.Expression:
             quote_identifiers=False,
         )
     except OptimizeError as err:
-        raise _locate(tree, str(err)) from err
+        raise _locate(tree, str(err), catalog.sqlglot_schema()) from err
     except (AssertionError, KeyError, ValueError, TypeError) as err:  # sqlglot's own, on what it cannot resolve
         raise error_at(tree, f"the query cannot be resolved: {err}") from err
 
@@ -166,17 +166,32 @@ def _relation_exists(catalog, name: str) -> bool:
     return True
 
 
-def _locate(tree: exp.Expression, message: str) -> SqlError:
-    """sqlglot's resolution error, pointed at the column it names, in PostgreSQL's words."""
+def _locate(tree: exp.Expression, message: str, schema: dict | None = None) -> SqlError:
+    """sqlglot's resolution error, pointed at the column it names, in PostgreSQL's words (a name that two
+    tables of its FROM clause have is ambiguous)."""
     m = re.search(r"Column '([^']+)' could not be resolved", message)
     if m:
         for col in tree.find_all(exp.Column):
             if col.name == m.group(1) or col.sql() == m.group(1):
+                if not col.table and schema is not None and _ambiguous(col, schema):
+                    return error_at(col, f"column reference {col.name!r} is ambiguous")
                 return error_at(col, f"column {m.group(1)!r} does not exist")
     m = re.search(r"Unknown output column: (\d+)", message)
     if m:
         return ProgrammingError(f"ORDER BY position {m.group(1)} is not in select list")
     return ProgrammingError(message.split(". Line:")[0])
+
+
+def _ambiguous(col: exp.Column, schema: dict) -> bool:
+    """Whether more than one table or view read by the FROM clause of ``col``'s query has a column of its
+    name."""
+    select = col.find_ancestor(exp.Select)
+    if select is None:
+        return False
+    from_ = select.args.get("from_")
+    sources = ([from_.this] if from_ is not None else []) + [j.this for j in select.args.get("joins") or []]
+    having = [s for s in sources if isinstance(s, exp.Table) and col.name in schema.get(s.name, {})]
+    return len(having) > 1
 
 
 class _WithCatalog:

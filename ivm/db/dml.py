@@ -133,6 +133,10 @@ def returning_of(
         return None
     table = st.table
     listed, names = returning_items(node)
+    if isinstance(stmt, exp.Insert) and alias != "excluded":
+        for col in node.find_all(exp.Column):
+            if col.table == "excluded":
+                raise error_at(col, "invalid reference to FROM-clause entry for table 'excluded'")
     probe = exp.Select(expressions=listed)
     probe.set("from_", exp.From(this=exp.Table(this=target.this.copy(), alias=target.args.get("alias"))))
     qualified = qualify_query(probe, db.catalog).expressions

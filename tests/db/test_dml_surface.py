@@ -57,7 +57,8 @@ SCRIPTS = {
         "UPDATE t SET x = 1 FROM u WHERE t.k = u.k AND u.k = 99 RETURNING *",
         "UPDATE b SET c = u.w FROM u WHERE b.a = u.k AND u.k = 1 RETURNING b.*",
         "UPDATE n SET note = u.w || ' note', score = score * 2 FROM u WHERE n.id = u.k AND u.v < 150",
-        ("UPDATE t SET x = 1 FROM u WHERE k = u.k", ""),  # ambiguous in PostgreSQL
+        ("UPDATE t SET x = 1 FROM u WHERE k = u.k", "column reference 'k' is ambiguous"),
+        "UPDATE t SET x = t2.x + 1 FROM t AS t2 WHERE t2.k = t.k + 1 AND t2.x IS NOT NULL RETURNING t.k, t.x",
         ("UPDATE t SET x = 1 FROM t WHERE t.k = 1", "specified more than once"),
         ("UPDATE t SET x = u.w FROM u WHERE t.k = u.k AND u.k = 3", "is of type"),
         ("UPDATE t SET x = 100000 FROM u WHERE t.k = u.k AND u.k = 1", "check constraint"),
@@ -72,7 +73,7 @@ SCRIPTS = {
         "DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.k = t.k + 1) RETURNING k",
         "DELETE FROM b WHERE a NOT IN (SELECT k FROM u WHERE k IS NOT NULL) RETURNING *",
         "DELETE FROM t USING u WHERE t.k = u.k AND u.k = 6",
-        ("DELETE FROM t USING u WHERE k = 1", ""),
+        ("DELETE FROM t USING u WHERE k = 1", "ambiguous"),
     ],
     "subqueries_in_set": [
         "UPDATE t SET x = (SELECT MAX(v) FROM u WHERE u.k = t.k) RETURNING k, x",
@@ -141,7 +142,10 @@ SCRIPTS = {
         ("INSERT INTO t VALUES (1, 100000, 'z', 0) ON CONFLICT DO NOTHING", "check constraint"),
         ("INSERT INTO b VALUES (1, NULL) ON CONFLICT DO NOTHING", "not-null"),
         ("INSERT INTO t AS z VALUES (3, 1, 'c', 0) ON CONFLICT (k) DO UPDATE SET x = t.x", "invalid reference"),
-        ("INSERT INTO t VALUES (3, 1, 'c', 0) ON CONFLICT (k) DO UPDATE SET x = 1 RETURNING excluded.x", ""),
+        (
+            "INSERT INTO t VALUES (3, 1, 'c', 0) ON CONFLICT (k) DO UPDATE SET x = 1 RETURNING excluded.x",
+            "invalid reference to FROM-clause entry for table 'excluded'",
+        ),
     ],
     "returning": [
         "INSERT INTO t VALUES (20, 200, 'tw', 2.5), (21, NULL, NULL, NULL) "
