@@ -56,6 +56,7 @@ SCRIPTS = {
         "UPDATE t SET x = COALESCE(q.v, -1) FROM u LEFT JOIN u AS q ON q.k = u.v WHERE t.k = u.k AND u.k = 3",
         "UPDATE t SET x = 1 FROM u WHERE t.k = u.k AND u.k = 99 RETURNING *",
         "UPDATE b SET c = u.w FROM u WHERE b.a = u.k AND u.k = 1 RETURNING b.*",
+        "UPDATE b SET c = u.w || '?' FROM u WHERE b.a IS NOT DISTINCT FROM u.k AND u.k IS NULL RETURNING *",
         "UPDATE n SET note = u.w || ' note', score = score * 2 FROM u WHERE n.id = u.k AND u.v < 150",
         ("UPDATE t SET x = 1 FROM u WHERE k = u.k", "column reference 'k' is ambiguous"),
         "UPDATE t SET x = t2.x + 1 FROM t AS t2 WHERE t2.k = t.k + 1 AND t2.x IS NOT NULL RETURNING t.k, t.x",
@@ -73,6 +74,7 @@ SCRIPTS = {
         "DELETE FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.k = t.k + 1) RETURNING k",
         "DELETE FROM b WHERE a NOT IN (SELECT k FROM u WHERE k IS NOT NULL) RETURNING *",
         "DELETE FROM t USING u WHERE t.k = u.k AND u.k = 6",
+        "DELETE FROM b USING u WHERE b.a IS NOT DISTINCT FROM u.k AND u.w = 'none' RETURNING b.a, b.c, u.v",
         ("DELETE FROM t USING u WHERE k = 1", "ambiguous"),
     ],
     "subqueries_in_set": [
@@ -123,6 +125,9 @@ SCRIPTS = {
         "INSERT INTO n VALUES (1, 'again', 0) ON CONFLICT ON CONSTRAINT n_key DO UPDATE "
         "SET note = n.note || ' '",
         "INSERT INTO b VALUES (1, 'p'), (1, 'p') ON CONFLICT DO NOTHING RETURNING *",
+        "INSERT INTO t VALUES (40, 1, 'c1', 0), (40, 2, 'c2', 0), (41, 1, 'c1', 0), (41, 3, 'c3', 0), "
+        "(42, 3, 'c3', 0), (42, 4, 'c4', 0), (43, 1, 'c1', 0), (44, NULL, 'c1', 0), (45, NULL, 'c1', 0) "
+        "ON CONFLICT DO NOTHING RETURNING k",
         (
             "INSERT INTO t VALUES (1, 5, 'z', 0), (1, 6, 'q', 0) ON CONFLICT (k) DO UPDATE SET x = excluded.x",
             "a second",
