@@ -24,7 +24,9 @@ SCHEMA = [
     "CHECK (x < 10000))",
     "CREATE TABLE u (k INTEGER, v INTEGER, w TEXT)",  # no key: duplicate rows
     "CREATE TABLE b (a INTEGER, c TEXT NOT NULL)",  # no key, written with duplicate rows
-    "CREATE TABLE n (id INTEGER CONSTRAINT n_key PRIMARY KEY, note TEXT, score DOUBLE PRECISION)",
+    # text outside every key: stored uninterned (see ivm.db.state.uninterned)
+    "CREATE TABLE n (id INTEGER CONSTRAINT n_key PRIMARY KEY, note TEXT, score DOUBLE PRECISION, "
+    "code INTEGER UNIQUE)",
 ]
 ROWS = [
     "INSERT INTO t VALUES (1, 10, 'a', 1.50), (2, 20, 'b', NULL), (3, NULL, 'c', 3.25), (4, 40, NULL, -1.00), "
@@ -32,7 +34,7 @@ ROWS = [
     "INSERT INTO u VALUES (1, 100, 'one'), (1, 100, 'one'), (2, 200, 'two'), (2, 201, 'deux'), "
     "(3, NULL, 'three'), (NULL, 5, 'none'), (6, 600, 'six')",
     "INSERT INTO b VALUES (1, 'p'), (1, 'p'), (2, 'q'), (NULL, 'r'), (3, 's')",
-    "INSERT INTO n VALUES (1, 'first note', 1.5), (2, 'second', NULL), (3, NULL, -0.5)",
+    "INSERT INTO n VALUES (1, 'first note', 1.5, 10), (2, 'second', NULL, 20), (3, NULL, -0.5, NULL)",
 ]
 VIEWS = {
     "vt": "SELECT y, COUNT(*) AS c, SUM(x) AS sx, SUM(d) AS sd FROM t GROUP BY y",
@@ -120,11 +122,16 @@ SCRIPTS = {
         ),
         "INSERT INTO t (k, y) SELECT k, w FROM u WHERE v > 150 ON CONFLICT (k) DO UPDATE SET y = excluded.y "
         "WHERE excluded.y = 'deux'",
-        "INSERT INTO n VALUES (2, 'replaced', 2.5), (4, 'fourth', NULL) ON CONFLICT (id) DO UPDATE "
+        "INSERT INTO n VALUES (2, 'replaced', 2.5, 21), (4, 'fourth', NULL, 40) ON CONFLICT (id) DO UPDATE "
         "SET note = excluded.note || '!', score = excluded.score RETURNING *",
-        "INSERT INTO n VALUES (1, 'again', 0) ON CONFLICT ON CONSTRAINT n_key DO UPDATE "
+        "INSERT INTO n VALUES (1, 'again', 0, 0) ON CONFLICT ON CONSTRAINT n_key DO UPDATE "
         "SET note = n.note || ' '",
         "INSERT INTO b VALUES (1, 'p'), (1, 'p') ON CONFLICT DO NOTHING RETURNING *",
+        "INSERT INTO n VALUES (7, 'by code', 7, 40), (8, 'new code', 8, 80), (9, 'null code', 9, NULL) "
+        "ON CONFLICT (code) DO UPDATE SET note = n.note || ' + ' || excluded.note, score = n.score + 1 "
+        "RETURNING *",
+        "INSERT INTO n VALUES (1, 'x', 0, 80) ON CONFLICT ON CONSTRAINT n_code_key DO NOTHING RETURNING id",
+        ("INSERT INTO n VALUES (1, 'x', 0, 99) ON CONFLICT (code) DO NOTHING", "primary key"),
         "INSERT INTO t VALUES (40, 1, 'c1', 0), (40, 2, 'c2', 0), (41, 1, 'c1', 0), (41, 3, 'c3', 0), "
         "(42, 3, 'c3', 0), (42, 4, 'c4', 0), (43, 1, 'c1', 0), (44, NULL, 'c1', 0), (45, NULL, 'c1', 0) "
         "ON CONFLICT DO NOTHING RETURNING k",
@@ -196,7 +203,7 @@ SCRIPTS = {
         ("UPDATE t SET x = 1 WHERE k = 2", "aborted"),
         "COMMIT",
         "BEGIN",
-        "INSERT INTO n VALUES (3, 'three', 3) ON CONFLICT (id) DO UPDATE SET note = excluded.note",
+        "INSERT INTO n VALUES (3, 'three', 3, 3) ON CONFLICT (id) DO UPDATE SET note = excluded.note",
         "UPDATE n SET score = u.v FROM u WHERE n.id = u.k AND u.k = 3",
         "ROLLBACK",
     ],
