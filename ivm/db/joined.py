@@ -243,7 +243,9 @@ def _probe(
     return q, [v.unalias() for v in listed[: len(values)]], listed[len(values) :], names
 
 
-def _returning(query: _Query, qret: list, names: dict, width: int) -> Returning | None:
+def _returning(query: _Query, qret: list) -> list | None:
+    """RETURNING's (qualified, aliased) items with the columns of other relations than the target read from
+    the query."""
     if not qret:
         return None
     out = []
@@ -251,11 +253,7 @@ def _returning(query: _Query, qret: list, names: dict, width: int) -> Returning 
         item = item.copy()
         for col in list(item.find_all(exp.Column)):
             if col.table != query.alias:
-                replaced = query.external(col)
-                if col is item:
-                    item = replaced
-                else:
-                    col.replace(replaced)
+                col.replace(query.external(col))
         out.append(item)
     return out
 
@@ -271,11 +269,12 @@ def update(db: Connection, stmt: exp.Update, st, target: exp.Table, alias: str, 
     local = []
     for v in values:
         if _reads_more(v, alias):
-            local.append(query.external(_scalar_checked(v.copy(), query.counts)))
-            query.assigned.add(len(query.ext) - 1)
+            mark = query.external(_scalar_checked(v.copy(), query.counts))
+            query.assigned.add(int(mark.name[len("__x") :]))
+            local.append(mark)
         else:
             local.append(v)
-    ret_items = _returning(query, qret, names, width)
+    ret_items = _returning(query, qret)
     k_cols, k_valid, e_cols, e_valid, counts = query.run(q)
     old, rep = query.targets(stmt, k_cols, k_valid, e_cols, e_valid, counts)
     n = len(old)
@@ -308,7 +307,7 @@ def delete(db: Connection, stmt: exp.Delete, st, target: exp.Table, alias: str) 
     width = len(table.columns)
     q, _, qret, names = _probe(db, stmt, target, alias, [])
     query = _Query(db, st, alias)
-    ret_items = _returning(query, qret, names, width)
+    ret_items = _returning(query, qret)
     k_cols, k_valid, e_cols, e_valid, counts = query.run(q)
     old, rep = query.targets(stmt, k_cols, k_valid, e_cols, e_valid, counts)
     ret = None
