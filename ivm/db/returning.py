@@ -21,8 +21,9 @@ from ivm.errors import DataError
 from planner.expr import evaluate
 from sql.catalog import Table
 from sql.errors import error_at
-from sql.logical import ColRef, Column, Expr
-from sql.scalar import translate_scalar
+from sql.logical import ColRef, Column, Const, Expr
+from sql.scalar import NULL_TYPE, translate_scalar
+from sql.types import TEXT
 
 __all__ = ["MARK", "Scope", "resolver", "pg_name", "Returning", "items", "marker"]
 
@@ -162,6 +163,8 @@ class Returning:
         exprs, columns = [], []
         for item in qualified:
             e = translate_scalar(item.unalias() if isinstance(item, exp.Alias) else item, resolve)
+            if e.type == NULL_TYPE:  # a bare NULL: text, as PostgreSQL types an unknown output
+                e = Const(None, TEXT)
             exprs.append(e)
             name = item.alias if isinstance(item, exp.Alias) else pg_name(item)
             columns.append(Column(names.get(name, name), e.type))

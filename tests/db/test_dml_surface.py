@@ -166,7 +166,7 @@ SCRIPTS = {
         "RETURNING t.*, d IS NULL AS nod, CAST(k AS TEXT), COALESCE(x, -1)",
         "UPDATE t SET x = x * 2 WHERE k > 19 RETURNING k, x, -x, x / 3, CASE WHEN x > 300 THEN 'big' END",
         "UPDATE t AS z SET d = 0 WHERE z.k = 1 RETURNING z.*, length(z.y), substring(y, 1, 1)",
-        "DELETE FROM t WHERE k = 21 RETURNING *, k * 10",
+        "DELETE FROM t WHERE k = 21 RETURNING *, k * 10, NULL AS nothing",
         "DELETE FROM b WHERE a = 1 RETURNING c, a IS NULL",
         "INSERT INTO b SELECT k, w FROM u WHERE v = 100 RETURNING *",
         "DELETE FROM n WHERE score < 0 RETURNING note, score",
@@ -424,6 +424,8 @@ def test_returning_comes_back_through_the_cursor_as_a_query_result(loaded):
     assert cur.rowcount == 1 and cur.statusmessage == "INSERT 0 1"
     assert cur.fetchone() == (90, "ninety", pytest.approx(19))
     assert cur.fetchone() is None
+    cur.execute("UPDATE t SET x = 901 WHERE k = 90 RETURNING NULL")
+    assert cur.description[0][:2] == ("?column?", "TEXT") and cur.fetchall() == [(None,)]
     cur.execute("DELETE FROM t WHERE k = 90 RETURNING *")
     table = cur.fetch_arrow()
     assert table.column_names == ["k", "x", "y", "d"] and table.num_rows == 1
