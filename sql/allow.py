@@ -33,9 +33,11 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Union: frozenset({"with_", "this", "expression", "distinct", "order", "limit", "offset"}),
     exp.Except: frozenset({"with_", "this", "expression", "distinct", "order", "limit", "offset"}),
     exp.Intersect: frozenset({"with_", "this", "expression", "distinct", "order", "limit", "offset"}),
-    exp.Insert: frozenset({"this", "expression", "default"}),
-    exp.Delete: frozenset({"this", "where"}),
-    exp.Update: frozenset({"this", "expressions", "where"}),
+    exp.Insert: frozenset({"this", "expression", "default", "conflict", "returning", "with_"}),
+    exp.Delete: frozenset({"this", "where", "using", "returning", "with_"}),
+    exp.Update: frozenset({"this", "expressions", "where", "from_", "returning", "with_"}),
+    exp.OnConflict: frozenset({"action", "conflict_keys", "constraint", "expressions", "where"}),
+    exp.Returning: frozenset({"expressions"}),
     exp.Create: frozenset({"this", "kind", "expression", "exists", "properties", "replace"}),
     exp.Drop: frozenset({"this", "kind", "tables", "exists"}),
     exp.Copy: frozenset({"this", "kind", "files", "params", "credentials"}),
@@ -226,15 +228,10 @@ _ARG_NAMES: dict[tuple[type[exp.Expression], str], str] = {
     (exp.Values, "alias"): "VALUES in FROM",
     (exp.LimitOptions, "with_ties"): "FETCH FIRST ... WITH TIES",
     (exp.LimitOptions, "percent"): "FETCH FIRST ... PERCENT",
-    (exp.Insert, "conflict"): "INSERT ... ON CONFLICT",
-    (exp.Insert, "returning"): "INSERT ... RETURNING",
-    (exp.Update, "returning"): "UPDATE ... RETURNING",
-    (exp.Delete, "returning"): "DELETE ... RETURNING",
-    (exp.Update, "from_"): "UPDATE ... FROM",
-    (exp.Delete, "using"): "DELETE ... USING",
-    (exp.Insert, "with_"): "WITH ... INSERT",
-    (exp.Update, "with_"): "WITH ... UPDATE",
-    (exp.Delete, "with_"): "WITH ... DELETE",
+    (exp.OnConflict, "index_predicate"): "ON CONFLICT (...) WHERE (the predicate of a partial index)",
+    (exp.OnConflict, "duplicate"): "ON DUPLICATE KEY",
+    (exp.Returning, "into"): "RETURNING ... INTO",
+    (exp.Delete, "cluster"): "DELETE ... CLUSTER",
     (exp.Select, "into"): "SELECT ... INTO",
     (exp.Select, "locks"): "SELECT ... FOR UPDATE/SHARE",
     (exp.Select, "windows"): "WINDOW",
@@ -292,12 +289,30 @@ def check(node: exp.Expression) -> None:
             allowed = frozenset({"this", "expressions"})
         if allowed is None:
             raise error_at(n, f"{sql_name(n)} is not supported", unsupported=True)
+        if isinstance(n, exp.CTE) and isinstance(n.this, (exp.Insert, exp.Update, exp.Delete)):
+            what = {exp.Insert: "INSERT", exp.Update: "UPDATE", exp.Delete: "DELETE"}[type(n.this)]
+            raise error_at(
+                n.this,
+                f"data-modifying statements in WITH ({what} in WITH) are not supported",
+                unsupported=True,
+            )
+        if _dml_source(n):
+            allowed = allowed | {"joins"}  # UPDATE ... FROM and DELETE ... USING hang joins on their first item
         for arg, value in n.args.items():
             if arg not in allowed and _is_set(value):
                 shown = value[0] if isinstance(value, list) else value
                 what = _ARG_NAMES.get((type(n), arg)) or _arg_sql(n, arg, value)
                 where = shown if isinstance(shown, exp.Expression) else n
                 raise error_at(_located(where), f"{what} is not supported", unsupported=True)
+
+
+def _dml_source(node: exp.Expression) -> bool:
+    """Whether ``node`` is an item of UPDATE's FROM or DELETE's USING list, where the parser keeps the joins
+    that follow it."""
+    parent = node.parent
+    if isinstance(parent, exp.From) and isinstance(parent.parent, exp.Update):
+        return True
+    return isinstance(parent, exp.Delete) and node.arg_key == "using"
 
 
 def _located(node: exp.Expression) -> exp.Expression:

@@ -41,6 +41,7 @@ class Table:
     defaults: tuple[exp.Expression | None, ...] = ()
     uniques: tuple[Unique, ...] = ()
     checks: tuple[Check, ...] = ()
+    primary_key_name: str = ""  # the primary key's constraint name (``t_pkey`` unless the statement names it)
 
     def __post_init__(self) -> None:
         n = len(self.columns)

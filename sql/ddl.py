@@ -26,6 +26,7 @@ def table_from_create(stmt: exp.Create) -> Table:
     defaults: list[exp.Expression | None] = []
     pk: list[str] = []
     pk_node = None
+    pk_name = None
     uniques: list[tuple[str | None, list[str], exp.Expression]] = []
     checks: list[tuple[str | None, exp.Expression, list[str]]] = []
     for item in schema.expressions:
@@ -49,7 +50,7 @@ def table_from_create(stmt: exp.Create) -> Table:
                 elif isinstance(k, exp.PrimaryKeyColumnConstraint):
                     if pk:
                         raise error_at(c, f"multiple primary keys for table {name!r} are not allowed")
-                    pk, pk_node = [item.name], c
+                    pk, pk_node, pk_name = [item.name], c, label
                 elif isinstance(k, exp.UniqueColumnConstraint):
                     uniques.append((label, [item.name], c))
                 elif isinstance(k, exp.CheckColumnConstraint):
@@ -72,7 +73,7 @@ def table_from_create(stmt: exp.Create) -> Table:
                 if isinstance(k, exp.PrimaryKey):
                     if pk:
                         raise error_at(item, f"multiple primary keys for table {name!r} are not allowed")
-                    pk, pk_node = [e.name for e in k.expressions], k
+                    pk, pk_node, pk_name = [e.name for e in k.expressions], k, label
         elif isinstance(item, (exp.UniqueColumnConstraint, exp.CheckColumnConstraint)):
             _table_constraint(item, None, uniques, checks, name)
         else:
@@ -108,7 +109,16 @@ def table_from_create(stmt: exp.Create) -> Table:
             raise error_at(node, "a CHECK constraint cannot hold a subquery or an aggregate")
         read = columns or sorted({c.name for c in node.find_all(exp.Column)}, key=_position(names))
         check.append(Check(label or _name(name, read, "check", names), node))
-    return Table(name, tuple(cols), key, tuple(domains), tuple(defaults), tuple(unique), tuple(check))
+    return Table(
+        name,
+        tuple(cols),
+        key,
+        tuple(domains),
+        tuple(defaults),
+        tuple(unique),
+        tuple(check),
+        (pk_name or f"{name}_pkey") if key else "",
+    )
 
 
 def _table_constraint(k, label, uniques, checks, table: str) -> None:

@@ -23,6 +23,8 @@ __all__ = [
     "check_in_subqueries",
     "not_in_subqueries",
     "correlated_in_as_exists",
+    "check_scalar_subqueries",
+    "single_row",
 ]
 
 
@@ -214,11 +216,13 @@ def check_scalar_subqueries(tree: exp.Expression) -> None:
             continue
         if isinstance(parent, (exp.Subquery, exp.Paren)) or not isinstance(sub.this, exp.Select):
             continue
-        if not _single_row(sub.this):
+        if not single_row(sub.this):
             raise error_at(sub, "a scalar subquery that may return more than one row is not supported", True)
 
 
-def _single_row(select: exp.Select) -> bool:
+def single_row(select: exp.Select) -> bool:
+    """Whether a query gives at most one row by its form: an aggregate without GROUP BY, LIMIT 0 or 1, or no
+    FROM."""
     if select.args.get("group") is not None:
         return False
     limit = select.args.get("limit")

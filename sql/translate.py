@@ -48,7 +48,7 @@ from sql.scalar import NULL_TYPE, boolean, coerce, common_type, translate_scalar
 from sql.types import BOOL, INT, TEXT, SqlType
 from sql.windows import check_no_windows, check_placement, is_window_function, translate_windows
 
-__all__ = ["translate_query"]
+__all__ = ["translate_query", "qualify_query"]
 
 
 @dataclass
@@ -95,19 +95,7 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     _check_relations(tree, catalog)
     rewrite.check_merged_columns(tree)
     rewrite.check_scalar_subqueries(tree)
-    rewrite.check_using_star(tree, catalog.sqlglot_schema())
-    try:
-        tree = qualify(
-            tree.copy(),
-            schema=MappingSchema(catalog.sqlglot_schema(), dialect="postgres", normalize=False),
-            dialect="postgres",
-            validate_qualify_columns=True,
-            quote_identifiers=False,
-        )
-    except OptimizeError as err:
-        raise _locate(tree, str(err)) from err
-    except (AssertionError, KeyError, ValueError, TypeError) as err:  # sqlglot's own, on what it cannot resolve
-        raise error_at(tree, f"the query cannot be resolved: {err}") from err
+    tree = qualify_query(tree, catalog)
     rewrite.always_exists(tree)
     tree = tree.transform(_every)
     if skips_a_level(tree):
@@ -118,6 +106,25 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
         if next(subquery_values(tree), None) is None:
             raise
     return _query(decorrelate(tree), catalog)
+
+
+def qualify_query(tree: exp.Expression, catalog: Catalog) -> exp.Expression:
+    """A copy of query ``tree`` with every column qualified by the alias of the source it reads and every
+    ``*`` expanded (sqlglot's ``qualify``), or the error naming what cannot be resolved."""
+    _check_relations(tree, catalog)
+    rewrite.check_using_star(tree, catalog.sqlglot_schema())
+    try:
+        return qualify(
+            tree.copy(),
+            schema=MappingSchema(catalog.sqlglot_schema(), dialect="postgres", normalize=False),
+            dialect="postgres",
+            validate_qualify_columns=True,
+            quote_identifiers=False,
+        )
+    except OptimizeError as err:
+        raise _locate(tree, str(err), catalog.sqlglot_schema()) from err
+    except (AssertionError, KeyError, ValueError, TypeError) as err:  # sqlglot's own, on what it cannot resolve
+        raise error_at(tree, f"the query cannot be resolved: {err}") from err
 
 
 def _subqueries_by_shape(tree: exp.Expression) -> exp.Expression:
@@ -159,17 +166,32 @@ def _relation_exists(catalog, name: str) -> bool:
     return True
 
 
-def _locate(tree: exp.Expression, message: str) -> SqlError:
-    """sqlglot's resolution error, pointed at the column it names, in PostgreSQL's words."""
+def _locate(tree: exp.Expression, message: str, schema: dict | None = None) -> SqlError:
+    """sqlglot's resolution error, pointed at the column it names, in PostgreSQL's words (a name that two
+    tables of its FROM clause have is ambiguous)."""
     m = re.search(r"Column '([^']+)' could not be resolved", message)
     if m:
         for col in tree.find_all(exp.Column):
             if col.name == m.group(1) or col.sql() == m.group(1):
+                if not col.table and schema is not None and _ambiguous(col, schema):
+                    return error_at(col, f"column reference {col.name!r} is ambiguous")
                 return error_at(col, f"column {m.group(1)!r} does not exist")
     m = re.search(r"Unknown output column: (\d+)", message)
     if m:
         return ProgrammingError(f"ORDER BY position {m.group(1)} is not in select list")
     return ProgrammingError(message.split(". Line:")[0])
+
+
+def _ambiguous(col: exp.Column, schema: dict) -> bool:
+    """Whether more than one table or view read by the FROM clause of ``col``'s query has a column of its
+    name."""
+    select = col.find_ancestor(exp.Select)
+    if select is None:
+        return False
+    from_ = select.args.get("from_")
+    sources = ([from_.this] if from_ is not None else []) + [j.this for j in select.args.get("joins") or []]
+    having = [s for s in sources if isinstance(s, exp.Table) and col.name in schema.get(s.name, {})]
+    return len(having) > 1
 
 
 class _WithCatalog:

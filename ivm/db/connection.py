@@ -360,12 +360,18 @@ class Connection:
             raise error_at(stmt, f"CREATE {kind} is not supported yet", unsupported=True)
         if isinstance(stmt, (exp.Insert, exp.Delete, exp.Update)):
             what = {exp.Insert: "INSERT 0", exp.Delete: "DELETE", exp.Update: "UPDATE"}[type(stmt)]
-            st, batch = {exp.Insert: dml.insert, exp.Delete: dml.delete, exp.Update: dml.update}[type(stmt)](
-                self, stmt
-            )
-            transactions.write(self, st, batch)
-            self.rowcount = len(batch) // 2 if isinstance(stmt, exp.Update) else len(batch)
+            written = dml.run(self, stmt)
+            try:
+                result = transactions.write(self, written.st, written.batch, written.result)
+            except Error as err:
+                if isinstance(stmt, exp.Insert) and stmt.args.get("conflict") is None:
+                    raise  # the row's number in VALUES or the query says which
+                raise written.named(err) from None
+            self.rowcount = written.count
             self.statusmessage = f"{what} {self.rowcount}"
+            if result is not None:  # RETURNING: the rows, as a query's
+                self._result = result
+                self.description = [(c.name, str(c.type), None, None, None, None, True) for c in result[3]]
             return None
         if isinstance(stmt, (exp.Select, exp.Union, exp.Except, exp.Intersect)):
             return queries.query(self, stmt)

@@ -27,13 +27,25 @@ from sql.catalog import Table
 if TYPE_CHECKING:
     from ivm.db.connection import Connection
 
-__all__ = ["check_write", "check_present", "settle_stored"]
+__all__ = ["check_write", "check_rows", "check_present", "settle_stored"]
 
 
 def check_write(db: Connection, st: state.TableState, batch: Batch) -> Batch:
     """Check a change to a table against its types and constraints (declared types, NOT NULL, CHECK, the
     primary key, UNIQUE), in that order; returns the change as the table stores it (declared types may cut
     text)."""
+    batch = check_rows(db, st, batch)
+    table = st.table
+    if table.primary_key:
+        _check_key(db, st, batch, table.primary_key, st.arranged)
+    for u, arranged in st.uniques:
+        _check_key(db, st, batch, u.columns, arranged, u.name)
+    return batch
+
+
+def check_rows(db: Connection, st: state.TableState, batch: Batch) -> Batch:
+    """Check the rows a change inserts, each on its own (declared types, NOT NULL, CHECK; not the keys, which
+    compare rows with each other); returns the change as the table stores it."""
     table = st.table
     if st.admits is not None and not st.admits(batch):
         batch = _admit(db, table, batch)
@@ -51,10 +63,6 @@ def check_write(db: Connection, st: state.TableState, batch: Batch) -> Batch:
                 )
     for check, violated in st.checks:
         _check(table, check, violated, batch)
-    if table.primary_key:
-        _check_key(db, st, batch, table.primary_key, st.arranged)
-    for u, arranged in st.uniques:
-        _check_key(db, st, batch, u.columns, arranged, u.name)
     return batch
 
 

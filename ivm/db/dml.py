@@ -1,38 +1,229 @@
 """DML: the changes INSERT, DELETE and UPDATE make to a table, and COPY ... FROM a file.
 
 Each statement becomes its table and a batch of changes (rows added with multiplicity +1, rows removed with
--1), computed against the table's rows as of now (the transaction's pending changes included); the
-connection then checks it and adds it to the transaction (``transactions.write``). Constants assigned to
-columns are converted as PostgreSQL assigns them, DEFAULT included.
+-1), computed against the table's rows as of now (the transaction's pending changes included), with what its
+RETURNING shows (``Written``); the connection then checks it and adds it to the transaction
+(``transactions.write``). Constants assigned to columns are converted as PostgreSQL assigns them, DEFAULT
+included. UPDATE and DELETE that read other relations (FROM, USING, subqueries, WITH) go through a query
+(``ivm.db.joined``); INSERT ... ON CONFLICT is ``ivm.db.upsert``.
 """
 
 from __future__ import annotations
 
 import decimal
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 from sqlglot import exp
 
-from ivm.db import queries, state
+from ivm.db import joined, queries, rows, state, upsert
 from ivm.db.copying import read_copy
+from ivm.db.returning import Returning, Scope, resolver
+from ivm.db.returning import items as returning_items
 from ivm.engine.batch import Batch
 from ivm.engine.operators.basic import EvaluationError
 from ivm.engine.strings import POOL
-from ivm.errors import DataError
+from ivm.errors import DataError, Error
 from planner.expr import compile_predicate, evaluate
 from planner.values import column_from_values, parse_engine, to_engine_value
 from sql.catalog import Table
 from sql.errors import SqlError, error_at
 from sql.logical import ColRef
 from sql.scalar import and_parts, assigned, boolean, cast_to, translate_scalar
+from sql.translate import qualify_query
 from sql.types import SqlType
 
 if TYPE_CHECKING:
     from ivm.db.connection import Connection
 
-__all__ = ["insert", "delete", "update", "copy", "default", "column_resolver"]
+__all__ = [
+    "Written",
+    "run",
+    "insert",
+    "delete",
+    "update",
+    "copy",
+    "default",
+    "column_resolver",
+    "assign_values",
+    "assignments",
+    "target_of",
+    "returning_of",
+]
+
+
+@dataclass
+class Written:
+    """What a statement writes: its table, the change (not checked yet), the rows it counts, and its RETURNING
+    (over the rows the change adds, ``sign`` 1, or removes, -1, followed by ``extras``: columns of values
+    computed for those rows, in their order)."""
+
+    st: state.TableState
+    batch: Batch
+    count: int
+    returning: Returning | None = None
+    extras: tuple[list, list] | None = None
+    sign: int = 1
+
+    def named(self, err: Error) -> Error:
+        """``err``, about a row of the change (``err.row``), saying which row by its key (or whole, in a
+        table without one): the change's positions mean nothing to the statement's author."""
+        table = self.st.table
+        i = err.row
+        if i is None or not 0 <= i < len(self.batch):
+            return err
+        key = list(table.primary_key) or list(range(len(table.columns)))
+        cols = [self.batch.columns[p] for p in key]
+        valid = [self.batch.valid[p] for p in key]
+        which = "deleted" if self.batch.diffs[i] < 0 else "new"
+        shown = rows.describe(table, key, cols, valid, i)
+        out = type(err)(f"{err.message}: the {which} row with {shown}", err.line, err.col)
+        out.row = i
+        return out
+
+    def result(self, checked: Batch) -> tuple | None:
+        """RETURNING's rows over the change as the table's checks left it (a query's result), or None."""
+        if self.returning is None:
+            return None
+        rows = checked.take(np.flatnonzero(checked.diffs * self.sign > 0))
+        cols, valid = list(rows.columns), list(rows.valid)
+        if self.extras is not None:
+            cols += self.extras[0]
+            valid += self.extras[1]
+        return self.returning.result(cols, valid, len(rows))
+
+
+def run(db: Connection, stmt: exp.Expression) -> Written:
+    """INSERT, UPDATE or DELETE: what it writes."""
+    if isinstance(stmt, exp.Insert):
+        st, batch = insert(db, stmt)
+        target, alias = target_of(stmt)
+        if stmt.args.get("conflict") is not None:
+            return upsert.on_conflict(db, stmt, st, alias, batch)
+        return Written(st, batch, len(batch), returning_of(db, stmt, st, target, alias))
+    target, alias = target_of(stmt)
+    st = _table(db, target)
+    if isinstance(stmt, exp.Delete):
+        if joined.needs_query(stmt, []):
+            return joined.delete(db, stmt, st, target, alias)
+        st, batch = delete(db, stmt)
+        return Written(st, batch, len(batch), returning_of(db, stmt, st, target, alias), sign=-1)
+    assigns = assignments(st.table, stmt.expressions)
+    if joined.needs_query(stmt, [v for _, v, _ in assigns]):
+        return joined.update(db, stmt, st, target, alias, assigns)
+    st, batch = update(db, stmt, assigns)
+    return Written(st, batch, len(batch) // 2, returning_of(db, stmt, st, target, alias))
+
+
+def target_of(stmt: exp.Expression) -> tuple[exp.Table, str]:
+    """The table a statement writes (its node) and the name its columns are qualified by: its alias, or its
+    name."""
+    t = stmt.this.this if isinstance(stmt.this, exp.Schema) else stmt.this
+    return t, t.alias or t.name
+
+
+def returning_of(
+    db: Connection, stmt: exp.Expression, st: state.TableState, target: exp.Table, alias: str
+) -> Returning | None:
+    """RETURNING's items over the table's rows (those written), or None without RETURNING."""
+    node = stmt.args.get("returning")
+    if node is None:
+        return None
+    table = st.table
+    listed, names = returning_items(node)
+    if isinstance(stmt, exp.Insert) and alias != "excluded":
+        for col in node.find_all(exp.Column):
+            if col.table == "excluded":
+                raise error_at(col, "invalid reference to FROM-clause entry for table 'excluded'")
+    probe = exp.Select(expressions=listed)
+    probe.set("from_", exp.From(this=exp.Table(this=target.this.copy(), alias=target.args.get("alias"))))
+    qualified = qualify_query(probe, db.catalog).expressions
+    scopes = {alias: Scope([c.name for c in table.columns], [c.type for c in table.columns])}
+    return Returning.of(qualified, names, resolver(scopes, table, alias))
+
+
+def assignments(table: Table, nodes: list[exp.Expression]) -> list[tuple[int, exp.Expression, exp.Expression]]:
+    """SET's assignments as (column position, value, the node naming the column), one per column: DEFAULT is
+    the column's default, and ``(a, b) = (x, y)`` or ``= (SELECT x, y ...)`` one per column."""
+    out: list[tuple[int, exp.Expression, exp.Expression]] = []
+    for assign in nodes:
+        left, value = assign.this, assign.expression
+        if isinstance(left, exp.Paren) and isinstance(value, exp.Subquery):
+            left = exp.Tuple(expressions=[left.this])  # SET (a) = (SELECT ...)
+        if isinstance(left, exp.Tuple):
+            targets = list(left.expressions)
+            if isinstance(value, exp.Subquery) and isinstance(value.this, exp.Select):
+                sel = value.this
+                for item in sel.expressions:
+                    if (
+                        isinstance(item, exp.Star)
+                        or isinstance(item, exp.Column)
+                        and isinstance(item.this, exp.Star)
+                    ):
+                        raise error_at(item, "SET (...) = (SELECT * ...) is not supported", unsupported=True)
+                if len(sel.expressions) != len(targets):
+                    raise error_at(value, "number of columns does not match number of values")
+                values = []
+                for item in sel.expressions:
+                    one = value.copy()
+                    one.this.set("expressions", [item.copy()])
+                    values.append(one)
+            elif isinstance(value, exp.Tuple):
+                values = list(value.expressions)
+                if len(values) != len(targets):
+                    raise error_at(value, "number of columns does not match number of values")
+            else:
+                raise error_at(
+                    value,
+                    "source for a multiple-column UPDATE item must be a sub-SELECT or ROW() expression",
+                    unsupported=True,
+                )
+            pairs = list(zip(targets, values, strict=True))
+        else:
+            pairs = [(left, value)]
+        for col, v in pairs:
+            if not isinstance(col, exp.Column) or col.table:
+                raise error_at(col, f"{col.sql()} is not a column of table {table.name!r}")
+            p = table.position(col.name)
+            if p is None:
+                raise error_at(col, f"column {col.name!r} of relation {table.name!r} does not exist")
+            if any(p == q for q, _, _ in out):
+                raise error_at(col, f"multiple assignments to same column {col.name!r}")
+            if _is_default(v):
+                v = table.defaults[p].copy() if table.defaults[p] is not None else exp.Null()
+            out.append((p, v, col))
+    return out
+
+
+def assign_values(
+    db: Connection,
+    table: Table,
+    assigns: list[tuple[int, exp.Expression, exp.Expression]],
+    resolve,
+    cols: list,
+    valid: list,
+    n: int,
+) -> tuple[list, list]:
+    """The table's columns after SET: ``cols`` and ``valid`` (the rows' columns first, then whatever else
+    ``resolve`` reads) with each assigned column replaced by its value, converted as PostgreSQL assigns."""
+    width = len(table.columns)
+    out_cols, out_valid = list(cols[:width]), list(valid[:width])
+    for p, value, node in assigns:
+        column = table.columns[p]
+        e = translate_scalar(value, resolve)
+        e = assigned(node, e, column.type, column.name)
+        data, mask = _assigned_values(e, cols, valid, n, column.name)
+        if e.type.kind == "text" and p not in db.registry.uninterned(table.name):
+            data = POOL.canonical(data)  # keys and tables without one hold canonical text only
+        out_cols[p] = (
+            np.broadcast_to(data, (n,)).astype(column.type.dtype)
+            if len(data) != n
+            else data.astype(column.type.dtype)
+        )
+        out_valid[p] = mask
+    return out_cols, out_valid
 
 
 def insert(db: Connection, stmt: exp.Insert) -> tuple[state.TableState, Batch]:
@@ -53,6 +244,9 @@ def insert(db: Connection, stmt: exp.Insert) -> tuple[state.TableState, Batch]:
     else:
         positions = list(range(len(table.columns)))
     source = stmt.expression
+    with_ = stmt.args.get("with_")
+    if with_ is not None:
+        source = _with(db, with_, source)
     defaults = [default(table, p) for p in range(len(table.columns))]
     if stmt.args.get("default"):  # INSERT ... DEFAULT VALUES
         return st, _rows_to_batch(db, table, [defaults])
@@ -76,6 +270,27 @@ def insert(db: Connection, stmt: exp.Insert) -> tuple[state.TableState, Batch]:
         rows.append(row)
     batch = _rows_to_batch(db, table, rows)
     return st, batch
+
+
+def _with(db: Connection, with_: exp.With, source: exp.Expression | None) -> exp.Expression | None:
+    """INSERT's source with the statement's WITH: a query reads it (after its own WITH queries' turn comes
+    theirs); VALUES reads nothing of it, but its queries must still be valid."""
+    if source is None or isinstance(source, exp.Values):
+        probe = exp.Select(expressions=[exp.Literal.number(1)])
+        probe.set("with_", with_.copy())
+        db._plan(probe)
+        return source
+    source = source.copy()
+    inner = source.args.get("with_")
+    if inner is None:
+        source.set("with_", with_.copy())
+    else:
+        both = exp.With(
+            expressions=[c.copy() for c in with_.expressions] + list(inner.expressions),
+            recursive=bool(with_.args.get("recursive") or inner.args.get("recursive")),
+        )
+        source.set("with_", both)
+    return source
 
 
 def _insert_select(
@@ -138,38 +353,25 @@ def _rows_to_batch(db: Connection, table: Table, rows: list[list[object]]) -> Ba
 def delete(db: Connection, stmt: exp.Delete) -> tuple[state.TableState, Batch]:
     """DELETE FROM table [WHERE ...]: the table and the retraction of the rows it deletes."""
     st = _table(db, stmt.this)
-    current = _current(db, st, stmt.args.get("where"))
-    keep = _where(st, stmt.args.get("where"), current)
+    alias = target_of(stmt)[1]
+    current = _current(db, st, stmt.args.get("where"), alias)
+    keep = _where(st, stmt.args.get("where"), current, alias)
     return st, current.take(keep).negate()
 
 
-def update(db: Connection, stmt: exp.Update) -> tuple[state.TableState, Batch]:
+def update(db: Connection, stmt: exp.Update, assigns: list | None = None) -> tuple[state.TableState, Batch]:
     """UPDATE table SET ... [WHERE ...]: the table and its change, the old rows retracted and the new added."""
     st = _table(db, stmt.this)
     table = st.table
-    current = _current(db, st, stmt.args.get("where"))
-    sel = current.take(_where(st, stmt.args.get("where"), current))
-    scope = {(table.name, c.name): i for i, c in enumerate(table.columns)}
-    cols, valid = list(sel.columns), list(sel.valid)
-    assigned_to: set[int] = set()
-    for assign in stmt.expressions:
-        p = table.position(assign.this.name)
-        if p is None:
-            raise error_at(assign.this, f"column {assign.this.name!r} of table {table.name!r} does not exist")
-        if p in assigned_to:
-            raise error_at(assign.this, f"multiple assignments to same column {assign.this.name!r}")
-        assigned_to.add(p)
-        column = table.columns[p]
-        value = assign.expression
-        if _is_default(value):
-            value = table.defaults[p] or exp.Null()
-        e = translate_scalar(value, column_resolver(scope, table))
-        e = assigned(assign, e, column.type, column.name)
-        data, mask = _assigned_values(e, sel.columns, sel.valid, len(sel), column.name)
-        if e.type.kind == "text" and p not in db.registry.uninterned(table.name):
-            data = POOL.canonical(data)  # keys and tables without one hold canonical text only
-        cols[p] = data.astype(table.columns[p].type.dtype)
-        valid[p] = mask
+    alias = target_of(stmt)[1]
+    if assigns is None:
+        assigns = assignments(table, stmt.expressions)
+    current = _current(db, st, stmt.args.get("where"), alias)
+    sel = current.take(_where(st, stmt.args.get("where"), current, alias))
+    scopes = {alias: Scope([c.name for c in table.columns], [c.type for c in table.columns])}
+    cols, valid = assign_values(
+        db, table, assigns, resolver(scopes, table, alias), list(sel.columns), list(sel.valid), len(sel)
+    )
     new = Batch.build(cols, valid, sel.times, sel.diffs)
     return st, Batch.concat([sel.negate(), new])
 
@@ -182,19 +384,19 @@ def _table(db: Connection, node: exp.Expression) -> state.TableState:
     return db.tables[name]
 
 
-def _where(st: state.TableState, where: exp.Where | None, current: Batch) -> np.ndarray:
+def _where(st: state.TableState, where: exp.Where | None, current: Batch, alias: str) -> np.ndarray:
     if where is None:
         return np.ones(len(current), dtype=bool)
     table = st.table
-    scope = {(table.name, c.name): i for i, c in enumerate(table.columns)}
-    pred = boolean(where, translate_scalar(where.this, column_resolver(scope, table)))
+    scopes = {alias: Scope([c.name for c in table.columns], [c.type for c in table.columns])}
+    pred = boolean(where, translate_scalar(where.this, resolver(scopes, table, alias)))
     return compile_predicate(pred)(current.columns, current.valid)
 
 
-def _current(db: Connection, st: state.TableState, where: exp.Where | None = None) -> Batch:
+def _current(db: Connection, st: state.TableState, where: exp.Where | None = None, alias: str = "") -> Batch:
     """The table's rows as of now, including this transaction's changes, one update per copy; only those
     with the keys ``where`` asks for when it fixes every key column (then read by seeking the keys)."""
-    keys = _fixed_keys(st.table, where.this) if where is not None else None
+    keys = _fixed_keys(st.table, where.this, alias or st.table.name) if where is not None else None
     extra = db.pending.get(st.table.name, [])
     if keys is None:
         cols, valid, mult = state.contents(st.arranged, extra, st.table)
@@ -205,7 +407,7 @@ def _current(db: Connection, st: state.TableState, where: exp.Where | None = Non
     return b.take(np.repeat(np.arange(n), mult))
 
 
-def _fixed_keys(table: Table, cond: exp.Expression) -> tuple[np.ndarray, ...] | None:
+def _fixed_keys(table: Table, cond: exp.Expression, alias: str) -> tuple[np.ndarray, ...] | None:
     """The key values (arrays, in key order; every combination) a condition allows when its conjuncts fix each
     key column of ``table``'s arrangement to constants with ``=`` or ``IN``; None when it does not."""
     width = len(table.columns)
@@ -219,7 +421,7 @@ def _fixed_keys(table: Table, cond: exp.Expression) -> tuple[np.ndarray, ...] | 
         else:
             continue
         for col, values in pairs:
-            if not isinstance(col, exp.Column) or col.table not in ("", table.name):
+            if not isinstance(col, exp.Column) or col.table not in ("", alias):
                 continue
             p = table.position(col.name)
             if p is None or p not in key or table.columns[p].type.kind == "float":

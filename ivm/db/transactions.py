@@ -33,13 +33,16 @@ def begin(db: Connection, implicit: bool) -> None:
     db.undo = []
 
 
-def write(db: Connection, st: state.TableState, batch: Batch) -> None:
+def write(db: Connection, st: state.TableState, batch: Batch, then=None):
     """Check a change to a table against its types and constraints, then add it to the transaction (or
-    commit it, outside one)."""
+    commit it, outside one). ``then``, given, is called with the change as checked before it is added (what
+    it raises rejects the change), and what it returns is returned."""
     batch = constraints.check_write(db, st, batch)
+    out = then(batch) if then is not None else None
     db.pending.setdefault(st.table.name, []).append(batch)
     if not db.in_transaction:
         commit(db)
+    return out
 
 
 def commit(db: Connection) -> None:

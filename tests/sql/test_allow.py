@@ -111,8 +111,23 @@ SCRIPTS = [
         "INSERT INTO w VALUES (6, 'z', 6)",
         "COMMIT",
     ],
+    [  # what DML reads besides its table (tests/db/test_dml_surface.py compares each with PostgreSQL)
+        "CREATE TABLE p (a INTEGER PRIMARY KEY, b TEXT, c INTEGER)",
+        "CREATE TABLE q (a INTEGER, d INTEGER)",
+        "INSERT INTO p VALUES (1, 'x', 1), (2, 'y', 2)",
+        "INSERT INTO q VALUES (1, 10), (2, 20), (3, 30)",
+        "INSERT INTO p VALUES (1, 'z', 5), (3, 'w', 3) ON CONFLICT (a) DO UPDATE SET c = excluded.c + p.c "
+        "WHERE p.c < 10 RETURNING a, c",
+        "INSERT INTO p VALUES (1, 'z', 5) ON CONFLICT DO NOTHING RETURNING *",
+        "UPDATE p SET c = q.d FROM q WHERE p.a = q.a RETURNING p.a, p.c",
+        "DELETE FROM p USING q WHERE p.a = q.a AND q.d > 25 RETURNING p.*",
+        "WITH r AS (SELECT a + 100 AS a, d FROM q) INSERT INTO p SELECT a, NULL, d FROM r",
+        "WITH r AS (SELECT 2 AS a) UPDATE p SET b = NULL WHERE a IN (SELECT a FROM r)",
+        "WITH r AS (SELECT 101 AS a) DELETE FROM p WHERE a IN (SELECT a FROM r)",
+        "UPDATE p SET c = (SELECT MAX(d) FROM q WHERE q.a = p.a)",
+    ],
 ]
-TABLES_AFTER = [["w", "z"]]
+TABLES_AFTER = [["w", "z"], ["p", "q"]]
 
 # allowed node types whose semantics DuckDB does not share, tested elsewhere
 ELSEWHERE = {
@@ -213,11 +228,10 @@ REFUSED = [  # (statement, the words of the message, the construct the error poi
     ("SELECT * FROM public.t", "a schema-qualified table name", "public.t"),
     ("SELECT * FROM t FOR UPDATE", "SELECT ... FOR UPDATE/SHARE", None),
     ("SELECT g FROM t ORDER BY g FETCH FIRST 1 ROW WITH TIES", "WITH TIES", None),
-    ("INSERT INTO t VALUES (9) ON CONFLICT (id) DO NOTHING", "INSERT ... ON CONFLICT", None),
-    ("INSERT INTO t VALUES (9) RETURNING *", "INSERT ... RETURNING", None),
-    ("UPDATE t SET g = 1 WHERE id = 1 RETURNING id", "UPDATE ... RETURNING", None),
-    ("DELETE FROM t USING u WHERE t.g = u.k", "DELETE ... USING", None),
-    ("WITH x AS (SELECT 1) DELETE FROM t", "WITH ... DELETE", None),
+    ("INSERT INTO t VALUES (9) ON CONFLICT (id) WHERE id > 0 DO NOTHING", "ON CONFLICT (...) WHERE", None),
+    ("WITH x AS (DELETE FROM t RETURNING id) SELECT * FROM x", "DELETE in WITH", "DELETE FROM t"),
+    ("UPDATE t SET g = 1 WHERE id = 1 RETURNING (SELECT 1)", "a subquery in RETURNING", "(SELECT 1)"),
+    ("DELETE FROM t USING u RIGHT JOIN u AS w ON u.k = w.k", "RIGHT JOIN in DELETE ... USING", None),
     ("DROP TABLE t CASCADE", "DROP ... CASCADE", None),
     ("CREATE TEMPORARY TABLE q (a INTEGER)", "TEMPORARY", None),
     ("CREATE UNIQUE INDEX i ON t (g)", "CREATE UNIQUE INDEX", None),
