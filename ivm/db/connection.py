@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 from sqlglot import exp
 
-from ivm.db import arrow_io, ddl, dml, introspect, parsing, queries, storage, transactions
+from ivm.db import alter, arrow_io, ddl, dml, introspect, parsing, queries, storage, transactions
 from ivm.db.cursor import Cursor
 from ivm.db.state import TableState, ViewState
 from ivm.db.subscribe import Subscription
@@ -106,6 +106,7 @@ class Connection:
         self.statusmessage: str | None = None  # the last statement's command tag, as PostgreSQL's
         self.rowcount = -1  # the rows the last statement returned or changed (-1: not applicable)
         self.pending: dict[str, list[Batch]] = {}
+        self.sequence_changes: set[str] = set()  # tables whose sequences moved since the log last said
         self._result: tuple | None = None
         self.description: list[tuple] | None = None
         self.closed = False
@@ -370,8 +371,15 @@ class Connection:
         if isinstance(stmt, (exp.Select, exp.Union, exp.Except, exp.Intersect)):
             return queries.query(self, stmt)
         if isinstance(stmt, exp.Drop):
-            self.statusmessage = f"DROP {(stmt.args.get('kind') or '').upper()}"
-            return ddl.drop(self, stmt)
+            materialized = "MATERIALIZED " if stmt.args.get("materialized") else ""
+            self.statusmessage = f"DROP {materialized}{(stmt.args.get('kind') or '').upper()}"
+            return alter.drop(self, stmt)
+        if isinstance(stmt, exp.Alter):
+            self.statusmessage = f"ALTER {(stmt.args.get('kind') or '').upper()}"
+            return alter.alter_table(self, stmt)
+        if isinstance(stmt, exp.TruncateTable):
+            self.statusmessage = "TRUNCATE TABLE"
+            return alter.truncate(self, stmt)
         if isinstance(stmt, exp.Command) and stmt.name.upper() == "EXPLAIN":
             self.statusmessage = "EXPLAIN"
             return queries.explain(self, stmt)
@@ -390,5 +398,8 @@ class Connection:
                 transactions.begin(self, implicit=False)
             self.implicit = False  # BEGIN in a string of statements makes its transaction a block of its own
             return None
-        what = stmt.name.upper() if isinstance(stmt, exp.Command) else allow.sql_name(stmt)
-        raise error_at(stmt, f"{what} statements are not supported", unsupported=True)
+        if isinstance(stmt, exp.Command):  # a statement sqlglot does not parse: named by its words
+            words = f"{stmt.name.upper()} {stmt.expression.sql(dialect='postgres') if stmt.expression else ''}"
+            words = " ".join(words.split())
+            raise error_at(stmt, f"{words if len(words) <= 60 else words[:57] + '...'} is not supported", True)
+        raise error_at(stmt, f"{allow.sql_name(stmt)} statements are not supported", unsupported=True)

@@ -63,6 +63,7 @@ def parse(
         attach_mutually_recursive(statements, mutual)
     except ParseError as err:
         _refuse_groups_frames(sql)
+        _refuse_overriding(sql)
         e = err.errors[0] if err.errors else {}
         what = e.get("description", str(err))
         if "<class" in what or "Required keyword" in what:  # the parser's words, not SQL's
@@ -78,10 +79,50 @@ def parse(
             for node in s.find_all(exp.Placeholder, exp.Parameter):
                 raise error_at(node, "a parameter placeholder, but no parameters were given")
     for s in statements:
+        _rename_column_shorthand(s)
         allow.check(s)
         for node in s.walk():
             node.comments = None  # comments mean nothing, and must not make equal expressions differ
     return [normalize_identifiers(s, dialect="postgres") for s in statements]
+
+
+def _rename_column_shorthand(stmt: exp.Expression) -> None:
+    """``ALTER TABLE t RENAME a TO b`` renames column a (COLUMN is optional), which sqlglot reads as a rename
+    of the table: made the RENAME COLUMN it is."""
+    if not isinstance(stmt, exp.Alter):
+        return
+    actions, options = stmt.args.get("actions") or [], stmt.args.get("options") or []
+    if (
+        len(actions) == 1
+        and isinstance(actions[0], exp.AlterRename)
+        and len(options) == 1
+        and isinstance(options[0], exp.ToTableProperty)
+        and isinstance(options[0].this, exp.Table)
+    ):
+        old, new = actions[0].this, options[0].this
+        rename = exp.RenameColumn(this=exp.Column(this=old.this), to=exp.Column(this=new.this))
+        stmt.set("actions", [rename])
+        stmt.set("options", None)
+
+
+def _refuse_overriding(sql: str) -> None:
+    """Refuse ``INSERT ... OVERRIDING {SYSTEM|USER} VALUE`` by name (the parser does not know it and would only
+    say where it stopped)."""
+    try:
+        toks = Postgres().tokenize(sql)
+    except TokenError:
+        return
+    for t, nxt, last in zip(toks, toks[1:], toks[2:], strict=False):
+        if (
+            t.text.upper() == "OVERRIDING"
+            and nxt.text.upper() in ("SYSTEM", "USER")
+            and last.text.upper() == "VALUE"
+        ):
+            raise NotSupportedError(
+                f"INSERT ... OVERRIDING {nxt.text.upper()} VALUE is not supported",
+                t.line,
+                t.col - (t.end - t.start),
+            )
 
 
 def _parse_spark(sql: str, params, spark: Spark, catalog) -> list[exp.Expression]:
