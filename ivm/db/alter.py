@@ -115,12 +115,14 @@ def _closure(db: Connection, tables: set[str]) -> _Closure:
     hit: set[int] = set()  # the dataflows taken down
     out = _Closure()
     index_dfs = {df.name: df for df in db.engine.dataflows if df.name.startswith("index:")}
+    live = {name: _reads(st, live=True) for name, st in db.views.items()}
+    kept = {owner: _reads(st, live=False) for owner, st in db.retained.items()}
     changed = True
     while changed:
         changed = False
         for name, st in db.views.items():
             if name not in out.views and (
-                _reads(st, live=True) & relations or any(id(src) in hit for _, src in st.df.imports)
+                live[name] & relations or any(id(src) in hit for _, src in st.df.imports)
             ):
                 out.views.append(name)
                 relations.add(name)
@@ -128,7 +130,7 @@ def _closure(db: Connection, tables: set[str]) -> _Closure:
                 changed = True
         for owner, st in db.retained.items():
             if owner not in out.retained and (
-                _reads(st, live=False) & relations or any(id(src) in hit for _, src in st.df.imports)
+                kept[owner] & relations or any(id(src) in hit for _, src in st.df.imports)
             ):
                 out.retained.append(owner)
                 hit.add(id(st.df))
@@ -251,9 +253,11 @@ def _restructure(db: Connection, tables: set[str], closure: _Closure, new: _Made
     """Replace ``tables`` and the closure of their change by what ``new`` makes, whole or not at all: should
     making it fail, what was is made again and the error raised."""
     old = _as_made(db, tables, closure)
+    followed = [(sub, sub.arranged) for sub in db.subscriptions if sub.ended is None]
     _take_down(db, tables, closure)
     try:
         _make(db, new)
+        _resubscribe(db, followed, tables)
     except BaseException as err:
         try:
             made = {t.name for t, _, _, _ in new.tables if t.name in db.tables}
@@ -266,12 +270,26 @@ def _restructure(db: Connection, tables: set[str], closure: _Closure, new: _Made
             undone.views.sort(key=lambda v: db.views[v].created)
             _take_down(db, made, undone)
             _make(db, old)
+            _resubscribe(db, followed, ())
         except BaseException as again:
             db.broken = (
                 f"{type(again).__name__} while putting back the relations a failed statement changed: {again}"
             )
             raise InternalError(f"{db.broken}; the database cannot be used any more") from err
         raise
+
+
+def _resubscribe(db: Connection, followed: list, tables: Iterable[str]) -> None:
+    """Subscriptions go on with the relations built again with the same rows and columns (views, and tables
+    put back), and end, saying why, for the ``tables`` changed and the views dropped; ``followed`` holds each
+    with the arrangement it read before."""
+    for sub, before in followed:
+        name = sub.relation
+        st = db.views.get(name) or db.tables.get(name)
+        if name in tables or st is None:
+            sub.ended = f"relation {name!r} was dropped or altered: subscribe to it again"
+        elif st.arranged is not before:
+            sub.follow(st.arranged)
 
 
 # -- views carried over a change of a table ----------------------------------------------------------------

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import weakref
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -107,6 +108,7 @@ class Connection:
         self.rowcount = -1  # the rows the last statement returned or changed (-1: not applicable)
         self.pending: dict[str, list[Batch]] = {}
         self.sequence_changes: set[str] = set()  # tables whose sequences moved since the log last said
+        self.subscriptions: weakref.WeakSet[Subscription] = weakref.WeakSet()
         self._result: tuple | None = None
         self.description: list[tuple] | None = None
         self.closed = False
@@ -182,7 +184,9 @@ class Connection:
         if view in self.views:
             queries.check_readable(self, Scan(view, st.view.columns))
         columns = st.view.columns if view in self.views else st.table.columns
-        return Subscription(self, st.arranged, columns, snapshot, view in self.tables and st.table or None)
+        sub = Subscription(self, st.arranged, columns, snapshot, view in self.tables and st.table or None, view)
+        self.subscriptions.add(sub)
+        return sub
 
     @_pooled
     def insert_arrow(self, table: str, data) -> None:
@@ -399,7 +403,8 @@ class Connection:
             self.implicit = False  # BEGIN in a string of statements makes its transaction a block of its own
             return None
         if isinstance(stmt, exp.Command):  # a statement sqlglot does not parse: named by its words
-            words = f"{stmt.name.upper()} {stmt.expression.sql(dialect='postgres') if stmt.expression else ''}"
-            words = " ".join(words.split())
+            rest = stmt.expression
+            rest = rest.sql(dialect="postgres") if isinstance(rest, exp.Expression) else str(rest or "")
+            words = " ".join(f"{stmt.name.upper()} {rest}".split())
             raise error_at(stmt, f"{words if len(words) <= 60 else words[:57] + '...'} is not supported", True)
         raise error_at(stmt, f"{allow.sql_name(stmt)} statements are not supported", unsupported=True)
