@@ -312,7 +312,7 @@ def check(node: exp.Expression) -> None:
         if isinstance(n, exp.Anonymous) and str(n.this).lower() in _ANONYMOUS:
             allowed = frozenset({"this", "expressions"})
         if allowed is None:
-            raise error_at(n, f"{sql_name(n)} is not supported", unsupported=True)
+            raise error_at(_located(n), f"{sql_name(n)} is not supported", unsupported=True)
         for arg, value in n.args.items():
             if arg not in allowed and _is_set(value):
                 shown = value[0] if isinstance(value, list) else value

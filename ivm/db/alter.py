@@ -538,8 +538,6 @@ def _rename_table(db: Connection, stmt: exp.Alter, st: state.TableState, action:
     if target.args.get("db") or target.args.get("catalog"):
         raise error_at(target, "a schema-qualified new name is not supported", unsupported=True)
     new_name = target.name
-    if new_name == table.name:
-        return
     if db.catalog.exists(new_name):
         raise error_at(target, f"relation {new_name!r} already exists")
     new = rename_table(table, new_name)

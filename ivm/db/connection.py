@@ -129,6 +129,8 @@ class Connection:
         if word in parsing.CONTROL and not params:
             # transaction control is the most frequent statement of all: no need to parse it
             self._statement(parsing.CONTROL[word]())
+            if self.store is not None:
+                self.store.sequences_moved(self)  # those a transaction rolled back handed out
             return self
         try:
             statements = parsing.parse(sql, params, dialect, self.catalog)
@@ -148,11 +150,13 @@ class Connection:
             transactions.failure(self)
             if self.store is not None and not self.in_transaction:
                 self.store.changed(self)  # DDL that stood before the failure is kept
+                self.store.sequences_moved(self)
             raise
         if self.in_transaction and self.implicit:
             transactions.commit(self)
         if self.store is not None:
             self.store.changed(self)
+            self.store.sequences_moved(self)
         return self
 
     @_pooled
@@ -271,6 +275,8 @@ class Connection:
         transactions.usable(self)
         if self.in_transaction:
             transactions.rollback(self)
+            if self.store is not None:
+                self.store.sequences_moved(self)
 
     @contextlib.contextmanager
     def commit_group(self) -> Iterator[Connection]:

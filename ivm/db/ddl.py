@@ -51,7 +51,9 @@ def create_table(db: Connection, stmt: exp.Create) -> None:
                 dml.default(table, p)
             except SqlError as err:
                 raise error_at(d, f"DEFAULT of column {table.columns[p].name!r}: {err.message}") from None
-    _add_table(db, table, stmt.sql(dialect="postgres"))
+    # sqlglot writes an identity column's options only in part: such a table is written as ivm writes it
+    sql = table_sql(table) if any(table.identities) else stmt.sql(dialect="postgres")
+    _add_table(db, table, sql)
     if db.in_transaction:
         db.undo.append(lambda: _forget_table(db, table.name))
 

@@ -60,6 +60,7 @@ def parse(
     sql, mutual = rewrite_mutually_recursive(sql)
     try:
         statements = [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
+        _locate_commands(sql, statements)
         attach_mutually_recursive(statements, mutual)
     except ParseError as err:
         _refuse_groups_frames(sql)
@@ -84,6 +85,29 @@ def parse(
         for node in s.walk():
             node.comments = None  # comments mean nothing, and must not make equal expressions differ
     return [normalize_identifiers(s, dialect="postgres") for s in statements]
+
+
+def _locate_commands(sql: str, statements: list[exp.Expression]) -> None:
+    """Give each statement sqlglot kept only as words (a Command) the position of its first token, which
+    the parser does not record, so that refusing it says where it is."""
+    if not any(isinstance(s, exp.Command) for s in statements):
+        return
+    try:
+        toks = Postgres().tokenize(sql)
+    except TokenError:
+        return
+    firsts, at_start = [], True
+    for t in toks:
+        if t.token_type == TokenType.SEMICOLON:
+            at_start = True
+        elif at_start:
+            firsts.append(t)
+            at_start = False
+    if len(firsts) != len(statements):
+        return
+    for s, t in zip(statements, firsts, strict=True):
+        if isinstance(s, exp.Command) and not s.meta.get("line"):
+            s.meta.update(line=t.line, col=t.col, start=t.start, end=t.end)
 
 
 def _rename_column_shorthand(stmt: exp.Expression) -> None:

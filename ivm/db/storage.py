@@ -144,6 +144,18 @@ class Store:
         else:
             self._log(db, [frame], "the commit")
 
+    def sequences_moved(self, db: Connection) -> None:
+        """Outside a transaction, sequences that moved without a commit (in a statement that failed, or a
+        transaction rolled back) go to the log, in a commit of no rows: a value handed out is not handed out
+        again after a crash, as in PostgreSQL."""
+        if db.in_transaction or not db.sequence_changes or db.version != self.version:
+            return
+        frame = wal.commit_frame(db.time, db.time, db.positions, None, [], _moved(db))
+        if self.group is not None:
+            self.group.append(frame)
+        else:
+            self._log(db, [frame], "a sequence")
+
     def end_group(self, db: Connection, whole: bool) -> None:
         """A commit group ends: its commits go to the log in one append (a checkpoint, if the catalog
         changed or the log is full). A group that is not ``whole`` writes nothing, which leaves the connection
