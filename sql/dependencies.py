@@ -39,20 +39,13 @@ __all__ = [
 
 def relations_read(query: exp.Expression) -> set[str]:
     """The names of the tables and views ``query`` reads: every relation in a FROM or JOIN that is not a
-    common table expression in scope."""
+    common table expression in scope (a CTE's body may read a table of its own name)."""
     try:
         scopes = traverse_scope(query)
     except Exception:  # a shape the scope analysis cannot take: every name, which may say too much, not less
         return {t.name for t in query.find_all(exp.Table)}
-    out = set()
-    for scope in scopes:
-        for source in scope.sources.values():
-            if isinstance(source, exp.Table):
-                out.add(source.name)
-    # a recursive CTE reads itself under its own name: not a relation of the catalog
-    ctes = {c.alias_or_name for w in query.find_all(exp.With) for c in w.expressions}
-    return {n for n in out if n not in ctes} | {
-        t.name for t in query.find_all(exp.Table) if t.name not in ctes and t.name not in out
+    return {
+        source.name for scope in scopes for source in scope.sources.values() if isinstance(source, exp.Table)
     }
 
 

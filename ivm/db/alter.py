@@ -311,9 +311,7 @@ def _carried(
         try:
             fixed = pinned(query, db.catalog)
             ok = same_plan(query, db.catalog, fixed, db.catalog)
-        except SqlError:
-            ok = False
-        except Exception:  # the scope analysis of a shape it does not take
+        except Exception:  # an error of the statement, or a shape the scope analysis does not take
             ok = False
         if not ok:
             raise error_at(
@@ -444,7 +442,7 @@ def _add_drop(db: Connection, stmt: exp.Alter, st: state.TableState, actions: li
             ok = (not drops or same_plan(fixed, db.catalog, fixed, probe_drop)) and (
                 not added or same_plan(fixed, new_catalog, fixed, probe_add)
             )
-        except SqlError:
+        except Exception:  # a definition that does not plan (or not in this shape): not carried over
             ok = False
         if not ok:
             raise _refuse_changed(stmt, table.name, v)
@@ -520,7 +518,7 @@ def _rename_column(db: Connection, stmt: exp.Alter, st: state.TableState, action
         renamed = rename_columns(fixed, table.name, {old: new_name})
         try:
             ok = same_plan(query, db.catalog, renamed, new_catalog)
-        except SqlError:
+        except Exception:  # a definition that does not plan (or not in this shape): not carried over
             ok = False
         if not ok:
             raise _refuse_changed(stmt, table.name, v)
@@ -549,7 +547,7 @@ def _rename_table(db: Connection, stmt: exp.Alter, st: state.TableState, action:
             ok = same_plan(
                 query, db.catalog, renamed, new_catalog, lambda n: new_name if n == table.name else n
             )
-        except SqlError:
+        except Exception:  # a definition that does not plan (or not in this shape): not carried over
             ok = False
         if not ok:
             raise _refuse_changed(stmt, table.name, v)
