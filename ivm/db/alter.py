@@ -30,6 +30,7 @@ from ivm.db import constraints, ddl, dml, parsing, state, transactions
 from ivm.engine.batch import Batch
 from ivm.engine.strings import POOL
 from ivm.errors import IntegrityError, InternalError
+from planner.canon import arranged_form
 from planner.compile import compile_view
 from sql.catalog import Table, View
 from sql.ddl import add_columns, drop_columns, rename_column, rename_table, table_sql
@@ -135,9 +136,16 @@ def _closure(db: Connection, tables: set[str]) -> _Closure:
                 out.retained.append(owner)
                 hit.add(id(st.df))
                 changed = True
-        for name, (rel, _) in db.catalog.indexes.items():
+        owners = {df.name for df in db.engine.dataflows if id(df) in hit}
+        for name, (rel, key) in db.catalog.indexes.items():
             df = index_dfs.get(f"index:{name}")
             reads_hit = df is not None and any(id(src) in hit for _, src in df.imports)
+            if df is None and name not in out.indexes and rel not in relations:
+                # an index naming an arrangement a dataflow taken down built: made again, it builds its own
+                entry = db.registry.lookup(
+                    arranged_form(db.catalog.relation_plan(rel), key, db.registry.uninterned), key
+                )
+                reads_hit = entry is not None and entry.built_by in owners
             if name not in out.indexes and (rel in relations or reads_hit):
                 out.indexes.append(name)
                 if df is not None:

@@ -171,6 +171,11 @@ ALTER_SCRIPT = [
     "ALTER TABLE t2 ADD COLUMN c2 INTEGER DEFAULT 2",
     "ALTER TABLE t2 RENAME c2 TO c3",
     "UPDATE t2 SET c3 = NULL WHERE bee IS NULL",
+    "ALTER TABLE u ADD COLUMN lo INTEGER DEFAULT 0, ADD COLUMN hi INTEGER DEFAULT 10",
+    "ALTER TABLE u ADD COLUMN mid INTEGER DEFAULT 5 CHECK (mid BETWEEN lo AND hi)",
+    ("INSERT INTO u (k, mid) VALUES (1, 20)", "u_mid_check"),
+    "ALTER TABLE u DROP COLUMN hi",  # the CHECK reading it goes with it
+    "INSERT INTO u (k, mid) VALUES (1, 20)",
     ("ALTER TABLE u RENAME TO t2", "already exists"),
     "ALTER TABLE u RENAME COLUMN k TO kk",
     "ALTER TABLE u DROP COLUMN t_id",
@@ -498,3 +503,36 @@ def test_killed_in_the_middle_of_ddl_the_database_reopens_whole(tmp_path):
             db.execute(sql)
         assert _state(db) == expected[-1]
         db.close()
+
+
+def test_after_ddl_a_reopened_database_loads_its_state_and_indexes_follow_their_relations(tmp_path, caplog):
+    """The catalog a restructuring leaves replays to the same dataflows (so opening loads every view's state
+    rather than computing it again); indexes follow a renamed table and its renamed columns, go with a dropped
+    column or relation, and an index naming a shared arrangement is made again with the views."""
+    path = str(tmp_path / "db")
+    db = ivm.connect(path)
+    db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, a INTEGER, b TEXT)")
+    db.execute("CREATE TABLE u (k INTEGER, m INTEGER)")
+    db.execute("INSERT INTO t VALUES (1, 2, 'x'), (2, 2, NULL); INSERT INTO u VALUES (1, 3), (1, 4), (2, 5)")
+    db.execute("CREATE VIEW v AS SELECT t.a, SUM(u.m) AS s FROM t JOIN u ON u.k = t.k GROUP BY t.a")
+    db.execute("CREATE INDEX on_u ON u (k)")  # names v's arrangement of u
+    db.execute("CREATE INDEX on_a ON t (a)")
+    db.execute("CREATE INDEX on_b ON t (b)")
+    db.execute("CREATE VIEW w AS SELECT b, COUNT(*) AS n FROM t GROUP BY b")
+    db.execute("CREATE INDEX on_w ON w (n)")
+    db.execute("ALTER TABLE t RENAME COLUMN a TO aa")
+    db.execute("ALTER TABLE t DROP COLUMN b CASCADE")  # w reads b: it goes, and on_w with it; on_b too
+    db.execute("ALTER TABLE t RENAME TO tt")
+    assert set(db.catalog.indexes) == {"on_u", "on_a"} and db.catalog.indexes["on_a"] == ("tt", (1,))
+    assert db.index_sql["on_a"][1] == 'CREATE INDEX "on_a" ON "tt"("aa")'
+    shapes = sorted(df.name for df in db.engine.dataflows)
+    db.execute("INSERT INTO u VALUES (2, 1)")
+    db.close()
+    with caplog.at_level("WARNING", logger="ivm.storage"):
+        db = ivm.connect(path)
+    assert not caplog.text  # every dataflow took its saved state
+    assert sorted(df.name for df in db.engine.dataflows) == shapes
+    assert sorted(db.execute("SELECT * FROM v").fetchall()) == [(2, 13)]
+    db.execute("DROP TABLE tt CASCADE")
+    assert set(db.catalog.indexes) == {"on_u"} and set(db.views) == set()
+    db.close()
