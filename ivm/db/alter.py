@@ -29,7 +29,7 @@ from sqlglot import exp
 from ivm.db import constraints, ddl, dml, parsing, state, transactions
 from ivm.engine.batch import Batch
 from ivm.engine.strings import POOL
-from ivm.errors import IntegrityError, InternalError
+from ivm.errors import DataError, IntegrityError, InternalError
 from planner.canon import arranged_form
 from planner.compile import compile_view
 from sql.catalog import Table, View
@@ -474,7 +474,9 @@ def _add_drop(db: Connection, stmt: exp.Alter, st: state.TableState, actions: li
                 what = "maximum" if ident.increment > 0 else "minimum"
                 bound = ident.maxvalue if ident.increment > 0 else ident.minvalue
                 sequence = f"{table.name}_{c.name}_seq"
-                raise error_at(stmt, f"nextval: reached {what} value of sequence {sequence!r} ({bound})")
+                raise error_at(
+                    stmt, f"nextval: reached {what} value of sequence {sequence!r} ({bound})", cls=DataError
+                )
             out_cols.append(np.arange(n, dtype=np.int64) * ident.increment + ident.start)
             out_valid.append(None)
             sequences[c.name] = ident.start + ident.increment * n
