@@ -10,7 +10,7 @@ from sql.errors import error_at
 from sql.logical import Column, Plan, Scan
 from sql.types import Domain
 
-__all__ = ["Catalog", "Table", "View", "Unique", "Check"]
+__all__ = ["Catalog", "Table", "View", "Unique", "Check", "Identity"]
 
 
 @dataclass(frozen=True)
@@ -29,10 +29,23 @@ class Check:
     condition: exp.Expression
 
 
+@dataclass(frozen=True)
+class Identity:
+    """An identity column's sequence (``GENERATED {ALWAYS|BY DEFAULT} AS IDENTITY``, or ``SERIAL``): the values
+    from ``start`` by ``increment`` within ``[minvalue, maxvalue]``; ``always`` refuses values given
+    explicitly, as PostgreSQL's GENERATED ALWAYS does."""
+
+    always: bool
+    start: int
+    increment: int
+    minvalue: int
+    maxvalue: int
+
+
 @dataclass
 class Table:
     """A table: its columns, primary key, and what its declared types and constraints add (per column its
-    domain and DEFAULT; UNIQUE and CHECK constraints)."""
+    domain, DEFAULT and identity; UNIQUE and CHECK constraints)."""
 
     name: str
     columns: tuple[Column, ...]
@@ -41,12 +54,14 @@ class Table:
     defaults: tuple[exp.Expression | None, ...] = ()
     uniques: tuple[Unique, ...] = ()
     checks: tuple[Check, ...] = ()
+    identities: tuple[Identity | None, ...] = ()
     primary_key_name: str = ""  # the primary key's constraint name (``t_pkey`` unless the statement names it)
 
     def __post_init__(self) -> None:
         n = len(self.columns)
         self.domains = self.domains or (None,) * n
         self.defaults = self.defaults or (None,) * n
+        self.identities = self.identities or (None,) * n
 
     def position(self, name: str) -> int | None:
         for i, c in enumerate(self.columns):

@@ -29,7 +29,8 @@ __all__ = ["write", "apply_changes", "lookup", "fetch"]
 
 def write(db: Connection, table: str, data: pa.Table, sign: int) -> None:
     """Insert (``sign`` 1) or delete (-1) the rows of ``data`` in ``table`` (columns matched by name; a column
-    left out takes its DEFAULT), checked as any change is before it joins the transaction."""
+    left out takes its DEFAULT, an identity column its sequence's next values), checked as any change is before
+    it joins the transaction."""
     transactions.usable(db)
     if db.aborted:
         raise InternalError("current transaction is aborted, commands ignored until end of transaction block")
@@ -45,6 +46,10 @@ def write(db: Connection, table: str, data: pa.Table, sign: int) -> None:
     cols, masks = [], []
     n = data.num_rows
     for p, c, i, convert in reading[2]:
+        if i < 0 and st.table.identities[p] is not None and sign > 0:  # the sequence's next values
+            cols.append(dml.next_values(db, st, p, n))
+            masks.append(None)
+            continue
         if i < 0:
             d = dml.default(st.table, p)
             cols.append(np.full(n, 0 if d is None else d, dtype=c.type.dtype))
@@ -81,7 +86,7 @@ def _arrow_reading(table: Table, schema: pa.Schema, loose: frozenset[int]) -> li
                 raise ProgrammingError(
                     f"column {c.name!r} appears more than once in the data for table {table.name!r}"
                 )
-            if not c.nullable and table.defaults[p] is None:
+            if not c.nullable and table.defaults[p] is None and table.identities[p] is None:
                 raise IntegrityError(
                     f"column {c.name!r} of table {table.name!r} is missing and may not be NULL"
                 )

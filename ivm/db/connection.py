@@ -16,12 +16,13 @@ import contextlib
 import functools
 import itertools
 import logging
+import weakref
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from sqlglot import exp
 
-from ivm.db import arrow_io, ddl, dml, introspect, parsing, queries, storage, transactions
+from ivm.db import alter, arrow_io, ddl, dml, introspect, parsing, queries, storage, transactions
 from ivm.db.cursor import Cursor
 from ivm.db.state import TableState, ViewState
 from ivm.db.subscribe import Subscription
@@ -106,6 +107,8 @@ class Connection:
         self.statusmessage: str | None = None  # the last statement's command tag, as PostgreSQL's
         self.rowcount = -1  # the rows the last statement returned or changed (-1: not applicable)
         self.pending: dict[str, list[Batch]] = {}
+        self.sequence_changes: set[str] = set()  # tables whose sequences moved since the log last said
+        self.subscriptions: weakref.WeakSet[Subscription] = weakref.WeakSet()
         self._result: tuple | None = None
         self.description: list[tuple] | None = None
         self.closed = False
@@ -126,6 +129,8 @@ class Connection:
         if word in parsing.CONTROL and not params:
             # transaction control is the most frequent statement of all: no need to parse it
             self._statement(parsing.CONTROL[word]())
+            if self.store is not None:
+                self.store.sequences_moved(self)  # those a transaction rolled back handed out
             return self
         try:
             statements = parsing.parse(sql, params, dialect, self.catalog)
@@ -145,11 +150,13 @@ class Connection:
             transactions.failure(self)
             if self.store is not None and not self.in_transaction:
                 self.store.changed(self)  # DDL that stood before the failure is kept
+                self.store.sequences_moved(self)
             raise
         if self.in_transaction and self.implicit:
             transactions.commit(self)
         if self.store is not None:
             self.store.changed(self)
+            self.store.sequences_moved(self)
         return self
 
     @_pooled
@@ -181,7 +188,9 @@ class Connection:
         if view in self.views:
             queries.check_readable(self, Scan(view, st.view.columns))
         columns = st.view.columns if view in self.views else st.table.columns
-        return Subscription(self, st.arranged, columns, snapshot, view in self.tables and st.table or None)
+        sub = Subscription(self, st.arranged, columns, snapshot, view in self.tables and st.table or None, view)
+        self.subscriptions.add(sub)
+        return sub
 
     @_pooled
     def insert_arrow(self, table: str, data) -> None:
@@ -266,6 +275,8 @@ class Connection:
         transactions.usable(self)
         if self.in_transaction:
             transactions.rollback(self)
+            if self.store is not None:
+                self.store.sequences_moved(self)
 
     @contextlib.contextmanager
     def commit_group(self) -> Iterator[Connection]:
@@ -376,8 +387,15 @@ class Connection:
         if isinstance(stmt, (exp.Select, exp.Union, exp.Except, exp.Intersect)):
             return queries.query(self, stmt)
         if isinstance(stmt, exp.Drop):
-            self.statusmessage = f"DROP {(stmt.args.get('kind') or '').upper()}"
-            return ddl.drop(self, stmt)
+            materialized = "MATERIALIZED " if stmt.args.get("materialized") else ""
+            self.statusmessage = f"DROP {materialized}{(stmt.args.get('kind') or '').upper()}"
+            return alter.drop(self, stmt)
+        if isinstance(stmt, exp.Alter):
+            self.statusmessage = f"ALTER {(stmt.args.get('kind') or '').upper()}"
+            return alter.alter_table(self, stmt)
+        if isinstance(stmt, exp.TruncateTable):
+            self.statusmessage = "TRUNCATE TABLE"
+            return alter.truncate(self, stmt)
         if isinstance(stmt, exp.Command) and stmt.name.upper() == "EXPLAIN":
             self.statusmessage = "EXPLAIN"
             return queries.explain(self, stmt)
@@ -396,5 +414,9 @@ class Connection:
                 transactions.begin(self, implicit=False)
             self.implicit = False  # BEGIN in a string of statements makes its transaction a block of its own
             return None
-        what = stmt.name.upper() if isinstance(stmt, exp.Command) else allow.sql_name(stmt)
-        raise error_at(stmt, f"{what} statements are not supported", unsupported=True)
+        if isinstance(stmt, exp.Command):  # a statement sqlglot does not parse: named by its words
+            rest = stmt.expression
+            rest = rest.sql(dialect="postgres") if isinstance(rest, exp.Expression) else str(rest or "")
+            words = " ".join(f"{stmt.name.upper()} {rest}".split())
+            raise error_at(stmt, f"{words if len(words) <= 60 else words[:57] + '...'} is not supported", True)
+        raise error_at(stmt, f"{allow.sql_name(stmt)} statements are not supported", unsupported=True)

@@ -1,5 +1,5 @@
-"""DDL: CREATE TABLE (and CREATE TABLE AS), CREATE [OR REPLACE] VIEW, CREATE INDEX and DROP, and the
-lifecycle of the relations they make.
+"""DDL: CREATE TABLE (and CREATE TABLE AS), CREATE [OR REPLACE] VIEW and CREATE INDEX, and the lifecycle of
+the relations they make (``alter`` changes and drops them).
 
 A table becomes an engine input with its arrangement, the arrangements its UNIQUE constraints check
 against and its compiled CHECK constraints; a view becomes a dataflow compiled from its plan, reusing the
@@ -21,7 +21,7 @@ from planner.canon import arranged_form
 from planner.compile import compile_index, compile_view
 from planner.expr import compile_predicate
 from sql.catalog import Table, View
-from sql.ddl import table_from_create
+from sql.ddl import table_from_create, table_sql
 from sql.errors import SqlError, error_at
 from sql.logical import Call, Column, Plan, Scan
 from sql.recursive import query_sql
@@ -31,7 +31,7 @@ from sql.types import TEXT, domain_of
 if TYPE_CHECKING:
     from ivm.db.connection import Connection
 
-__all__ = ["create_table", "create_view", "create_index", "drop"]
+__all__ = ["create_table", "create_view", "create_index"]
 
 
 def create_table(db: Connection, stmt: exp.Create) -> None:
@@ -51,7 +51,9 @@ def create_table(db: Connection, stmt: exp.Create) -> None:
                 dml.default(table, p)
             except SqlError as err:
                 raise error_at(d, f"DEFAULT of column {table.columns[p].name!r}: {err.message}") from None
-    _add_table(db, table, stmt.sql(dialect="postgres"))
+    # sqlglot writes an identity column's options only in part: such a table is written as ivm writes it
+    sql = table_sql(table) if any(table.identities) else stmt.sql(dialect="postgres")
+    _add_table(db, table, sql)
     if db.in_transaction:
         db.undo.append(lambda: _forget_table(db, table.name))
 
@@ -80,8 +82,23 @@ def _create_table_as(db: Connection, stmt: exp.Create, name: str) -> None:
             )
     domains = tuple(domain_of(exp.DataType.build(str(t))) if t.pad or t.length else None for t in types)
     table = Table(name, tuple(Column(n, t) for n, t in zip(names, types, strict=True)), domains=domains)
+    data = next(
+        (
+            p
+            for p in (stmt.args.get("properties") or exp.Properties()).expressions
+            if isinstance(p, exp.WithDataProperty)
+        ),
+        None,
+    )
+    if data is not None and data.args.get("no"):  # WITH NO DATA: the table, empty
+        _add_table(db, table, table_sql(table))
+        if db.in_transaction:
+            db.undo.append(lambda: _forget_table(db, name))
+        db.rowcount = 0
+        db.statusmessage = "SELECT 0"
+        return
     cols, valid, mult = queries.evaluate(db, plan)
-    _add_table(db, table, _table_sql(table))
+    _add_table(db, table, table_sql(table))
     if db.in_transaction:
         db.undo.append(lambda: _forget_table(db, name))
     try:
@@ -104,12 +121,6 @@ def _create_table_as(db: Connection, stmt: exp.Create, name: str) -> None:
         if name in db.tables and not db.in_transaction:
             _forget_table(db, name)
         raise
-
-
-def _table_sql(table: Table) -> str:
-    """A CREATE TABLE making ``table`` again (one of plain columns, as CREATE TABLE AS makes)."""
-    columns = ", ".join(f"{exp.to_identifier(c.name).sql(dialect='postgres')} {c.type}" for c in table.columns)
-    return f"CREATE TABLE {exp.to_identifier(table.name).sql(dialect='postgres')} ({columns})"
 
 
 def _add_table(db: Connection, table: Table, sql: str) -> None:
@@ -274,48 +285,6 @@ def create_index(db: Connection, stmt: exp.Create) -> None:
         transactions.stop_failed(db, db.engine.failed)
     db.catalog.indexes[name] = (rel, tuple(key))
     db.index_sql[name] = (state.changed(db), stmt.sql(dialect="postgres"))
-
-
-def drop(db: Connection, stmt: exp.Drop) -> None:
-    """DROP TABLE / DROP [MATERIALIZED] VIEW [IF EXISTS] name, refused while a view reads it."""
-    kind = (stmt.args.get("kind") or "").upper()
-    targets = stmt.args.get("tables") or ([stmt.this] if stmt.this is not None else [])
-    if len(targets) != 1:
-        raise error_at(stmt, "DROP of several relations at once is not supported", unsupported=True)
-    name = targets[0].name
-    if kind not in ("TABLE", "VIEW", "MATERIALIZED VIEW"):
-        raise error_at(stmt, f"DROP {kind} is not supported", unsupported=True)
-    is_view = kind != "TABLE"
-    if (name not in db.views) if is_view else (name not in db.tables):
-        if stmt.args.get("exists"):
-            return
-        raise error_at(stmt, f"{'view' if is_view else 'table'} {name!r} does not exist")
-    # a view may go while only dropped views (kept running for the arrangements others read) read it: it
-    # is kept running too; a table may not, for its input is not kept
-    readers = [*db.views.values(), *([] if is_view else db.retained.values())]
-    for v in readers:
-        if v.view.name == name:
-            continue
-        if any(isinstance(p, Scan) and p.table == name for p, _, _ in v.used):
-            if v in db.views.values():
-                raise error_at(stmt, f"cannot drop {name!r}: view {v.view.name!r} depends on it")
-            reader = v
-            while reader not in db.views.values():  # a dropped view kept for those reading it
-                reader = next(r for r in _readers(db, reader.df.name))
-            raise error_at(
-                stmt,
-                f"cannot drop {name!r}: view {reader.view.name!r} reads an arrangement that dropped view "
-                f"{v.view.name!r} (kept running for it) maintains from {name!r}; "
-                f"drop {reader.view.name!r} first",
-            )
-    if db.in_transaction:
-        raise error_at(stmt, f"DROP {kind} inside a transaction is not supported: run it alone", True)
-    if is_view:
-        _drop_view(db, name)
-    else:
-        if db.pending.get(name):
-            raise error_at(stmt, f"table {name!r} has uncommitted changes")
-        _forget_table(db, name)
 
 
 def _drop_view(db: Connection, name: str) -> None:

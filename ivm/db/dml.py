@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Written",
+    "truncate",
+    "next_values",
     "run",
     "insert",
     "delete",
@@ -191,6 +193,16 @@ def assignments(table: Table, nodes: list[exp.Expression]) -> list[tuple[int, ex
                 raise error_at(col, f"column {col.name!r} of relation {table.name!r} does not exist")
             if any(p == q for q, _, _ in out):
                 raise error_at(col, f"multiple assignments to same column {col.name!r}")
+            if table.identities[p] is not None:
+                if _is_default(v):
+                    out.append((p, v, col))  # the sequence's next value for each row: see assign_values
+                    continue
+                if table.identities[p].always:
+                    raise error_at(
+                        v,
+                        f"column {col.name!r} can only be updated to DEFAULT: it is an identity column defined "
+                        "as GENERATED ALWAYS",
+                    )
             if _is_default(v):
                 v = table.defaults[p].copy() if table.defaults[p] is not None else exp.Null()
             out.append((p, v, col))
@@ -212,6 +224,9 @@ def assign_values(
     out_cols, out_valid = list(cols[:width]), list(valid[:width])
     for p, value, node in assigns:
         column = table.columns[p]
+        if table.identities[p] is not None and _is_default(value):
+            out_cols[p], out_valid[p] = next_values(db, db.tables[table.name], p, n), None
+            continue
         e = translate_scalar(value, resolve)
         e = assigned(node, e, column.type, column.name)
         data, mask = _assigned_values(e, cols, valid, n, column.name)
@@ -248,14 +263,16 @@ def insert(db: Connection, stmt: exp.Insert) -> tuple[state.TableState, Batch]:
     if with_ is not None:
         source = _with(db, with_, source)
     defaults = [default(table, p) for p in range(len(table.columns))]
+    identities = [p for p, i in enumerate(table.identities) if i is not None]
     if stmt.args.get("default"):  # INSERT ... DEFAULT VALUES
-        return st, _rows_to_batch(db, table, [defaults])
+        return st, _generated(db, st, _rows_to_batch(db, table, [defaults]), {p: None for p in identities})
     if not isinstance(source, exp.Values):
         return st, _insert_select(db, st, positions, source, defaults, listed)
     rows = []
     widths = {len(t.expressions) if isinstance(t, exp.Tuple) else 1 for t in source.expressions}
     if len(widths) > 1:
         raise error_at(source, "VALUES lists must all be the same length")
+    given: dict[int, list[int]] = {p: [] for p in identities}  # per identity column, the rows giving a value
     for r, tup in enumerate(source.expressions, start=1):
         vals = tup.expressions if isinstance(tup, exp.Tuple) else [tup]
         if len(vals) > len(positions):
@@ -266,10 +283,74 @@ def insert(db: Connection, stmt: exp.Insert) -> tuple[state.TableState, Batch]:
         for p, v in zip(positions, vals, strict=False):  # without a column list, the first columns
             if _is_default(v):
                 continue
+            if p in given:
+                _explicit_identity(table, p, v)
+                given[p].append(r - 1)
             row[p] = _literal_value(v, table.columns[p].type, table.columns[p].name, r)
         rows.append(row)
     batch = _rows_to_batch(db, table, rows)
-    return st, batch
+    return st, _generated(
+        db, st, batch, {p: np.array(rows_given, dtype=np.int64) for p, rows_given in given.items()}
+    )
+
+
+def _explicit_identity(table: Table, p: int, node: exp.Expression) -> None:
+    """A value given for identity column ``p`` on INSERT: refused when the column is GENERATED ALWAYS."""
+    if table.identities[p].always:
+        raise error_at(
+            node,
+            f"cannot insert a non-DEFAULT value into column {table.columns[p].name!r}: it is an identity "
+            "column defined as GENERATED ALWAYS (OVERRIDING SYSTEM VALUE is not supported)",
+        )
+
+
+def _generated(
+    db: Connection, st: state.TableState, batch: Batch, given: dict[int, np.ndarray | None]
+) -> Batch:
+    """``batch`` with the next values of each identity column's sequence in the rows not at ``given[p]``
+    (None: no row gives a value), one per row in order."""
+    if not given or not len(batch):
+        return batch
+    cols, valid = list(batch.columns), list(batch.valid)
+    n = len(batch)
+    for p, given_rows in given.items():
+        need = np.ones(n, dtype=bool)
+        if given_rows is not None and len(given_rows):
+            need[given_rows] = False
+        at = np.flatnonzero(need)
+        if not len(at):
+            continue
+        cols[p] = cols[p].copy()
+        cols[p][at] = next_values(db, st, p, len(at))
+        if valid[p] is not None:
+            valid[p] = valid[p].copy()
+            valid[p][at] = True
+            if valid[p].all():
+                valid[p] = None
+    return Batch(tuple(cols), tuple(valid), batch.times, batch.diffs)
+
+
+def next_values(db: Connection, st: state.TableState, p: int, n: int) -> np.ndarray:
+    """The next ``n`` values of the sequence of identity column ``p`` of table ``st``, handed out for good
+    (a transaction that rolls back does not give them back, as in PostgreSQL)."""
+    table = st.table
+    ident = table.identities[p]
+    name = table.columns[p].name
+    nxt = st.sequences[name]
+    last = nxt + ident.increment * (n - 1)
+    bad = last > ident.maxvalue if ident.increment > 0 else last < ident.minvalue
+    if bad or (n and not ident.minvalue <= nxt <= ident.maxvalue):
+        bound = ident.maxvalue if ident.increment > 0 else ident.minvalue
+        room = max((bound - nxt) // ident.increment + 1, 0)  # the values still there before the bound
+        st.sequences[name] = nxt + ident.increment * room
+        db.sequence_changes.add(table.name)
+        what = "maximum" if ident.increment > 0 else "minimum"
+        raise DataError(
+            f"nextval: reached {what} value of sequence {table.name + '_' + name + '_seq'!r} ({bound})"
+        )
+    st.sequences[name] = nxt + ident.increment * n
+    db.sequence_changes.add(table.name)
+    return np.arange(n, dtype=np.int64) * ident.increment + nxt
 
 
 def _with(db: Connection, with_: exp.With, source: exp.Expression | None) -> exp.Expression | None:
@@ -309,6 +390,9 @@ def _insert_select(
         if listed:
             raise error_at(query, "INSERT has more target columns than expressions")
         positions = positions[: len(plan.columns)]
+    for p in positions[: len(plan.columns)]:
+        if table.identities[p] is not None:
+            _explicit_identity(table, p, query)
     cols, valid, mult = queries.evaluate(db, plan)
     rep = np.repeat(np.arange(len(mult)), mult)
     n = len(rep)
@@ -337,7 +421,11 @@ def _insert_select(
         data, mask = _assigned_values(e, rows, rows_valid, n, column.name)
         out_cols[p] = data.astype(column.type.dtype)
         out_valid[p] = mask
-    return Batch.build(out_cols, out_valid, np.full(n, db.time), np.ones(n, np.int64))
+    batch = Batch.build(out_cols, out_valid, np.full(n, db.time), np.ones(n, np.int64))
+    everyone = np.arange(n, dtype=np.int64)
+    return _generated(
+        db, st, batch, {p: everyone if p in positions else None for p, i in enumerate(table.identities) if i}
+    )
 
 
 def _rows_to_batch(db: Connection, table: Table, rows: list[list[object]]) -> Batch:
@@ -374,6 +462,11 @@ def update(db: Connection, stmt: exp.Update, assigns: list | None = None) -> tup
     )
     new = Batch.build(cols, valid, sel.times, sel.diffs)
     return st, Batch.concat([sel.negate(), new])
+
+
+def truncate(db: Connection, st: state.TableState) -> Batch:
+    """The retraction of every row of a table (TRUNCATE), with this transaction's changes."""
+    return _current(db, st).negate()
 
 
 def _table(db: Connection, node: exp.Expression) -> state.TableState:

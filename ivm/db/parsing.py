@@ -71,6 +71,7 @@ def parse(
             for node in s.find_all(exp.Placeholder, exp.Parameter):
                 raise error_at(node, "a parameter placeholder, but no parameters were given")
     for s in statements:
+        _rename_column_shorthand(s)
         allow.check(s)
         for node in s.walk():
             node.comments = None  # comments mean nothing, and must not make equal expressions differ
@@ -88,9 +89,11 @@ def _parsed(sql: str, named: bool | None) -> tuple[tuple[exp.Expression, ...], t
     sql, mutual = rewrite_mutually_recursive(sql)
     try:
         statements = [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
+        _locate_commands(sql, statements)
         attach_mutually_recursive(statements, mutual)
     except ParseError as err:
         _refuse_groups_frames(sql)
+        _refuse_overriding(sql)
         e = err.errors[0] if err.errors else {}
         what = e.get("description", str(err))
         if "<class" in what or "Required keyword" in what:  # the parser's words, not SQL's
@@ -100,6 +103,68 @@ def _parsed(sql: str, named: bool | None) -> tuple[tuple[exp.Expression, ...], t
     except TokenError:
         raise _token_error(sql) from None
     return tuple(statements), (tuple(names) if names is not None else None)
+
+
+def _locate_commands(sql: str, statements: list[exp.Expression]) -> None:
+    """Give each statement sqlglot kept only as words (a Command) the position of its first token, which
+    the parser does not record, so that refusing it says where it is."""
+    if not any(isinstance(s, exp.Command) for s in statements):
+        return
+    try:
+        toks = Postgres().tokenize(sql)
+    except TokenError:
+        return
+    firsts, at_start = [], True
+    for t in toks:
+        if t.token_type == TokenType.SEMICOLON:
+            at_start = True
+        elif at_start:
+            firsts.append(t)
+            at_start = False
+    if len(firsts) != len(statements):
+        return
+    for s, t in zip(statements, firsts, strict=True):
+        if isinstance(s, exp.Command) and not s.meta.get("line"):
+            s.meta.update(line=t.line, col=t.col, start=t.start, end=t.end)
+
+
+def _rename_column_shorthand(stmt: exp.Expression) -> None:
+    """``ALTER TABLE t RENAME a TO b`` renames column a (COLUMN is optional), which sqlglot reads as a rename
+    of the table: made the RENAME COLUMN it is."""
+    if not isinstance(stmt, exp.Alter):
+        return
+    actions, options = stmt.args.get("actions") or [], stmt.args.get("options") or []
+    if (
+        len(actions) == 1
+        and isinstance(actions[0], exp.AlterRename)
+        and len(options) == 1
+        and isinstance(options[0], exp.ToTableProperty)
+        and isinstance(options[0].this, exp.Table)
+    ):
+        old, new = actions[0].this, options[0].this
+        rename = exp.RenameColumn(this=exp.Column(this=old.this), to=exp.Column(this=new.this))
+        stmt.set("actions", [rename])
+        stmt.set("options", None)
+
+
+def _refuse_overriding(sql: str) -> None:
+    """Refuse ``INSERT ... OVERRIDING {SYSTEM|USER} VALUE`` by name (the parser does not know it and would only
+    say where it stopped)."""
+    try:
+        toks = Postgres().tokenize(sql)
+    except TokenError:
+        return
+    for t, nxt, last in zip(toks, toks[1:], toks[2:], strict=False):
+        if (
+            t.text.upper() == "OVERRIDING"
+            and nxt.text.upper() in ("SYSTEM", "USER")
+            and last.text.upper() == "VALUE"
+        ):
+            raise NotSupportedError(
+                f"INSERT ... OVERRIDING {nxt.text.upper()} VALUE is not supported",
+                t.line,
+                t.col - (t.end - t.start),
+            )
 
 
 def _parse_spark(sql: str, params, spark: Spark, catalog) -> list[exp.Expression]:

@@ -47,6 +47,10 @@ class TableState:
         self.uniques: list[tuple] = []  # (UNIQUE constraint, the arrangement by its columns)
         self.dataflows: list[Dataflow] = []  # what the table's constraints built, dropped with it
         self.admits = _admission(table)  # a quick test that a change fits the declared types as it is
+        # per identity column (by name), the next value of its sequence (see ``dml.next_values``)
+        self.sequences: dict[str, int] = {
+            c.name: i.start for c, i in zip(table.columns, table.identities, strict=True) if i is not None
+        }
 
 
 class ViewState:

@@ -137,12 +137,24 @@ class Store:
         if len(db.pool) > self.logged:
             strings = (self.logged, *db.pool.added_since(self.logged))
         rows = [(name, b) for name, b in batches if len(b)]
-        frame = wal.commit_frame(start, db.time, db.positions, strings, rows)
+        frame = wal.commit_frame(start, db.time, db.positions, strings, rows, _moved(db))
         self.logged = len(db.pool)
         if self.group is not None:
             self.group.append(frame)
         else:
             self._log(db, [frame], "the commit")
+
+    def sequences_moved(self, db: Connection) -> None:
+        """Outside a transaction, sequences that moved without a commit (in a statement that failed, or a
+        transaction rolled back) go to the log, in a commit of no rows: a value handed out is not handed out
+        again after a crash, as in PostgreSQL."""
+        if db.in_transaction or not db.sequence_changes or db.version != self.version:
+            return
+        frame = wal.commit_frame(db.time, db.time, db.positions, None, [], _moved(db))
+        if self.group is not None:
+            self.group.append(frame)
+        else:
+            self._log(db, [frame], "a sequence")
 
     def end_group(self, db: Connection, whole: bool) -> None:
         """A commit group ends: its commits go to the log in one append (a checkpoint, if the catalog
@@ -221,7 +233,9 @@ class Store:
             "version": db.version,
             "positions": json.loads(json.dumps(db.positions)),
             "catalog": _events(db),
+            "sequences": {name: dict(st.sequences) for name, st in db.tables.items() if st.sequences},
         }
+        db.sequence_changes.clear()
         if self.log is None:
             manifest["wal"] = 1 if self.keeps_log else 0
         else:
@@ -454,6 +468,9 @@ def _restore(db: Connection, store: Store, manifest: dict, hydrate: bool) -> Non
                 raise checkpoint.Mismatch(f"dataflow {df.name!r} is built differently")
             checkpoint.load(df, saved, store.written)
     db.time = max(db.time, manifest["time"])
+    for name, sequences in manifest.get("sequences", {}).items():
+        db.tables[name].sequences.update(sequences)
+    db.sequence_changes.clear()
     for st in db.tables.values():
         st.input.advance_to(db.time)
     for df in db.engine.dataflows:
@@ -545,6 +562,8 @@ def _replay(db: Connection, store: Store, manifest: dict) -> int:
             known = len(db.pool) - start  # logged again after a checkpoint in the background that holds them
             db.pool.extend(strings[known:], canonical[known:])
     for c in commits:
+        for name, sequences in c.sequences.items():
+            db.tables[name].sequences.update(sequences)
         offset = db.time - c.start
         for name, b in c.rows:
             st = db.tables.get(name)
@@ -557,6 +576,13 @@ def _replay(db: Connection, store: Store, manifest: dict) -> int:
         transactions.stop_failed(db, db.engine.failed, report=False)
         db.positions = dict(c.positions)  # each commit holds them all
     return len(commits)
+
+
+def _moved(db: Connection) -> dict:
+    """The sequences that moved since the log last said (each table's, whole), which it now says."""
+    moved = {n: dict(db.tables[n].sequences) for n in db.sequence_changes if n in db.tables}
+    db.sequence_changes.clear()
+    return moved
 
 
 def _events(db: Connection) -> list[dict]:

@@ -17,6 +17,7 @@ from ivm.db import state
 from ivm.db.arrow import to_arrow_column
 from ivm.engine.batch import Batch
 from ivm.engine.dataflow import Arranged
+from ivm.errors import OperationalError
 from sql.catalog import Table
 
 if TYPE_CHECKING:
@@ -29,12 +30,16 @@ class Subscription:
     """A view's diffs as Arrow record batches (see ``Connection.subscribe``)."""
 
     def __init__(
-        self, conn: Connection, arranged: Arranged, columns, snapshot: bool, table: Table | None
+        self, conn: Connection, arranged: Arranged, columns, snapshot: bool, table: Table | None, name: str = ""
     ) -> None:
         self.columns = columns
         self.table = table
+        self.relation = name
+        self.arranged = arranged
         self.pool = conn.pool
         self.pending: list[Batch] = []
+        # why the subscription ended (its relation dropped, or its table altered): raised once it is read out
+        self.ended: str | None = None
         # a table's arrangement holds its key columns first: the order that restores the table's columns
         self.order = None if table is None else state.table_order(table, len(columns), arranged.nkey)
         if snapshot:
@@ -42,9 +47,21 @@ class Subscription:
             n = len(mult)
             at = np.full((n, 1), max(conn.time - 1, 0))
             self.pending.append(Batch(tuple(cols), tuple(valid), at, mult))
-        arranged.op.subscribe(_Sink(self.pending))
+        self.sink = _Sink(self.pending)
+        arranged.op.subscribe(self.sink)
+
+    def follow(self, arranged: Arranged) -> None:
+        """Go on with the changes of ``arranged``: the relation's arrangement built again with the same rows
+        (its view built again by ALTER TABLE or DROP)."""
+        self.arranged = arranged
+        arranged.op.subscribe(self.sink)
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
+        yield from self._batches()
+        if self.ended is not None:
+            raise OperationalError(self.ended)
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
         while self.pending:
             b = self.pending.pop(0)
             if self.order is not None:

@@ -8,7 +8,8 @@ little-endian bytes, since an Arrow IPC stream per table (a schema, a batch and 
 to write than the sync itself for the few rows of a small transaction:
 
 - the connection's times before and after the commit, the first code of the strings its pool gained since the
-  last commit logged (-1: none) and how many, and the length of its sources' positions (JSON, then);
+  last commit logged (-1: none) and how many, the length of its sources' positions and that of the sequences of
+  identity columns that moved since the last commit logged (each JSON, then, in that order);
 - those strings, so that the text codes of the rows that follow mean what they meant: whether each was
   canonical (a byte each), their offsets (``int64``, one more than strings) and their UTF-8 bytes;
 - per table changed: its row count, name and layout (each column's numpy type, ``?`` after one with NULLs),
@@ -19,8 +20,9 @@ A group frame says that the frames of the next so many bytes are one commit grou
 (``Connection.commit_group``): written in one append, they count only if all of them can be read. A frame cut
 short or damaged at the end of the last segment, with no whole commit after it, is the tail of a commit that
 never returned: it is cut off at open. A damaged frame anywhere else is an error naming the segment and the
-byte the frame starts at: the commits after it were acknowledged and cannot be skipped. Frames of another
-format version (format 0 held Arrow IPC streams) are refused, saying so.
+byte the frame starts at: the commits after it were acknowledged and cannot be skipped. Frames of format 2
+(which had no sequences) are read as before; frames of another format version (format 0 held Arrow IPC
+streams, and a later ivm may write others) are refused, saying so.
 
 On an object store, where nothing is appended to, a segment is a sequence of parts (``SEGMENT-PART.log``),
 one object per append, written whole; read in order, its parts are the segment's bytes.
@@ -63,11 +65,13 @@ __all__ = [
 ]
 
 MAGIC = b"IVMW"
-VERSION = 2  # of the frames' layout; frames of format 0 held Arrow IPC streams
+VERSION = 3  # of the frames' layout; format 2 had no sequences, and frames of format 0 held Arrow IPC streams
+READABLE = (2, 3)
 HEADER = struct.Struct("<4sBBxxQI")  # magic, kind, format version, length, CRC-32
 _CHECKED = struct.Struct("<BBxxQ")  # the header's part its CRC-32 covers, before the payload
 COMMIT, GROUP = 3, 4
-_COMMIT = struct.Struct("<qqqqI")  # start, time, first string code (-1: none), strings, positions' bytes
+_COMMIT_2 = struct.Struct("<qqqqI")  # start, time, first string code (-1: none), strings, positions' bytes
+_COMMIT = struct.Struct("<qqqqII")  # the same, then the sequences' bytes
 _TABLE = struct.Struct("<qHH")  # rows, name's bytes, layout's bytes
 _GROUP = struct.Struct("<Q")  # bytes of the group's frames
 _INT64 = np.dtype(np.int64)
@@ -80,6 +84,7 @@ class Commit:
     start: int  # the connection's time it began at
     time: int  # the connection's time after it
     positions: dict
+    sequences: dict = field(default_factory=dict)  # per table, per identity column, its sequence's next value
     strings: list[tuple[int, pa.Array, np.ndarray]] = field(default_factory=list)  # (first code, text, canon)
     rows: list[tuple[str, Batch]] = field(default_factory=list)
 
@@ -208,12 +213,15 @@ def commit_frame(
     positions: dict,
     strings: tuple[int, pa.Array, np.ndarray] | None = None,
     rows: list[tuple[str, Batch]] | tuple = (),
+    sequences: dict | None = None,
 ) -> bytes:
-    """The frame of one commit: the connection's times before and after it and its sources' positions, the
-    strings its pool gained (their first code, the strings, whether each was canonical) and each table's
-    changes as they entered the engine (one time coordinate). See the module's docstring for the layout."""
+    """The frame of one commit: the connection's times before and after it, its sources' positions and the
+    sequences that moved, the strings its pool gained (their first code, the strings, whether each was
+    canonical) and each table's changes as they entered the engine (one time coordinate). See the module's
+    docstring for the layout."""
     info = json.dumps(positions, separators=(",", ":")).encode() if positions else b""
-    parts: list = [None, info]
+    moved = json.dumps(sequences, separators=(",", ":")).encode() if sequences else b""
+    parts: list = [None, info, moved]
     first, count = -1, 0
     if strings is not None:
         first, text, canonical = strings
@@ -242,7 +250,7 @@ def commit_frame(
         if times.dtype != _INT64 or diffs.dtype != _INT64:
             times, diffs = times.astype(_INT64), diffs.astype(_INT64)
         parts += [_TABLE.pack(len(batch), len(name), len(spec)), name, spec, *columns, times, diffs]
-    parts[0] = _COMMIT.pack(start, time, first, count, len(info))
+    parts[0] = _COMMIT.pack(start, time, first, count, len(info), len(moved))
     try:
         payload = b"".join(parts)
     except TypeError:  # an array that is not contiguous (times broadcast from one): copied
@@ -317,6 +325,11 @@ def _read_segment(data: bytes, path: str, last: bool) -> tuple[list[Commit], int
                     f"{path} holds log frames of format {version} (at byte {pos}), this ivm reads format "
                     f"{VERSION}: open the database with the ivm that wrote it, whose clean stop leaves no log"
                 )
+            if not bad and version not in READABLE:
+                raise OperationalError(
+                    f"{path} holds log frames of format {version} (at byte {pos}), this ivm reads formats "
+                    f"{' and '.join(map(str, READABLE))}: open the database with the ivm that wrote it"
+                )
             bad = bad or (group is not None and end + length > group[1])
         if bad:
             if last and not _more_commits(data, pos + 1 if group is None else group[1]):
@@ -331,7 +344,7 @@ def _read_segment(data: bytes, path: str, last: bool) -> tuple[list[Commit], int
         if kind != COMMIT:
             raise OperationalError(f"{path} is damaged at byte {start}: a frame of unknown kind {kind}")
         try:
-            commits.append(_commit(data, end, pos))
+            commits.append(_commit(data, end, pos, version))
         except (ValueError, TypeError, UnicodeDecodeError, struct.error, pa.ArrowException) as err:
             raise OperationalError(f"{path} is damaged at byte {start}: {err}") from None
         if group is None:
@@ -370,13 +383,20 @@ def _more_commits(data: bytes, start: int) -> bool:
     return False
 
 
-def _commit(data: bytes, pos: int, end: int) -> Commit:
-    """The commit a frame's payload (bytes ``pos`` to ``end`` of ``data``) holds."""
-    start, time, first, count, info = _COMMIT.unpack_from(data, pos)
-    pos += _COMMIT.size
+def _commit(data: bytes, pos: int, end: int, version: int = VERSION) -> Commit:
+    """The commit a frame's payload (bytes ``pos`` to ``end`` of ``data``) holds, in format ``version``."""
+    if version == 2:
+        start, time, first, count, info = _COMMIT_2.unpack_from(data, pos)
+        moved = 0
+        pos += _COMMIT_2.size
+    else:
+        start, time, first, count, info, moved = _COMMIT.unpack_from(data, pos)
+        pos += _COMMIT.size
     positions = json.loads(bytes(data[pos : pos + info])) if info else {}
-    commit = Commit(start, time, positions)
     pos += info
+    sequences = json.loads(bytes(data[pos : pos + moved])) if moved else {}
+    commit = Commit(start, time, positions, sequences)
+    pos += moved
     if first >= 0:
         canonical = _array(data, pos, np.dtype(np.bool_), count, end)
         offsets = _array(data, pos + count, _INT64, count + 1, end)

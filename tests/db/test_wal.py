@@ -138,5 +138,27 @@ def test_a_log_of_an_older_format_is_refused_with_its_format(tmp_path):
     payload = b"an Arrow IPC stream, as format 0 wrote its frames"
     frame = struct.pack("<4sBxxxQI", wal.MAGIC, wal.COMMIT, len(payload), zlib.crc32(payload)) + payload
     (tmp_path / f"{1:012d}.log").write_bytes(frame)
-    with pytest.raises(OperationalError, match="log frames of format 0 .* this ivm reads format 2"):
+    with pytest.raises(OperationalError, match="log frames of format 0 .* this ivm reads format 3"):
         wal.read_log(str(tmp_path), 1)
+
+
+def _format_2(frame: bytes) -> bytes:
+    """A commit frame as format 2 wrote it: without the length of the sequences, which it did not have."""
+    payload = frame[wal.HEADER.size :]
+    head = wal._COMMIT.unpack_from(payload)
+    assert head[-1] == 0  # no sequences
+    payload = wal._COMMIT_2.pack(*head[:-1]) + payload[wal._COMMIT.size :]
+    crc = zlib.crc32(payload, zlib.crc32(wal._CHECKED.pack(wal.COMMIT, 2, len(payload))))
+    return wal.HEADER.pack(wal.MAGIC, wal.COMMIT, 2, len(payload), crc) + payload
+
+
+def test_frames_of_format_2_read_as_they_were_and_sequences_read_back(tmp_path):
+    """Format 2 had no sequences: a log of its frames (left by an ivm before them) reads as it was written."""
+    commits = _commits()
+    frames = [_format_2(wal.commit_frame(*c)) for c in commits]
+    (tmp_path / f"{1:012d}.log").write_bytes(b"".join(frames))
+    _check(wal.read_log(str(tmp_path), 1), commits)
+    moved = {"t": {"id": 7}, "Other": {"a": -3, "b": 1}}
+    (tmp_path / f"{2:012d}.log").write_bytes(wal.commit_frame(7, 8, {"lsn": 1}, None, [], moved))
+    [got] = wal.read_log(str(tmp_path), 2)
+    assert got.sequences == moved and got.positions == {"lsn": 1} and got.rows == []
