@@ -172,8 +172,12 @@ def _expr(e: Expr, src: Plan) -> str:
     if isinstance(e, Call):
         args = [_expr(a, src) for a in e.args]
         if e.op == "like":
-            pattern, insensitive, *_ = e.param
-            return f"{args[0]} {'ILIKE' if insensitive else 'LIKE'} {sql_literal(pattern, TEXT)}"
+            pattern, what, escape, *_ = e.param
+            escaped = f" ESCAPE {sql_literal(escape, TEXT)}" if escape != "\\" else ""
+            return f"{args[0]} {what} {sql_literal(pattern, TEXT)}{escaped}"
+        if e.op == "regex":
+            pattern, what, _ = e.param
+            return f"{args[0]} {what} {sql_literal(pattern, TEXT)}"
         if e.op in ("to_type", "to_text", "to_int", "round_decimal"):
             return f"CAST({args[0]} AS {e.type})"
         if e.op == "extract":

@@ -21,6 +21,7 @@ from planner.canon import arranged_form
 from planner.compile import compile_index, compile_view
 from planner.expr import compile_predicate
 from sql.catalog import Table, View
+from sql.datetimes import statement_time
 from sql.ddl import table_from_create
 from sql.errors import SqlError, error_at
 from sql.logical import Call, Column, Plan, Scan
@@ -125,7 +126,9 @@ def _add_table(db: Connection, table: Table, sql: str) -> None:
     st = state.TableState(table, inp, arranged, sql, state.changed(db))
     scope = {(name, c.name): i for i, c in enumerate(cols)}
     for check in table.checks:
-        cond = boolean(check.condition, translate_scalar(check.condition, dml.column_resolver(scope, table)))
+        with statement_time("a CHECK constraint"):
+            cond = translate_scalar(check.condition, dml.column_resolver(scope, table))
+        cond = boolean(check.condition, cond)
         st.checks.append((check, compile_predicate(Call("not", (cond,), cond.type))))
     db.catalog.tables[name] = table
     db.tables[name] = st
@@ -172,7 +175,8 @@ def create_view(db: Connection, stmt: exp.Create) -> None:
     if replacing and db.in_transaction:
         raise error_at(stmt, "CREATE OR REPLACE VIEW inside a transaction is not supported", unsupported=True)
     query = stmt.expression
-    plan = db._plan(query)
+    with statement_time("a view"):  # a view is not maintained as time passes
+        plan = db._plan(query)
     queries.check_readable(db, plan)
     if replacing:
         _replaceable(db, stmt, name, plan)

@@ -23,6 +23,7 @@ from sqlglot.tokens import TokenType
 
 from ivm.errors import DataError, NotSupportedError, ProgrammingError
 from sql import allow
+from sql.dialect import Ivm, plain_strings
 from sql.errors import error_at
 from sql.recursive import attach_mutually_recursive, rewrite_mutually_recursive
 from sql.spark import Spark, relations_of, to_postgres
@@ -59,7 +60,7 @@ def parse(
         sql, names = _numbered(sql, params)
     sql, mutual = rewrite_mutually_recursive(sql)
     try:
-        statements = [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
+        statements = [plain_strings(s, sql) for s in sqlglot.parse(sql, dialect=Ivm) if s is not None]
         attach_mutually_recursive(statements, mutual)
     except ParseError as err:
         _refuse_groups_frames(sql)
