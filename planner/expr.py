@@ -19,6 +19,7 @@ from ivm.engine.strings import POOL
 from planner import datetimes
 from planner.functions import COMPARISONS, FUNCTIONS, compare_values, concat_codes, text_ranks
 from planner.values import encode, parse_engine, to_python
+from sql.errors import UnsupportedError
 from sql.logical import Call, ColRef, Const, Expr
 from sql.types import format_text
 
@@ -545,8 +546,8 @@ def _from_text(e: Call, cols, valid, n):
     def parse(text: str):
         try:
             return parse_engine(text, t)
-        except ValueError as err:
-            raise EvaluationError(str(err)) from None
+        except (ValueError, UnsupportedError) as err:
+            raise EvaluationError(getattr(err, "message", None) or str(err)) from None
 
     def parse_all(texts: pa.Array) -> pa.Array:
         # plain integers of up to 18 digits (never beyond BIGINT) are read by Arrow; anything else by Python

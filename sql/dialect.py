@@ -43,12 +43,26 @@ class Ivm(Postgres):
                 return super()._parse_interval_span(this, parse_function_unit)
             unit = None
             if self._curr is not None and self._curr.text.upper() in _INTERVAL_FIELDS:
-                unit = self._parse_var(any_token=True, upper=True)
+                unit = self._parse_var(any_token=True, upper=True).update_positions(self._prev)
                 if self._match_text_seq("TO"):
                     unit = self.expression(
                         exp.IntervalSpan(this=unit, expression=self._parse_var(any_token=True, upper=True))
                     )
             return self.expression(exp.Interval(this=this, unit=unit))
+
+        def _parse_function_call(self, *args, **kwargs):
+            token = self._curr
+            out = super()._parse_function_call(*args, **kwargs)
+            if out is not None and token is not None and "start" not in out.meta and not out.args.get("this"):
+                out.update_positions(token)  # a function without parentheses (current_date): its keyword
+            return out
+
+        def _parse_types(self, *args, **kwargs):
+            token = self._curr
+            out = super()._parse_types(*args, **kwargs)
+            if isinstance(out, exp.DataType) and token is not None and "start" not in out.meta:
+                out.update_positions(token)  # a type: its first word, where errors about it point
+            return out
 
 
 def plain_strings(statement: exp.Expression, sql: str) -> exp.Expression:

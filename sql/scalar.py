@@ -36,6 +36,7 @@ from sql.types import (
     domain_of,
     format_text,
     from_sqlglot,
+    interval_value,
     parse_text,
     sql_value,
     unsupported_type,
@@ -147,6 +148,12 @@ def _translate(node: exp.Expression, resolve: Resolver) -> Expr:
         inner = translate_scalar(node.this, resolve)
         if isinstance(inner, Const) and inner.value is not None and inner.type.numeric:
             return Const(-inner.value, inner.type)
+        if inner.type.kind == "interval":
+            if isinstance(inner, Const):
+                return Const(
+                    None if inner.value is None else tuple(-v for v in interval_value(inner.value)), INTERVAL
+                )
+            return Call("neg", (inner,), INTERVAL)
         _need_numeric(node, inner)
         return Call("neg", (inner,), inner.type)
     for cls, op in _ARITH.items():
@@ -427,6 +434,8 @@ def read_unknown(node: exp.Expression, text: str, t: SqlType) -> Const:
                 raise error_at(at, what, unsupported=True)
             return _literal(exp.Literal.number(str(d)), at)  # exactly as written, as PostgreSQL's numeric
         value = parse_text(text, t)
+    except UnsupportedError as err:
+        raise error_at(at, err.message, unsupported=True) from None
     except (ValueError, decimal.InvalidOperation):
         raise error_at(at, f'invalid input syntax for type {t.pg_name}: "{text}"', cls=DataError) from None
     if t.kind == "int" and t.bits < 64 and not -(2 ** (t.bits - 1)) <= value < 2 ** (t.bits - 1):

@@ -449,8 +449,8 @@ def _timestamp_text(text: str) -> dt.datetime:
         if low.endswith(name):
             s = s[: -len(name)].rstrip() + "+00:00"
             break
-    if s[-1:].isalpha() and not s.endswith("Z"):
-        raise ValueError(f"time zone names are not supported in timestamps ({text!r}); write an offset")
+    if s[-1:].isalpha() and not s.endswith("Z") and re.search(r"\d\s*[A-Za-z][A-Za-z_/+-]*$", s):
+        raise UnsupportedError(f"time zone names in timestamps are not supported ({text!r}); write an offset")
     return dt.datetime.fromisoformat(s)
 
 

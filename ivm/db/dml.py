@@ -24,7 +24,7 @@ from ivm.errors import DataError
 from planner.expr import compile_predicate, evaluate
 from planner.values import column_from_values, parse_engine, to_engine_value
 from sql.catalog import Table
-from sql.errors import SqlError, error_at
+from sql.errors import SqlError, UnsupportedError, error_at
 from sql.logical import ColRef
 from sql.scalar import and_parts, assigned, boolean, cast_to, translate_scalar
 from sql.types import SqlType
@@ -292,6 +292,8 @@ def _literal_value(node: exp.Expression, t: SqlType, column: str, row: int) -> o
     if isinstance(v, exp.Literal) and v.is_string and t.kind != "text" and not neg:
         try:
             return parse_engine(v.this, t)
+        except UnsupportedError as err:
+            raise error_at(node, f"{where}: {err.message}", unsupported=True) from None
         except ValueError:
             raise error_at(
                 node, f'{where}: invalid input syntax for type {t.pg_name}: "{v.this}"', cls=DataError
