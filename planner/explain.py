@@ -176,7 +176,7 @@ def _expr(e: Expr, src: Plan) -> str:
             escaped = f" ESCAPE {sql_literal(escape, TEXT)}" if escape != "\\" else ""
             return f"{args[0]} {what} {sql_literal(pattern, TEXT)}{escaped}"
         if e.op == "regex":
-            pattern, what, _ = e.param
+            pattern, what, *_ = e.param
             return f"{args[0]} {what} {sql_literal(pattern, TEXT)}"
         if e.op in ("to_type", "to_text", "to_int", "round_decimal"):
             return f"CAST({args[0]} AS {e.type})"

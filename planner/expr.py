@@ -271,7 +271,7 @@ def _like(e: Call, cols, valid, n):
     is matched by LIKE padded to n with spaces, as PostgreSQL matches it."""
     a, m = evaluate(e.args[0], cols, valid, n)
     if e.op == "regex":
-        regex, width = e.param[2], 0
+        regex, width = e.param[2], e.param[3]
     else:
         regex, width = e.param[3], e.param[4]
     if width:

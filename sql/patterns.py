@@ -6,7 +6,8 @@ written so that RE2 means what PostgreSQL means: the match runs once per distinc
 (``planner.expr``).
 
 - LIKE: ``%`` any text, ``_`` any one character, the escape character (a backslash, or ESCAPE's; none with
-  ``ESCAPE ''``) makes the next character stand for itself. A CHAR(n) value is matched padded to n.
+  ``ESCAPE ''``) makes the next character stand for itself. A CHAR(n) value is matched padded to n, by LIKE
+  and by regular expressions alike (PostgreSQL has operators of each for ``character``).
 - Regular expressions: PostgreSQL's advanced regular expressions (AREs) and RE2 agree on literals, ``.``
   (which matches a newline: ``(?s)``), ``^`` and ``$`` (the ends of the text), bracket expressions with
   ranges and POSIX classes, grouping, ``|``, and the quantifiers ``* + ? {m} {m,} {m,n}`` and their lazy forms
@@ -67,11 +68,13 @@ def translate_match(node: exp.Expression, resolve) -> Expr:
     if not (isinstance(pat, exp.Literal) and pat.is_string):
         raise error_at(pat, f"{what} needs a constant pattern", unsupported=True)
     if x.type.kind != "text" and not (isinstance(x, Const) and x.value is None):
-        raise error_at(node, f"{what} needs text, got {x.type}")
+        op = {"LIKE": "~~", "ILIKE": "~~*"}.get(what, what)
+        raise error_at(node, f"operator does not exist: {x.type.pg_name} {op} unknown ({what} needs text)")
     if isinstance(x, Const) and x.value is None:
         return Const(None, BOOL)
     if regex:
-        return Call("regex", (x,), BOOL, (pat.this, what, posix_regex(pat.this, insensitive, pat)))
+        # a CHAR(n) value is matched padded to n, as PostgreSQL's operators for character match it
+        return Call("regex", (x,), BOOL, (pat.this, what, posix_regex(pat.this, insensitive, pat), x.type.pad))
     if escape and _ends_escaped(pat.this, escape):
         raise error_at(pat, "LIKE pattern must not end with escape character", cls=DataError)
     regex_of = like_regex(pat.this, escape, insensitive)
@@ -170,8 +173,19 @@ def posix_regex(pattern: str, insensitive: bool = False, node: exp.Expression | 
 
         pc.match_substring_regex(pa.array([""], pa.string()), pattern=out)
     except Exception as err:  # noqa: BLE001 - RE2's own refusal of what PostgreSQL refuses too
-        raise error_at(node, f"invalid regular expression: {err}", cls=DataError) from None
+        said = str(err)
+        why = next((pg for re2, pg in _RE2_ERRORS if re2 in said), said)
+        raise error_at(node, f"invalid regular expression: {why}", cls=DataError) from None
     return out
+
+
+# RE2's words for what PostgreSQL also refuses, and PostgreSQL's
+_RE2_ERRORS = [
+    ("missing )", "parentheses () not balanced"),
+    ("unexpected )", "parentheses () not balanced"),
+    ("repetition operator", "quantifier operand invalid"),
+    ("bad repetition", "quantifier operand invalid"),
+]
 
 
 class _Translator:
