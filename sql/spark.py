@@ -494,11 +494,11 @@ class _Typer:
         intervals = [side for side in (node.this, node.expression) if isinstance(side, exp.Interval)]
         if t.kind == "date" and intervals:
             said = " ".join(
-                f"{side.this.name if side.this is not None else ''} {side.unit.name if side.unit else ''}".upper()
+                f"{side.this.name if side.this is not None else ''} {side.unit.name if side.unit else ''}"
                 for side in intervals
-            )
+            ).upper()
             if not any(u in said for u in ("HOUR", "MINUTE", "SECOND")):
-                # Spark's date plus days, months or years is a DATE; PostgreSQL's is the TIMESTAMP of its midnight
+                # Spark's date plus days, months or years is a DATE; PostgreSQL's the TIMESTAMP of its midnight
                 self._edit(
                     node, lambda n: exp.Cast(this=exp.Paren(this=n.copy()), to=exp.DataType.build("DATE"))
                 )
