@@ -306,7 +306,7 @@ def to_char(e: Call, args: list[Value], n: int) -> Value:
     f = _Fields(uniq.astype(np.int64))
     pieces: list[pa.Array | str] = []
     text = ""
-    for node in e.param:
+    for node in e.param[1]:
         if node.kind != "pattern":
             text += node.name
             continue

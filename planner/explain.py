@@ -34,7 +34,7 @@ from sql.logical import (
     Values,
     Window,
 )
-from sql.types import TEXT, sql_literal
+from sql.types import INTERVAL, TEXT, sql_literal
 
 __all__ = ["Step", "describe", "render"]
 
@@ -182,6 +182,13 @@ def _expr(e: Expr, src: Plan) -> str:
             return f"CAST({args[0]} AS {e.type})"
         if e.op == "extract":
             return f"EXTRACT({str(e.param).upper()} FROM {args[0]})"
+        if e.op in ("to_char", "to_date", "to_timestamp"):
+            return f"{e.op}({args[0]}, {sql_literal(e.param[0], TEXT)})"
+        if e.op == "epoch_to_ts":
+            return f"to_timestamp({args[0]})"
+        if e.op == "ts_add":
+            months, micros = e.param
+            return f"{args[0]} + {sql_literal((months, 0, micros), INTERVAL)}"
         if e.param is not None:
             args.append(str(e.param))
         return f"{e.op}({', '.join(args)})"

@@ -440,7 +440,7 @@ def call_by_name(node: exp.Anonymous, translate: Translate) -> Expr:
         if x.type.kind != "timestamp":
             what = "numbers" if x.type.numeric else "intervals" if x.type.kind == "interval" else str(x.type)
             raise error_at(node, f"to_char() of {what} is not supported", unsupported=True)
-        return Call("to_char", (x,), _text(), nodes)
+        return Call("to_char", (x,), _text(), (fmt.this, nodes))
     if x.type.kind != "text" and not _is_null(x):
         raise error_at(node, f"{name}() needs text, got {x.type}")
     if not any(n.kind == "pattern" and n.name in _YEARS for n in nodes):

@@ -399,5 +399,8 @@ class Connection:
                 transactions.begin(self, implicit=False)
             self.implicit = False  # BEGIN in a string of statements makes its transaction a block of its own
             return None
+        if isinstance(stmt, exp.Command) and stmt.name.upper() == "SET":  # SET TIME ZONE 'UTC' (``parsing``)
+            self.statusmessage = "SET"
+            return None
         what = stmt.name.upper() if isinstance(stmt, exp.Command) else allow.sql_name(stmt)
         raise error_at(stmt, f"{what} statements are not supported", unsupported=True)

@@ -78,11 +78,61 @@ def parse(
         for s in statements:
             for node in s.find_all(exp.Placeholder, exp.Parameter):
                 raise error_at(node, "a parameter placeholder, but no parameters were given")
+    statements = [_time_zone(s, sql, i) for i, s in enumerate(statements)]
     for s in statements:
         allow.check(s)
         for node in s.walk():
             node.comments = None  # comments mean nothing, and must not make equal expressions differ
     return [normalize_identifiers(s, dialect="postgres") for s in statements]
+
+
+_UTC = frozenset({"UTC", "ETC/UTC", "UCT", "GMT", "Z", "ZULU", "UNIVERSAL", "+00", "+00:00", "0"})
+
+
+def _time_zone(stmt: exp.Expression, sql: str, index: int) -> exp.Expression:
+    """``SET TIME ZONE 'zone'`` (or ``SET timezone = 'zone'``): to UTC, which the session's time zone always
+    is, a statement that does nothing; to any other zone, refused."""
+    zone = None
+    if isinstance(stmt, exp.Command) and stmt.name.upper() == "SET":
+        text = str(stmt.expression.this if isinstance(stmt.expression, exp.Literal) else stmt.expression or "")
+        words = text.strip().split(None, 3)
+        if words[:1] == ["SESSION"] or words[:1] == ["LOCAL"]:
+            words = words[1:]
+        if [w.upper() for w in words[:2]] == ["TIME", "ZONE"]:
+            zone = " ".join(words[2:]) if len(words) > 2 else ""
+    elif isinstance(stmt, exp.Set) and len(stmt.expressions) == 1:
+        item = stmt.expressions[0].this
+        if (
+            isinstance(item, exp.EQ)
+            and isinstance(item.this, exp.Column)
+            and item.this.name.lower() == "timezone"
+        ):
+            zone = item.expression.sql(dialect="postgres")
+    if zone is None:
+        return stmt
+    if zone.strip().strip("'").upper() in _UTC:
+        return exp.Command(this="SET", expression=exp.Literal.string("TIME ZONE 'UTC'"))
+    message = (
+        f"the session time zone is UTC, always: SET TIME ZONE {zone.strip()} is not supported (TIMESTAMP WITH "
+        "TIME ZONE values are shown in UTC; AT TIME ZONE gives the wall time of another zone)"
+    )
+    if isinstance(stmt, exp.Command):  # the parser kept no place for it: the statement's first word
+        starts = _statement_starts(sql)
+        line, col = starts[index] if index < len(starts) else (None, None)
+        raise NotSupportedError(message, line, col)
+    raise error_at(stmt, message, unsupported=True)
+
+
+def _statement_starts(sql: str) -> list[tuple[int, int]]:
+    """The line and column of the first word of each statement of ``sql``."""
+    starts, first = [], True
+    for tok in Postgres().tokenize(sql):
+        if tok.token_type == TokenType.SEMICOLON:
+            first = True
+        elif first:
+            starts.append((tok.line, tok.col - (tok.end - tok.start)))
+            first = False
+    return starts
 
 
 def _parse_spark(sql: str, params, spark: Spark, catalog) -> list[exp.Expression]:

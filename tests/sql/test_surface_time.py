@@ -409,6 +409,9 @@ REFUSED = [  # (statement, words of the message, the text the error points at)
         "CAST of text to INTERVAL is supported for constants only",
         "CAST(s AS INTERVAL)",
     ),
+    ("SET TIME ZONE 'Europe/Paris'", "the session time zone is UTC, always", "SET"),
+    ("SET timezone = 'America/New_York'", "the session time zone is UTC, always", "timezone"),
+    ("INSERT INTO ev (id, tz) VALUES (99, '2024-01-01 10:00 Europe/Paris')", "time zone names", "'2024"),
 ]
 
 
@@ -440,3 +443,6 @@ def test_timestamptz_columns_hold_instants_in_utc(db):
     ]
     with pytest.raises(NotSupportedError, match="time zone names in timestamps are not supported"):
         conn.execute("INSERT INTO z VALUES (9, '2024-01-01 10:00 Europe/Paris')")
+    for utc in ("SET TIME ZONE 'UTC'", "SET timezone = 'UTC'", "SET TimeZone TO 'Etc/UTC'"):
+        conn.execute(utc)  # the session's time zone already
+        assert conn.statusmessage == "SET"
