@@ -502,6 +502,10 @@ class _Typer:
                 self._edit(
                     node, lambda n: exp.Cast(this=exp.Paren(this=n.copy()), to=exp.DataType.build("DATE"))
                 )
+            else:  # a TIMESTAMP, an instant: from the date's midnight in the session time zone
+                if not self.utc:
+                    raise error_at(node, f"a DATE plus or minus hours {self._outside_utc()}", True)
+                return SparkType("timestamp")
         return t
 
     def _div(self, node: exp.Div) -> SparkType:
