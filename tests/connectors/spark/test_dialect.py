@@ -156,9 +156,9 @@ def test_the_embedded_database_stays_postgres():
 
 def test_dates_plus_days_or_months_stay_dates_as_in_spark(tmp_path):
     views = {
-        "shift": "SELECT k, CAST(wall AS DATE) + INTERVAL 1 DAY AS next, CAST(wall AS DATE) - INTERVAL '1' MONTH "
-        "AS prev, date_trunc('MONTH', CAST(wall AS DATE)) AS m, CAST(wall AS DATE) + INTERVAL 3 HOURS AS later "
-        "FROM t WHERE k = 1"
+        "shift": "SELECT k, CAST(wall AS DATE) + INTERVAL 1 DAY AS next, "
+        "CAST(wall AS DATE) - INTERVAL '1' MONTH AS prev, date_trunc('MONTH', CAST(wall AS DATE)) AS m, "
+        "CAST(wall AS DATE) + INTERVAL 3 HOURS AS later FROM t WHERE k = 1"
     }
     out = sink_with(tmp_path, views).contents("shift")
     assert out.schema.field("next").type == pa.date32() and out.schema.field("prev").type == pa.date32()
