@@ -669,9 +669,30 @@ def parse_templated(e: Call, args: list[Value], n: int) -> Value:
     sel = np.flatnonzero(m) if m is not None else np.arange(n)
     if len(sel):
         uniq, inv = np.unique(a[sel], return_inverse=True)
-        values = _assemble(_read(_Reader(POOL.strings(uniq)), nodes, e.op), e.op)
+        strings = POOL.strings(uniq)
+        values = np.zeros(len(uniq), dtype=np.int64)
+        for part in _by_length(strings):  # strings of like lengths together, the matrix of bytes bounded
+            values[part] = _assemble(_read(_Reader(strings.take(pa.array(part))), nodes, e.op), e.op)
         out[sel] = values[inv.reshape(-1)]
     return (out if timestamp else out.astype(np.int32)), m
+
+
+_MATRIX_BYTES = 1 << 24
+
+
+def _by_length(strings: pa.Array) -> list[np.ndarray]:
+    """Positions of ``strings`` in groups, shortest first, each of at most ``_MATRIX_BYTES`` when every string
+    of the group is padded to the group's longest."""
+    size = np.asarray(pc.binary_length(strings).fill_null(0), dtype=np.int64) + 8
+    order = np.argsort(size, kind="stable")
+    groups, start = [], 0
+    while start < len(order):
+        stop = start + 1  # a string longer than the bound alone
+        while stop < len(order) and (stop - start + 1) * int(size[order[stop]]) <= _MATRIX_BYTES:
+            stop += 1
+        groups.append(order[start:stop])
+        start = stop
+    return groups
 
 
 def _assemble(s: _Parse, function: str) -> np.ndarray:

@@ -263,8 +263,8 @@ def _bind(statements: list[exp.Expression], values: list) -> list[exp.Expression
 
 
 def _constant(v: object) -> exp.Expression:
-    """A Python value as a SQL constant of its type (a ``datetime`` with a time zone in UTC, as TIMESTAMP
-    holds it)."""
+    """A Python value as a SQL constant of its type (a ``datetime`` with a time zone as TIMESTAMP WITH TIME
+    ZONE, a ``timedelta`` as an INTERVAL)."""
     if v is None:
         return exp.Null()
     if isinstance(v, (bool, np.bool_)):
@@ -286,9 +286,15 @@ def _constant(v: object) -> exp.Expression:
     if isinstance(v, str):
         return exp.Literal.string(v)
     if isinstance(v, dt.datetime):
-        if v.tzinfo is not None:
-            v = v.astimezone(dt.UTC).replace(tzinfo=None)
+        if v.tzinfo is not None:  # an instant, as psycopg passes one: TIMESTAMP WITH TIME ZONE, in UTC
+            utc = v.astimezone(dt.UTC).replace(tzinfo=None).isoformat(sep=" ")
+            return exp.cast(exp.Literal.string(utc + "+00:00"), "TIMESTAMPTZ", dialect="postgres")
         return exp.cast(exp.Literal.string(v.isoformat(sep=" ")), "TIMESTAMP", dialect="postgres")
+    if isinstance(v, dt.timedelta):  # an interval of days and a time of day, as psycopg passes one
+        micros = v // dt.timedelta(microseconds=1)
+        days = abs(micros) // 86_400_000_000 * (1 if micros >= 0 else -1)
+        text = f"{days} days {micros - days * 86_400_000_000} microseconds"
+        return exp.Interval(this=exp.Literal.string(text))
     if isinstance(v, dt.date):
         return exp.cast(exp.Literal.string(v.isoformat()), "DATE", dialect="postgres")
     raise ProgrammingError(f"cannot pass a parameter of type {type(v).__name__}")

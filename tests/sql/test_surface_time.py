@@ -446,3 +446,14 @@ def test_timestamptz_columns_hold_instants_in_utc(db):
     for utc in ("SET TIME ZONE 'UTC'", "SET timezone = 'UTC'", "SET TimeZone TO 'Etc/UTC'"):
         conn.execute(utc)  # the session's time zone already
         assert conn.statusmessage == "SET"
+
+
+def test_parameters_pass_instants_and_intervals_as_psycopg_does(pg):
+    at = dt.datetime(2024, 1, 1, 10, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    span = dt.timedelta(days=1, hours=2)
+    sql = "SELECT id, tz = %s, ts + %s, ts - t2 > %s, %s FROM ev ORDER BY id"
+    params = (at, span, dt.timedelta(hours=-30), at)
+    db = ivm.connect()
+    db.execute(TABLE)
+    db.execute(f"INSERT INTO ev VALUES {', '.join(ROWS)}")
+    assert _rows_match(db.execute(sql, params).fetchall(), pg.execute(sql, params).fetchall())
