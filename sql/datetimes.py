@@ -55,6 +55,7 @@ __all__ = [
     "at_time_zone",
     "current_time",
     "statement_time",
+    "statement_now",
     "TIME_FUNCTIONS",
     "add_months_days",
 ]
@@ -74,6 +75,11 @@ def statement_time(now: dt.datetime | str | None) -> Iterator[None]:
         yield
     finally:
         _NOW.reset(token)
+
+
+def statement_now() -> dt.datetime | str | None:
+    """What ``statement_time`` set: the current time, or why there is none."""
+    return _NOW.get()
 
 
 def _is_null(e: Expr) -> bool:

@@ -9,6 +9,7 @@ built, and goes when none does. Relations created inside a transaction are remov
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,7 +22,7 @@ from planner.canon import arranged_form
 from planner.compile import compile_index, compile_view
 from planner.expr import compile_predicate
 from sql.catalog import Table, View
-from sql.datetimes import statement_time
+from sql.datetimes import statement_now, statement_time
 from sql.ddl import table_from_create
 from sql.errors import SqlError, error_at
 from sql.logical import Call, Column, Plan, Scan
@@ -46,12 +47,14 @@ def create_table(db: Connection, stmt: exp.Create) -> None:
     if stmt.expression is not None:
         return _create_table_as(db, stmt, name)
     table = table_from_create(stmt)
-    for p, d in enumerate(table.defaults):
-        if d is not None:
-            try:
-                dml.default(table, p)
-            except SqlError as err:
-                raise error_at(d, f"DEFAULT of column {table.columns[p].name!r}: {err.message}") from None
+    now = statement_now()  # a DEFAULT now() is tried with the current time (a database reopened has none)
+    with statement_time(now if isinstance(now, dt.datetime) else dt.datetime.now(dt.UTC)):
+        for p, d in enumerate(table.defaults):
+            if d is not None:
+                try:
+                    dml.default(table, p)
+                except SqlError as err:
+                    raise error_at(d, f"DEFAULT of column {table.columns[p].name!r}: {err.message}") from None
     _add_table(db, table, stmt.sql(dialect="postgres"))
     if db.in_transaction:
         db.undo.append(lambda: _forget_table(db, table.name))

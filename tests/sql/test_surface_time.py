@@ -457,3 +457,28 @@ def test_parameters_pass_instants_and_intervals_as_psycopg_does(pg):
     db.execute(TABLE)
     db.execute(f"INSERT INTO ev VALUES {', '.join(ROWS)}")
     assert _rows_match(db.execute(sql, params).fetchall(), pg.execute(sql, params).fetchall())
+
+
+def test_default_now_is_the_inserting_transaction_s_start(tmp_path):
+    path = str(tmp_path / "db")
+    db = ivm.connect(path)
+    db.execute("CREATE TABLE log (k INTEGER, at TIMESTAMPTZ DEFAULT now(), day DATE DEFAULT current_date)")
+    db.execute("INSERT INTO log (k) VALUES (1), (2)")
+    db.execute("BEGIN")
+    db.execute("INSERT INTO log (k) VALUES (3)")
+    db.execute("INSERT INTO log VALUES (4, DEFAULT, DEFAULT)")
+    started = db.execute("SELECT now()").fetchall()[0][0]
+    db.execute("COMMIT")
+    rows = db.execute("SELECT k, at, day FROM log ORDER BY k").fetchall()
+    assert rows[0][1] == rows[1][1] <= rows[2][1] == rows[3][1] == started  # one value per statement, per block
+    assert all(day == at.date() for _, at, day in rows)
+    db.close()
+    db = ivm.connect(path)  # the table is made again with its DEFAULT, and the rows are as they were
+    assert db.execute("SELECT k, at, day FROM log ORDER BY k").fetchall() == rows
+    db.execute("INSERT INTO log (k) VALUES (5)")
+    assert db.execute("SELECT at >= %s FROM log WHERE k = 5", (started,)).fetchall() == [(True,)]
+    db.close()
+    with pytest.raises(ProgrammingError) as err:
+        ivm.connect().execute("CREATE TABLE bad (x INTEGER DEFAULT now())")
+    assert "is of type INTEGER but the value is of type TIMESTAMPTZ" in err.value.message
+    assert (err.value.line, err.value.col) == (1, 37)
