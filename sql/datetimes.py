@@ -217,7 +217,10 @@ def _date_plus_days(op: str, a: Expr, b: Expr) -> Expr:
     else:
         days = b if op == "add" else Call("neg", (b,), b.type)
     if isinstance(a, Const) and isinstance(days, Const):
-        return Const(a.value + dt.timedelta(days=days.value), DATE)
+        try:
+            return Const(a.value + dt.timedelta(days=days.value), DATE)
+        except OverflowError:
+            pass  # beyond Python's dates: computed by the engine, which holds it
     return Call("date_add", (a, days), DATE, 0)
 
 
@@ -233,10 +236,9 @@ def _shifted(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
         if isinstance(a, Const):
             start = a.value if a.type.kind == "timestamp" else dt.datetime.combine(a.value, dt.time())
             try:
-                moved = add_months_days(start, months, days) + dt.timedelta(microseconds=micros)
-            except OverflowError:
-                raise error_at(node, "timestamp out of range", cls=DataError) from None
-            return Const(moved, t)
+                return Const(add_months_days(start, months, days) + dt.timedelta(microseconds=micros), t)
+            except (OverflowError, ValueError):
+                pass  # beyond Python's datetimes: computed by the engine, which holds it
         return Call("ts_add", (as_timestamp(a, t),), t, (months, days * DAY_MICROS + micros))
     return Call(op, (as_timestamp(a, t), b), t)  # microseconds added to microseconds
 
