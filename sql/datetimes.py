@@ -20,6 +20,7 @@ from __future__ import annotations
 import calendar
 import contextlib
 import datetime as dt
+import decimal
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 
@@ -339,12 +340,48 @@ def extract(node: exp.Expression, field: str, x: Expr, double: bool = False) -> 
         t = INT
     if _is_null(x):
         return Const(None, FLOAT if double else t)
-    out: Expr = Call("extract", (x,), t, name)
+    if isinstance(x, Const) and kind == "interval":
+        value = _interval_field(name, *interval_value(x.value))
+        out: Expr = Const(decimal.Decimal(value) if t.kind == "decimal" else int(value), t)
+    else:
+        out = Call("extract", (x,), t, name)
     if double:
         from sql.scalar import coerce
 
         out = coerce(node, out, FLOAT)
     return out
+
+
+def _c_div(a: int, b: int) -> int:
+    q = abs(a) // b
+    return q if a >= 0 else -q
+
+
+def _interval_field(name: str, months: int, days: int, micros: int):
+    """A field of an interval constant, as PostgreSQL's interval_part gives it (C's divisions, toward zero)."""
+    year, month = _c_div(months, 12), months - _c_div(months, 12) * 12
+    hour = _c_div(micros, 3_600_000_000)
+    rest = micros - hour * 3_600_000_000
+    minute = _c_div(rest, 60_000_000)
+    within = rest - minute * 60_000_000  # microseconds of the minute, with their sign
+    if name == "epoch":
+        return (
+            decimal.Decimal(31_557_600 * year + 2_592_000 * month + 86_400 * days) * 1_000_000 + micros
+        ) / 10**6
+    return {
+        "microsecond": within,
+        "millisecond": decimal.Decimal(within) / 1000,
+        "second": decimal.Decimal(within) / 1_000_000,
+        "minute": minute,
+        "hour": hour,
+        "day": days,
+        "month": month,
+        "quarter": _c_div(month, 3) + 1,
+        "year": year,
+        "decade": _c_div(year, 10),
+        "century": _c_div(year, 100),
+        "millennium": _c_div(year, 1000),
+    }[name]
 
 
 def date_part(node: exp.Anonymous, translate: Translate) -> Expr:

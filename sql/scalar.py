@@ -90,6 +90,8 @@ def aggregate_type(node: exp.Expression, func: str, e: Expr) -> SqlType:
     t = e.type
     if func == "count":
         return INT
+    if func in ("sum", "avg") and t.kind == "interval":
+        raise error_at(node, f"{func.upper()} of intervals is not supported", unsupported=True)
     if func in ("sum", "avg") and not t.numeric:
         raise error_at(node, f"{func.upper()} needs numbers, got {t}")
     if func == "avg":
