@@ -373,12 +373,7 @@ def compare(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
         return Call(op, (coerce(node, a, t), coerce(node, b, t)), BOOL)
     if {ta.kind, tb.kind} <= {"date", "timestamp"}:  # a date is its midnight; a TIMESTAMP is in UTC
         return _compare_times(op, a, b)
-    if ta.kind in ("date", "timestamp", "bool", "interval") or tb.kind in (
-        "date",
-        "timestamp",
-        "bool",
-        "interval",
-    ):
+    if {ta.kind, tb.kind} & {"date", "timestamp", "bool", "interval"}:
         raise error_at(node, f"cannot compare {ta} with {tb}")
     t = common_type(node, [ta, tb])
     return Call(op, (coerce(node, a, t), coerce(node, b, t)), BOOL)
@@ -414,7 +409,7 @@ def _unknown_operand(node: exp.Expression, op: str, e: Expr, other: Expr, right:
     k = other.type.kind
     if other.type.numeric or (op == "sub" and k in ("date", "timestamp")) or k == "interval":
         return read_unknown(node, e.value, other.type)
-    if k == "timestamp" or (k == "date" and op == "sub" and right):
+    if k == "timestamp":
         return read_unknown(node, e.value, INTERVAL)
     sign = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%"}[op]
     sides = f"{other.type.pg_name} {sign} unknown" if right else f"unknown {sign} {other.type.pg_name}"
