@@ -39,7 +39,6 @@ from sql.types import (
     TIMESTAMPTZ,
     SqlType,
     decimal_type,
-    interval_text,
     interval_value,
     justified,
     parse_interval,
@@ -95,7 +94,8 @@ def _null_type() -> SqlType:
 
 # -- the current time -------------------------------------------------------------------------------------
 
-# sqlglot's node of each function of the current time, with its SQL name and its type
+# sqlglot's node of each function of the current time, with its SQL name (now() and current_timestamp are
+# one node) and its type
 TIME_FUNCTIONS: dict[type[exp.Expression], tuple[str, SqlType]] = {
     exp.CurrentTimestamp: ("now()", TIMESTAMPTZ),
     exp.CurrentDate: ("current_date", DATE),
@@ -165,10 +165,6 @@ def comparable_interval(e: Expr) -> Expr:
         return e
     months, days, micros = interval_value(e.value)
     return Const(justified((months * 30 + days) * DAY_MICROS + micros), INTERVAL)
-
-
-def interval_sql(value: tuple[int, int, int]) -> str:
-    return f"INTERVAL '{interval_text(*value)}'"
 
 
 # -- arithmetic -------------------------------------------------------------------------------------------
