@@ -285,13 +285,32 @@ def _piece(node, f: _Fields) -> pa.Array | str:
     if name == "CC":
         y = f.year
         century = np.where(y > 0, (y + 99) // 100, _c_div(y, 100) - 1)
-        return _number(century, 0) if fm or (np.abs(century) > 99).any() else _number(century, 2)
+        if fm:
+            return _number(century, 0)
+        return pc.if_else(pa.array(np.abs(century) > 99), _number(century, 0), _number(century, 2))
     if name == "Y,YYY":
         thousands = year // 1000
         return pc.binary_join_element_wise(_number(thousands, 0), _number(year - thousands * 1000, 3), ",")
     if name == "FX":
         return ""
     raise AssertionError(name)
+
+
+def _ordinal(text: pa.Array, upper: bool) -> pa.Array:
+    """Numbers written with their English ordinal suffix, as PostgreSQL's TH (``upper``) or th: 1st, 2nd,
+    3rd, 11th, 12th, 13th, 21st..."""
+    last = pc.utf8_slice_codeunits(text, start=-1)
+    tens = pc.utf8_slice_codeunits(text, start=-2, stop=-1)
+    suffix = pc.if_else(
+        pc.equal(tens, "1"),
+        "th",
+        pc.if_else(
+            pc.equal(last, "1"),
+            "st",
+            pc.if_else(pc.equal(last, "2"), "nd", pc.if_else(pc.equal(last, "3"), "rd", "th")),
+        ),
+    )
+    return pc.binary_join_element_wise(text, pc.utf8_upper(suffix) if upper else suffix, "")
 
 
 def to_char(e: Call, args: list[Value], n: int) -> Value:
@@ -313,7 +332,8 @@ def to_char(e: Call, args: list[Value], n: int) -> Value:
         if text:
             pieces.append(text)
             text = ""
-        pieces.append(_piece(node, f))
+        piece = _piece(node, f)
+        pieces.append(_ordinal(piece, node.th == "TH") if node.th else piece)
     if text:
         pieces.append(text)
     arrays = [p for p in pieces if not isinstance(p, str)]
@@ -569,7 +589,7 @@ def _read(reader: _Reader, nodes, function: str) -> _Parse:
         live = s.live()
         if not live.any():
             break
-        if not fx and (node.kind != "pattern" or i == 0):
+        if not fx and not (node.kind == "pattern" and node.name == "FX") and (node.kind == "pattern" or i == 0):
             s.skip_spaces(live, count=True)
         if node.kind in ("separator", "space"):
             b = reader.at(s.pos)
@@ -717,15 +737,6 @@ def _assemble(s: _Parse, function: str) -> np.ndarray:
     hour = np.where(s.clock12 & (f["pm"] != 0) & (hour < 12), hour + 12, hour)
     hour = np.where(s.clock12 & (f["pm"] == 0) & (hour == 12), 0, hour)
     year = np.where(f["year"] < 0, f["year"] + 1, f["year"])
-    bc = ok & (year <= 0)
-    s.fail(
-        bc,
-        lambda row: (
-            f"{function}() of {r.text(row)!r}: a year before 1 AD (the year 1 BC when the text has none) "
-            "is not supported"
-        ),
-    )
-    ok &= ~bc
     has_year = f["year"] != 0
     has_month = f["mm"] != 0
     has_day = f["dd"] != 0
@@ -759,7 +770,16 @@ def _assemble(s: _Parse, function: str) -> np.ndarray:
     )
     s.fail(ok & bad, lambda row: f'date/time field value out of range: "{r.text(row)}"')
     ok &= ~bad
-    too_far = ok & (year > 294_276)
+    bc = ok & (year <= 0)  # PostgreSQL's answer is a date BC, which ivm does not hold
+    s.fail(
+        bc,
+        lambda row: (
+            f"{function}() of {r.text(row)!r}: a year before 1 AD (the year 1 BC when the text has none) "
+            "is not supported"
+        ),
+    )
+    ok &= ~bc
+    too_far = ok & (year > (294_276 if function == "to_timestamp" else 5_874_897))
     s.fail(
         too_far,
         lambda row: f'{"timestamp" if function == "to_timestamp" else "date"} out of range: "{r.text(row)}"',

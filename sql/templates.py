@@ -6,8 +6,10 @@ quote outside them quotes it, and every other character is copied too (in ``to_d
 separator, which is any ASCII punctuation, matches one of either in the input, other characters skip one).
 
 A pattern ivm does not compute is refused by name, never copied as text: its time zone patterns (ivm's time
-zone is UTC), the ``TM`` prefix (translated names), the ``TH`` and ``SP`` suffixes, and in ``to_date`` and
-``to_timestamp`` those that take a year from a week or a century (the ISO week date, ``WW``, ``CC``, ``J``).
+zone is UTC), the ``SP`` suffix, and in ``to_date`` and ``to_timestamp`` the ``TH`` suffix, the ``TM`` prefix
+and the patterns that take a year from a week or a century (the ISO week date, ``WW``, ``CC``, ``J``). ``TH``
+after a number in ``to_char`` adds its English ordinal suffix; ``TM`` before a name writes it in the
+session's language, English (ivm's locale is C), without padding.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ PARSED = frozenset(
     | {"DAY", "Day", "day", "DY", "Dy", "dy", "MONTH", "Month", "month", "MON", "Mon", "mon"}
     | {"A.M.", "a.m.", "AM", "am", "P.M.", "p.m.", "PM", "pm"}
 )
+# the patterns to_char writes as words, which the TH suffix leaves alone
+_WORDS = _NAMED_CASES | {"FX"}
 _PREFIXES = ("FM", "fm", "TM", "tm")
 _SUFFIXES = ("TH", "th", "SP")
 
@@ -81,6 +85,7 @@ class Node:
     fm: bool = False
     digit: bool = False
     text: str = ""  # the pattern as the template spells it (``mm``), for messages
+    th: str = ""  # ``TH`` or ``th``: the number followed by its English ordinal suffix (``1st``, ``2ND``)
 
 
 def _canonical(name: str) -> str:
@@ -104,7 +109,7 @@ def parse_template(text: str, allowed: frozenset[str], function: str) -> tuple[N
         keyword = next((k for k, _ in KEYWORDS if text.startswith(k, i)), None) if i < n else None
         if keyword is not None:
             name = _canonical(keyword)
-            if prefix in ("TM", "tm"):
+            if prefix in ("TM", "tm") and function != "to_char()":
                 raise UnsupportedError(
                     f"{function}: the template prefix TM (translated names) is not supported"
                 )
@@ -112,9 +117,13 @@ def parse_template(text: str, allowed: frozenset[str], function: str) -> tuple[N
                 raise UnsupportedError(f"{function}: the template pattern {keyword!r} is not supported")
             i += len(keyword)
             suffix = next((s for s in _SUFFIXES if text.startswith(s, i)), None)
-            if suffix is not None:
+            if suffix is not None and (suffix == "SP" or function != "to_char()"):
                 raise UnsupportedError(f"{function}: the template suffix {suffix!r} is not supported")
-            out.append(Node("pattern", name, prefix in ("FM", "fm"), _DIGIT[keyword], keyword))
+            i += len(suffix or "")
+            th = suffix if suffix in ("TH", "th") and name not in _WORDS else ""  # of a number: its ordinal
+            # TM: the names of the session's language (English, ivm's), not padded; on anything else, nothing
+            fm = prefix in ("FM", "fm") or (prefix in ("TM", "tm") and name.upper() in ("MONTH", "DAY"))
+            out.append(Node("pattern", name, fm, _DIGIT[keyword], keyword, th))
         elif i < n and text[i] == '"':
             i += 1
             while i < n:

@@ -144,6 +144,7 @@ SAME = [
     "to_char(ts, 'J SSSS WW W IYYY IY RM rm CC Y,YYY FF1 FF3 FF6 AD bc')",
     "to_char(ts, 'Hello \\\"x\\\" YYYY')",
     "to_char(d, 'yyyy/mm/dd hh24:mi:ss')",
+    "to_char(ts, 'DDth MMTH Qth IWth CCth HH12th FF3th, TMMonth TMDAY TMmon FMDDth')",
     # to_date and to_timestamp (to_timestamp is a TIMESTAMP WITH TIME ZONE)
     "to_date(s, 'YYYY-MM-DD')",
     "to_timestamp(s, 'YYYY-MM-DD HH24:MI:SS')",
@@ -400,8 +401,13 @@ REFUSED = [  # (statement, words of the message, the text the error points at)
     ),
     ("SELECT EXTRACT(TIMEZONE FROM tz) FROM ev", "is not supported", "EXTRACT(TIMEZONE FROM tz)"),
     ("SELECT to_char(ts, 'HH24 TZ') FROM ev", "the template pattern 'TZ' is not supported", "'HH24 TZ'"),
-    ("SELECT to_char(ts, 'DDth') FROM ev", "the template suffix 'th' is not supported", "'DDth'"),
-    ("SELECT to_char(ts, 'TMMonth') FROM ev", "the template prefix TM", "'TMMonth'"),
+    ("SELECT to_char(ts, 'DDSP') FROM ev", "the template suffix 'SP' is not supported", "'DDSP'"),
+    (
+        "SELECT to_date(s, 'YYYY-MM-DDth') FROM ev",
+        "the template suffix 'th' is not supported",
+        "'YYYY-MM-DDth'",
+    ),
+    ("SELECT to_date(s, 'TMMonth YYYY') FROM ev", "the template prefix TM", "'TMMonth YYYY'"),
     ("SELECT to_char(n, '999') FROM ev", "to_char() of numbers is not supported", "to_char(n"),
     ("SELECT to_char(ts, s) FROM ev", "to_char() needs a constant template", "s)"),
     ("SELECT to_date(s, 'IYYY-IW') FROM ev", "the template pattern 'IYYY' is not supported", "'IYYY-IW'"),
