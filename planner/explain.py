@@ -34,7 +34,7 @@ from sql.logical import (
     Values,
     Window,
 )
-from sql.types import TEXT, sql_literal
+from sql.types import INTERVAL, TEXT, sql_literal
 
 __all__ = ["Step", "describe", "render"]
 
@@ -172,12 +172,23 @@ def _expr(e: Expr, src: Plan) -> str:
     if isinstance(e, Call):
         args = [_expr(a, src) for a in e.args]
         if e.op == "like":
-            pattern, insensitive, *_ = e.param
-            return f"{args[0]} {'ILIKE' if insensitive else 'LIKE'} {sql_literal(pattern, TEXT)}"
+            pattern, what, escape, *_ = e.param
+            escaped = f" ESCAPE {sql_literal(escape, TEXT)}" if escape != "\\" else ""
+            return f"{args[0]} {what} {sql_literal(pattern, TEXT)}{escaped}"
+        if e.op == "regex":
+            pattern, what, *_ = e.param
+            return f"{args[0]} {what} {sql_literal(pattern, TEXT)}"
         if e.op in ("to_type", "to_text", "to_int", "round_decimal"):
             return f"CAST({args[0]} AS {e.type})"
         if e.op == "extract":
             return f"EXTRACT({str(e.param).upper()} FROM {args[0]})"
+        if e.op in ("to_char", "to_date", "to_timestamp"):
+            return f"{e.op}({args[0]}, {sql_literal(e.param[0], TEXT)})"
+        if e.op == "epoch_to_ts":
+            return f"to_timestamp({args[0]})"
+        if e.op == "ts_add":
+            months, micros = e.param
+            return f"{args[0]} + {sql_literal((months, 0, micros), INTERVAL)}"
         if e.param is not None:
             args.append(str(e.param))
         return f"{e.op}({', '.join(args)})"

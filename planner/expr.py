@@ -16,8 +16,10 @@ import pyarrow.compute as pc
 
 from ivm.engine.operators.basic import EvaluationError
 from ivm.engine.strings import POOL
+from planner import datetimes
 from planner.functions import COMPARISONS, FUNCTIONS, compare_values, concat_codes, text_ranks
 from planner.values import encode, parse_engine, to_python
+from sql.errors import UnsupportedError
 from sql.logical import Call, ColRef, Const, Expr
 from sql.types import format_text
 
@@ -160,7 +162,7 @@ def _check_range(e: Call, op: str, a, b, out: np.ndarray, mask) -> None:
     if mask is not None:
         wrapped = wrapped & mask
     if np.any(wrapped):
-        what = _overflow(e.type) if e.type.kind == "int" else f"numeric field overflow ({e.type})"
+        what = _overflow(e.type) if e.type.kind != "decimal" else f"numeric field overflow ({e.type})"
         raise EvaluationError(what)
     if e.type.kind == "int" and e.type.bits < 64:
         _check_width(e.type, out, mask)
@@ -168,6 +170,8 @@ def _check_range(e: Call, op: str, a, b, out: np.ndarray, mask) -> None:
 
 def _overflow(t) -> str:
     """PostgreSQL's message for a value beyond its type: ``integer out of range`` for an INTEGER."""
+    if t.kind in ("timestamp", "interval"):
+        return f"{t.kind} out of range"
     return f"{str(t).lower()} out of range" if t.kind == "int" else "numeric field overflow"
 
 
@@ -262,37 +266,17 @@ def _evaluated(fn):
 
 
 def _like(e: Call, cols, valid, n):
-    """LIKE and ILIKE, once per distinct string; a CHAR(n) value (``width`` n in the parameter) is matched
-    padded to n with spaces, as PostgreSQL matches it."""
+    """LIKE and ILIKE (as the regular expression ``sql.patterns`` made of the pattern), and the POSIX regular
+    expression matches ``~`` and ``~*``, once per distinct string; a CHAR(n) value (width n in the parameter)
+    is matched by LIKE padded to n with spaces, as PostgreSQL matches it."""
     a, m = evaluate(e.args[0], cols, valid, n)
-    pattern, insensitive, *width = e.param
-    regex = f"(?s){'(?i)' if insensitive else ''}^(?:{like_regex(pattern)})$"
+    if e.op == "regex":
+        regex, width = e.param[2], e.param[3]
+    else:
+        regex, width = e.param[3], e.param[4]
     if width:
-        return POOL.compute(a, lambda s: pc.match_substring_regex(pc.utf8_rpad(s, width[0]), regex), bool), m
+        return POOL.compute(a, lambda s: pc.match_substring_regex(pc.utf8_rpad(s, width), regex), bool), m
     return POOL.compute(a, lambda s: pc.match_substring_regex(s, pattern=regex), bool), m
-
-
-_REGEX_META = frozenset("\\.^$|?*+()[]{}")
-
-
-def like_regex(pattern: str) -> str:
-    """A LIKE pattern as a regular expression that Python's and RE2's (Arrow's) syntax read alike: ``%`` any
-    text, ``_`` any character, a backslash makes the next character stand for itself (PostgreSQL's default
-    escape)."""
-    out = []
-    escaped = False
-    for ch in pattern:
-        if not escaped and ch == "\\":
-            escaped = True
-            continue
-        if not escaped and ch == "%":
-            out.append(".*")
-        elif not escaped and ch == "_":
-            out.append(".")
-        else:
-            out.append("\\" + ch if ch in _REGEX_META else ch)
-        escaped = False
-    return "".join(out)
 
 
 def _case(e: Call, cols, valid, n):
@@ -346,7 +330,7 @@ def _fill(e: Expr, rows: np.ndarray, data: np.ndarray, mask: np.ndarray, cols, v
 # calls that fail on some values
 _FALLIBLE = frozenset(
     {"from_text", "fit_decimal", "fit_int", "div", "mod", "neg", "abs", "float_to_decimal", "div_round"}
-    | {"sqrt", "ln", "log10", "log", "exp", "power"}
+    | {"sqrt", "ln", "log10", "log", "exp", "power", "to_date", "to_timestamp", "epoch_to_ts"}
 )
 _EXACT = frozenset({"add", "sub", "mul"})  # fail beyond 64 bits, or beyond a double's range
 
@@ -368,7 +352,7 @@ def _nullif(e: Call, cols, valid, n):
 def _to_type(e: Call, cols, valid, n):
     a, m = evaluate(e.args[0], cols, valid, n)
     src, dst = e.param, e.type
-    if src.kind == dst.kind == "text":  # strings held alike (see ``sql.chars.retype``)
+    if src.kind == dst.kind and src.kind in ("text", "timestamp"):  # held alike (see ``sql.chars.retype``)
         return a, m
     if src.kind in ("date", "int") and dst.kind == "int":  # days, or an integer in a wider width
         return a.astype(np.int64), m
@@ -491,45 +475,9 @@ def _fit_int(e: Call, cols, valid, n):
     return a, m
 
 
-def _date_parts(days: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    d = days.astype("datetime64[D]")
-    y = d.astype("datetime64[Y]")
-    m = d.astype("datetime64[M]")
-    year = y.astype(np.int64) + 1970
-    month = (m - y).astype(np.int64) + 1
-    day = (d - m).astype(np.int64) + 1
-    return year, month, day
-
-
-DAY_MICROS = 86_400_000_000
-
-
-def _split_ts(ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Timestamps (microseconds) as days since the epoch and microseconds into the day."""
-    day = np.floor_divide(ts, DAY_MICROS)
-    return day, ts - day * DAY_MICROS
-
-
-def _extract(e: Call, cols, valid, n):
-    a, m = evaluate(e.args[0], cols, valid, n)
-    field = e.param
-    if e.args[0].type.kind == "timestamp":
-        a, tod = _split_ts(a)
-        if field in ("hour", "minute", "second"):
-            if field == "second":  # seconds with their fraction, as DECIMAL(8,6)
-                return tod % 60_000_000, m
-            return (tod // {"hour": 3_600_000_000, "minute": 60_000_000}[field]) % (
-                24 if field == "hour" else 60
-            ), m
-    a = a.astype(np.int64)
-    if field == "dow":  # 0 = Sunday; 1970-01-01 was a Thursday
-        return (a + 4) % 7, m
-    year, month, day = _date_parts(a)
-    if field == "doy":
-        return a - (year - 1970).astype("datetime64[Y]").astype("datetime64[D]").astype(np.int64) + 1, m
-    if field == "quarter":
-        return (month - 1) // 3 + 1, m
-    return {"year": year, "month": month, "day": day}[field], m
+_split_ts = datetimes.split_ts
+_date_parts = datetimes.date_parts
+DAY_MICROS = datetimes.DAY_MICROS
 
 
 def _ts_add(e: Call, cols, valid, n):
@@ -598,8 +546,8 @@ def _from_text(e: Call, cols, valid, n):
     def parse(text: str):
         try:
             return parse_engine(text, t)
-        except ValueError as err:
-            raise EvaluationError(str(err)) from None
+        except (ValueError, UnsupportedError) as err:
+            raise EvaluationError(getattr(err, "message", None) or str(err)) from None
 
     def parse_all(texts: pa.Array) -> pa.Array:
         # plain integers of up to 18 digits (never beyond BIGINT) are read by Arrow; anything else by Python
@@ -644,7 +592,11 @@ def _concat(e: Call, cols, valid, n):
 
 _CALLS = {
     "concat": _concat,
-    "extract": _extract,
+    "extract": _evaluated(datetimes.extract),
+    "to_char": _evaluated(datetimes.to_char),
+    "to_date": _evaluated(datetimes.parse_templated),
+    "to_timestamp": _evaluated(datetimes.parse_templated),
+    "epoch_to_ts": _evaluated(datetimes.epoch_to_ts),
     "date_add": _date_add,
     "ts_add": _ts_add,
     "from_text": _from_text,
@@ -664,6 +616,7 @@ _CALLS = {
     "not": _not,
     "is_null": _is_null,
     "like": _like,
+    "regex": _like,
     "case": _case,
     "coalesce": _coalesce,
     "nullif": _nullif,

@@ -51,7 +51,24 @@ __all__ = ["simplify", "column_picks", "renames", "Keys"]
 
 # calls whose value is NULL when any argument is
 _STRICT = frozenset(
-    {"eq", "ne", "lt", "le", "gt", "ge", "add", "sub", "mul", "div", "mod", "neg", "not", "like", "to_type"}
+    {
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "mod",
+        "neg",
+        "not",
+        "like",
+        "regex",
+        "to_type",
+    }
     | {"abs", "sign", "round", "floor", "ceil", "length", "upper", "lower", "reverse", "trim", "substring"}
     | {"left", "right", "replace", "pad", "split_part", "position", "starts_with"}
 )

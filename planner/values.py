@@ -13,13 +13,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ivm.engine.strings import POOL
-from sql.errors import DataError
-from sql.types import SqlType, parse_text, sql_value
+from sql.errors import DataError, UnsupportedError
+from sql.types import DAY_MICROS, SqlType, interval_value, justified, parse_text, sql_literal, sql_value
 
 __all__ = ["encode", "to_engine_value", "column_from_values", "to_python", "padded_strings", "parse_engine"]
 
 EPOCH = dt.date(1970, 1, 1)
 EPOCH_TS = dt.datetime(1970, 1, 1)
+EPOCH_TZ = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MICRO = dt.timedelta(microseconds=1)
 
 
 def encode(value: object, t: SqlType) -> object:
@@ -34,7 +36,16 @@ def encode(value: object, t: SqlType) -> object:
     if k == "date":
         return (value - EPOCH).days
     if k == "timestamp":
-        return (value - EPOCH_TS) // dt.timedelta(microseconds=1)
+        return (value - (EPOCH_TS if value.tzinfo is None else EPOCH_TZ)) // _MICRO
+    if k == "interval":
+        months, days, micros = interval_value(value)
+        if months or justified(days * DAY_MICROS + micros) != (0, days, micros):
+            raise UnsupportedError(
+                f"the interval {sql_literal((months, days, micros), t)} as a value is not supported: a value "
+                "of an interval column has no months and a time of day under 24 hours (as timestamp - "
+                "timestamp gives); add it to a date or timestamp, or compare with it"
+            )
+        return days * DAY_MICROS + micros
     return value
 
 
@@ -66,9 +77,12 @@ def to_python(data: np.ndarray, mask: np.ndarray | None, t: SqlType, padded: boo
             if k == "date":
                 vals = [EPOCH + dt.timedelta(days=int(v)) for v in data]
             else:
-                vals = [EPOCH_TS + dt.timedelta(microseconds=int(v)) for v in data]
+                epoch = EPOCH_TZ if t.tz else EPOCH_TS
+                vals = [epoch + dt.timedelta(microseconds=int(v)) for v in data]
         except OverflowError:
             raise DataError(f"a {t} beyond the year 9999 has no Python value (fetch_arrow gives it)") from None
+    elif k == "interval":
+        vals = [dt.timedelta(microseconds=int(v)) for v in data]
     else:
         vals = data.tolist()
     if mask is not None:

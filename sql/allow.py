@@ -108,6 +108,9 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.In: frozenset({"this", "expressions", "query", "negate"}),
     exp.Like: frozenset({"this", "expression", "negate"}),
     exp.ILike: frozenset({"this", "expression", "negate"}),
+    exp.Escape: _BINARY,  # of LIKE and ILIKE, as ``sql.patterns`` checks
+    exp.RegexpLike: _BINARY,
+    exp.RegexpILike: _BINARY,
     exp.DPipe: frozenset({"this", "expression", "safe"}),
     exp.Case: frozenset({"this", "ifs", "default"}),
     exp.If: frozenset({"this", "true", "false"}),
@@ -174,6 +177,9 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Concat: frozenset({"expressions", "safe", "coalesce"}),
     exp.Extract: _BINARY,
     exp.TimestampTrunc: frozenset({"this", "unit"}),
+    exp.CurrentTimestamp: frozenset(),
+    exp.CurrentDate: frozenset(),
+    exp.Localtimestamp: frozenset(),
     # data definition
     exp.Schema: frozenset({"this", "expressions"}),
     exp.ColumnDef: frozenset({"this", "kind", "constraints", "exists"}),  # exists: ADD COLUMN IF NOT EXISTS
@@ -195,8 +201,9 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Credentials: frozenset(),
 }
 
-# functions sqlglot parses as anonymous calls that the translator implements by name
-_ANONYMOUS = frozenset({"every"})
+# functions sqlglot parses as anonymous calls (or ``sql.dialect`` keeps as calls by name) that the translator
+# implements by name
+_ANONYMOUS = frozenset({"every", "to_char", "to_date", "to_timestamp", "date_part", "transaction_timestamp"})
 
 # SQL's words for node types and arguments that have no plain SQL rendering of their own
 _NODE_NAMES: dict[type[exp.Expression], str] = {
@@ -204,7 +211,6 @@ _NODE_NAMES: dict[type[exp.Expression], str] = {
     exp.RespectNulls: "RESPECT NULLS",
     exp.Reference: "REFERENCES",
     exp.ForeignKey: "FOREIGN KEY",
-    exp.Escape: "LIKE ... ESCAPE",
     exp.Lateral: "LATERAL",
     exp.Unnest: "UNNEST",
     exp.Filter: "FILTER (WHERE ...)",
@@ -215,6 +221,9 @@ _NODE_NAMES: dict[type[exp.Expression], str] = {
     exp.TemporaryProperty: "TEMPORARY",
     exp.UnloggedProperty: "UNLOGGED",
     exp.Placeholder: "a parameter placeholder",
+    exp.SimilarTo: "SIMILAR TO",
+    exp.CurrentTime: "current_time (of type time with time zone, which ivm has not)",
+    exp.Localtime: "localtime (of type time, which ivm has not)",
     exp.Parameter: "a parameter",
     exp.Dot: "a qualified name",
     exp.Bracket: "subscripts ([...])",

@@ -8,34 +8,35 @@ first.
 
 from __future__ import annotations
 
-import calendar
 import datetime as dt
 import decimal
 import re
-import zoneinfo
 from collections.abc import Callable
 
 from sqlglot import exp
 
-from sql import chars
+from sql import chars, datetimes, patterns
 from sql.allow import sql_name
-from sql.errors import DataError, error_at
+from sql.errors import DataError, UnsupportedError, error_at
 from sql.functions import as_text, translate_function
 from sql.logical import Call, Const, Expr
 from sql.types import (
     BOOL,
-    DATE,
     FLOAT,
     INT,
     INTEGER,
+    INTERVAL,
     TEXT,
     TIMESTAMP,
+    TIMESTAMPTZ,
     Domain,
     SqlType,
     char_type,
     decimal_type,
     domain_of,
+    format_text,
     from_sqlglot,
+    interval_value,
     parse_text,
     sql_value,
     unsupported_type,
@@ -89,6 +90,8 @@ def aggregate_type(node: exp.Expression, func: str, e: Expr) -> SqlType:
     t = e.type
     if func == "count":
         return INT
+    if func in ("sum", "avg") and t.kind == "interval":
+        raise error_at(node, f"{func.upper()} of intervals is not supported", unsupported=True)
     if func in ("sum", "avg") and not t.numeric:
         raise error_at(node, f"{func.upper()} needs numbers, got {t}")
     if func == "avg":
@@ -107,6 +110,25 @@ def aggregate_type(node: exp.Expression, func: str, e: Expr) -> SqlType:
 def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
     """The logical expression of ``node``; ``resolve`` maps columns (and other nodes it knows, such as
     aggregates or GROUP BY expressions) to expressions, returning None for nodes it does not handle."""
+    out = _translate(node, resolve)
+    if isinstance(out, Call) and any(datetimes.unjustified(a) for a in out.args):
+        raise value_refused(node)
+    return out
+
+
+def value_refused(node: exp.Expression):
+    """The error for an interval constant used as a value that an interval column cannot hold."""
+    at = next((n for n in node.walk() if isinstance(n, exp.Interval)), node)
+    return error_at(
+        at,
+        f"{sql_name(at)} as a value is not supported: an interval value has no months and a time of day "
+        "under 24 hours, as timestamp - timestamp gives (add the constant to a date or timestamp, or compare "
+        "with it)",
+        unsupported=True,
+    )
+
+
+def _translate(node: exp.Expression, resolve: Resolver) -> Expr:
     known = resolve(node)
     if known is not None:
         return known
@@ -128,6 +150,12 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
         inner = translate_scalar(node.this, resolve)
         if isinstance(inner, Const) and inner.value is not None and inner.type.numeric:
             return Const(-inner.value, inner.type)
+        if inner.type.kind == "interval":
+            if isinstance(inner, Const):
+                return Const(
+                    None if inner.value is None else tuple(-v for v in interval_value(inner.value)), INTERVAL
+                )
+            return Call("neg", (inner,), INTERVAL)
         _need_numeric(node, inner)
         return Call("neg", (inner,), inner.type)
     for cls, op in _ARITH.items():
@@ -172,18 +200,8 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
             c = compare(item, "eq", x, translate_scalar(item, resolve))
             out = c if out is None else Call("or", (out, c), BOOL)
         return out
-    if isinstance(node, (exp.Like, exp.ILike)):
-        x = translate_scalar(node.this, resolve)
-        pat = node.expression
-        what = node.key.upper()
-        if not (isinstance(pat, exp.Literal) and pat.is_string):
-            raise error_at(pat, f"{what} needs a constant pattern", unsupported=True)
-        if x.type.kind != "text":
-            raise error_at(node, f"{what} needs text, got {x.type}")
-        if _ends_escaped(pat.this):
-            raise error_at(pat, f"{what} pattern must not end with escape character")
-        # a CHAR(n) value is matched padded to n, as PostgreSQL stores it
-        return Call("like", (x,), BOOL, (pat.this, what == "ILIKE", *((x.type.pad,) if x.type.pad else ())))
+    if isinstance(node, (exp.Like, exp.ILike, exp.Escape, exp.RegexpLike, exp.RegexpILike)):
+        return patterns.translate_match(node, resolve)
     if isinstance(node, exp.Case):
         return _case(node, resolve)
     if isinstance(node, exp.Coalesce):
@@ -197,27 +215,17 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
     if isinstance(node, exp.Cast):
         return cast(node, translate_scalar(node.this, resolve))
     if isinstance(node, exp.Interval):
-        return _interval(node)
+        return datetimes.interval_constant(node)
     if isinstance(node, exp.Extract):
-        field = node.this.name.lower()
-        x = translate_scalar(node.expression, resolve)
-        if x.type.kind not in ("date", "timestamp") or field not in _FIELDS:
-            raise error_at(node, f"EXTRACT({field.upper()} FROM {x.type}) is not supported", unsupported=True)
-        if x.type.kind == "date" and field in _TIME_FIELDS:
-            return Const(0, INT) if not is_null_const(x) else Const(None, INT)
-        if field == "second":
-            return Call("extract", (x,), decimal_type(8, 6), field)
-        return Call("extract", (x,), INT, field)
+        return datetimes.extract(node, node.this.name, translate_scalar(node.expression, resolve))
     if isinstance(node, exp.AtTimeZone):
-        return _at_time_zone(node, resolve)
+        return datetimes.at_time_zone(node, translate_scalar(node.this, resolve))
     if isinstance(node, exp.TimestampTrunc):
-        unit = node.args["unit"].name.lower() if node.args.get("unit") is not None else ""
-        x = translate_scalar(node.this, resolve)
-        if x.type.kind == "date":
-            x = Call("date_to_ts", (x,), TIMESTAMP)
-        if x.type.kind != "timestamp" or unit not in _TRUNC_UNITS:
-            raise error_at(node, f"date_trunc({unit!r}, {x.type}) is not supported", unsupported=True)
-        return Call("ts_trunc", (x,), TIMESTAMP, unit)
+        return datetimes.date_trunc(node, translate_scalar(node.this, resolve))
+    if type(node) in datetimes.TIME_FUNCTIONS:
+        return datetimes.current_time(node)
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() in datetimes.BY_NAME:
+        return datetimes.call_by_name(node, lambda a: translate_scalar(a, resolve))
     if isinstance(node, exp.DPipe):
         a, b = translate_scalar(node.this, resolve), translate_scalar(node.expression, resolve)
         if a.type.kind != "text" and b.type.kind != "text":
@@ -237,84 +245,23 @@ def translate_scalar(node: exp.Expression, resolve: Resolver) -> Expr:
     raise error_at(node, f"{sql_name(node)} is not supported", unsupported=True)
 
 
-INTERVAL = SqlType("interval")
-_TIME_FIELDS = ("hour", "minute", "second")
-_FIELDS = ("year", "quarter", "month", "day", "dow", "doy", *_TIME_FIELDS)
-_TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute", "second")
-_MICROS = {
-    "microsecond": 1,
-    "millisecond": 1_000,
-    "second": 1_000_000,
-    "minute": 60_000_000,
-    "hour": 3_600_000_000,
-}
-DAY_MICROS = 86_400_000_000
-
-
-def _at_time_zone(node: exp.AtTimeZone, resolve: Resolver) -> Expr:
-    """``(ts AT TIME ZONE 'UTC') AT TIME ZONE 'zone'``: the wall time in ``zone`` of the instant that the
-    TIMESTAMP ``ts`` is in UTC (the inner AT TIME ZONE makes a TIMESTAMP WITH TIME ZONE, the outer one takes
-    it back to a TIMESTAMP, as PostgreSQL does). ivm has no TIMESTAMP WITH TIME ZONE values, so the pair is
-    all it takes."""
-    inner = node.this
-    while isinstance(inner, exp.Paren):
-        inner = inner.this
-    zones = [_zone(n) for n in (inner, node) if isinstance(n, exp.AtTimeZone)]
-    if not isinstance(inner, exp.AtTimeZone) or None in zones or zones[0] != "UTC":
-        raise error_at(
-            node, "AT TIME ZONE is supported only as (timestamp AT TIME ZONE 'UTC') AT TIME ZONE 'zone'", True
-        )
-    x = translate_scalar(inner.this, resolve)
-    if x.type.kind != "timestamp" and not is_null_const(x):
-        raise error_at(node, f"AT TIME ZONE needs a TIMESTAMP, got {x.type}")
-    if is_null_const(x):
-        return Const(None, TIMESTAMP)
-    try:
-        zoneinfo.ZoneInfo(zones[1])
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as err:
-        raise error_at(node.args["zone"], f"time zone {zones[1]!r} not recognized") from err
-    return Call("ts_zone", (x,), TIMESTAMP, (zones[0], zones[1]))
-
-
-def _zone(node: exp.AtTimeZone) -> str | None:
-    zone = node.args.get("zone")
-    return zone.this if isinstance(zone, exp.Literal) and zone.is_string else None
-
-
-def _interval(node: exp.Interval) -> Const:
-    """An interval constant as (months, days, microseconds)."""
-    text = node.this.this if isinstance(node.this, exp.Literal) else None
-    unit = node.unit.name.lower() if node.unit is not None else None
-    parts = str(text).split() if text is not None else []
-    if unit is None and len(parts) == 2:
-        parts, unit = [parts[0]], parts[1].lower()
-    if len(parts) != 1 or not parts[0].lstrip("-").isdigit():
-        raise error_at(node, f"interval {node.sql()} is not supported", unsupported=True)
-    n = int(parts[0])
-    unit = unit.rstrip("s")
-    if unit not in ("year", "month", "week", "day", *_MICROS):
-        raise error_at(node, f"interval unit {unit!r} is not supported", unsupported=True)
-    months = {"year": 12 * n, "month": n}.get(unit, 0)
-    days = {"day": n, "week": 7 * n}.get(unit, 0)
-    return Const((months, days, _MICROS.get(unit, 0) * n), INTERVAL)
-
-
-def _literal(node: exp.Literal) -> Const:
+def _literal(node: exp.Literal, at: exp.Expression | None = None) -> Const:
     if node.is_string:
         return Const(node.this, TEXT)
+    at = node if at is None else at
     text = node.this
     if re.fullmatch(r"\d+", text) and int(text) < 2**63:  # INTEGER when it fits, as in PostgreSQL
         return Const(int(text), INTEGER if int(text) < 2**31 else INT)
     try:
         d = decimal.Decimal(text)
     except decimal.InvalidOperation:
-        raise error_at(node, f"invalid number {text!r}") from None
+        raise error_at(at, f"invalid number {text!r}") from None
     # a constant with a point or an exponent is NUMERIC, as in PostgreSQL: exact, in as many digits as it has
     _, digits, exponent = d.as_tuple()
     scale = max(-exponent, 0)
     width = max(len(digits) + max(exponent, 0), scale + 1)
     if width > 18:
-        raise error_at(node, f"the numeric constant {text} has more than the 18 digits ivm holds", True)
+        raise error_at(at, f"the numeric constant {text} has more than the 18 digits ivm holds", True)
     t = decimal_type(width, scale)
     return Const(sql_value(d, t), t)
 
@@ -336,6 +283,10 @@ def coerce(node: exp.Expression, e: Expr, t: SqlType) -> Expr:
     s = e.type
     if s.kind == "text" and t.kind == "text":
         return chars.retype(e, t)
+    if chars.untyped(e) and t != NULL_TYPE:  # a string constant takes the type it meets, as PostgreSQL's
+        return read_unknown(node, e.value, t)
+    if s.kind in ("date", "timestamp") and t.kind == "timestamp":
+        return datetimes.as_timestamp(e, t)
     if isinstance(e, Const):
         if s.kind == "int" and t.kind == "decimal":
             return Const(decimal.Decimal(e.value), t)
@@ -357,6 +308,8 @@ def common_type(node: exp.Expression, types: list[SqlType]) -> SqlType:
     kinds = {t.kind for t in real}
     if kinds == {"int"}:
         return max(real, key=lambda t: t.bits)
+    if kinds <= {"date", "timestamp"} and "timestamp" in kinds:  # a date is its midnight; UTC beside a zone
+        return TIMESTAMPTZ if any(t.tz for t in real) else TIMESTAMP
     if kinds == {"text"}:
         return chars.common_string_type(node, "this expression", list(real), [False] * len(real))
     if len(kinds) == 1 and kinds != {"decimal"}:
@@ -372,6 +325,9 @@ def common_type(node: exp.Expression, types: list[SqlType]) -> SqlType:
 def result_type(node: exp.Expression, what: str, values: list[Expr], nulls_dropped: bool = False) -> SqlType:
     """The type of ``what`` (CASE, COALESCE, GREATEST, LEAST) whose value is one of ``values`` (in
     PostgreSQL's order of resolution: CASE's ELSE first): their common type, strings as ``sql.chars`` says."""
+    known = [v for v in values if not chars.untyped(v)]
+    if any(v.type.kind != "text" and v.type != NULL_TYPE for v in known):
+        values = known  # string constants are read as the type of the others, as PostgreSQL resolves them
     types = [v.type for v in values]
     if {t.kind for t in types if t != NULL_TYPE} == {"text"}:
         marks = [chars.NULL if t == NULL_TYPE else t for t in types]
@@ -381,10 +337,9 @@ def result_type(node: exp.Expression, what: str, values: list[Expr], nulls_dropp
 
 
 def arithmetic(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
-    if op in ("add", "sub") and {a.type.kind, b.type.kind} & {"timestamp"}:
-        return _timestamp_arith(node, op, a, b)
-    if op in ("add", "sub") and {a.type.kind, b.type.kind} & {"date"}:
-        return _date_arith(node, op, a, b)
+    a, b = _unknown_operand(node, op, a, b), _unknown_operand(node, op, b, a, right=True)
+    if {a.type.kind, b.type.kind} & {"date", "timestamp", "interval"}:
+        return datetimes.arithmetic(node, op, a, b)
     _need_numeric(node, a, b)
     kinds = {a.type.kind, b.type.kind}
     if is_null_const(a) or is_null_const(b):
@@ -403,61 +358,10 @@ def arithmetic(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
     return Call(op, (coerce(node, a, t), coerce(node, b, t)), t)
 
 
-def _date_arith(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
-    """date +/- interval (or integer days); date - date is the number of days between them."""
-    if a.type.kind == "date" and b.type.kind == "date" and op == "sub":
-        days = (Call("to_type", (a,), INTEGER, DATE), Call("to_type", (b,), INTEGER, DATE))
-        return Call("sub", days, INTEGER)
-    if b.type.kind == "date" and op == "add":
-        a, b = b, a
-    if a.type.kind != "date":
-        raise error_at(node, f"cannot {op} {a.type} and {b.type}")
-    if b.type.kind == "int":
-        months, days = 0, b
-    elif b.type == INTERVAL and isinstance(b, Const):
-        months, days, micros = b.value
-        if micros:  # a date plus a time of day is a timestamp, as in PostgreSQL
-            return _timestamp_arith(node, op, Call("date_to_ts", (a,), TIMESTAMP), b)
-        days = Const(days, INT)
-    else:
-        raise error_at(node, f"cannot {op} DATE and {b.type}")
-    if op == "sub":
-        months = -months
-        days = Call("neg", (days,), INT) if not isinstance(days, Const) else Const(-days.value, INT)
-    if isinstance(a, Const) and isinstance(days, Const):
-        if a.value is None or days.value is None:
-            return Const(None, DATE)
-        return Const(add_months_days(a.value, months, days.value), DATE)
-    return Call("date_add", (a, days), DATE, months)
-
-
-def _timestamp_arith(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
-    """timestamp +/- interval; other arithmetic on timestamps is rejected by name."""
-    if b.type.kind == "timestamp" and op == "add":
-        a, b = b, a
-    if a.type.kind == "date":
-        a = Call("date_to_ts", (a,), TIMESTAMP)
-    if a.type.kind != "timestamp" or not (b.type == INTERVAL and isinstance(b, Const)):
-        raise error_at(
-            node, f"cannot {op} {a.type} and {b.type} (only timestamp +/- interval)", unsupported=True
-        )
-    months, days, micros = b.value
-    if op == "sub":
-        months, days, micros = -months, -days, -micros
-    return Call("ts_add", (a,), TIMESTAMP, (months, days * DAY_MICROS + micros))
-
-
-def add_months_days(d: dt.date, months: int, days: int) -> dt.date:
-    """A date after adding months (clamped to the month's end, as PostgreSQL) then days."""
-    if months:
-        m = d.month - 1 + months
-        y, m = d.year + m // 12, m % 12 + 1
-        d = dt.date(y, m, min(d.day, calendar.monthrange(y, m)[1]))
-    return d + dt.timedelta(days=days)
-
-
 def compare(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
     a, b = _typed_literal(node, a, b.type), _typed_literal(node, b, a.type)
+    if a.type.kind == "interval" or b.type.kind == "interval":
+        a, b = datetimes.comparable_interval(a), datetimes.comparable_interval(b)
     ta, tb = a.type, b.type
     if ta.kind == "text" or tb.kind == "text":
         if not ({ta.kind, tb.kind} <= {"text"} or is_null_const(a) or is_null_const(b)):
@@ -467,26 +371,81 @@ def compare(node: exp.Expression, op: str, a: Expr, b: Expr) -> Expr:
     if ta == tb or is_null_const(a) or is_null_const(b):
         t = tb if ta == NULL_TYPE else ta
         return Call(op, (coerce(node, a, t), coerce(node, b, t)), BOOL)
-    if {ta.kind, tb.kind} == {"date", "timestamp"}:  # a date is its midnight
-        a, b = (Call("date_to_ts", (x,), TIMESTAMP) if x.type.kind == "date" else x for x in (a, b))
-        return Call(op, (a, b), BOOL)
-    if ta.kind in ("date", "timestamp", "bool") or tb.kind in ("date", "timestamp", "bool"):
+    if {ta.kind, tb.kind} <= {"date", "timestamp"}:  # a date is its midnight; a TIMESTAMP is in UTC
+        return _compare_times(op, a, b)
+    if {ta.kind, tb.kind} & {"date", "timestamp", "bool", "interval"}:
         raise error_at(node, f"cannot compare {ta} with {tb}")
     t = common_type(node, [ta, tb])
     return Call(op, (coerce(node, a, t), coerce(node, b, t)), BOOL)
 
 
+def _compare_times(op: str, a: Expr, b: Expr) -> Expr:
+    """A comparison of dates and timestamps of different types: in TIMESTAMP (WITH TIME ZONE when either
+    is), a date as its midnight; a date column with a timestamp constant at midnight compares as dates."""
+    for x, y in ((a, b), (b, a)):
+        if x.type.kind == "date" and isinstance(y, Const) and y.value is not None:
+            v = y.value.astimezone(dt.UTC).replace(tzinfo=None) if y.type.tz else y.value
+            if v.time() == dt.time():
+                day = Const(v.date(), x.type)
+                return Call(op, (x, day) if x is a else (day, x), BOOL)
+    t = TIMESTAMPTZ if a.type.tz or b.type.tz else TIMESTAMP
+    return Call(op, (datetimes.as_timestamp(a, t), datetimes.as_timestamp(b, t)), BOOL)
+
+
 def _typed_literal(node: exp.Expression, e: Expr, other: SqlType) -> Expr:
-    """A text constant compared with a date or timestamp, read as one (or an error naming the text)."""
-    if not (isinstance(e, Const) and e.type.kind == "text" and e.value is not None):
+    """A string constant compared with a value of another type, read as that type (PostgreSQL's unknown
+    literal); an error naming the text, at the constant, when it is not one."""
+    if not chars.untyped(e) or other.kind == "text" or other == NULL_TYPE:
         return e
-    if other.kind not in ("date", "timestamp"):
+    return read_unknown(node, e.value, other)
+
+
+def _unknown_operand(node: exp.Expression, op: str, e: Expr, other: Expr, right: bool = False) -> Expr:
+    """A string constant beside an arithmetic operator, read as PostgreSQL resolves it: as the other
+    operand's type when the operator takes two of it (numbers; ``timestamp - timestamp``, ``date - date``),
+    else as an interval beside a timestamp (``ts + '1 day'``)."""
+    if not chars.untyped(e) or other.type.kind == "text" or other.type == NULL_TYPE or chars.untyped(other):
         return e
-    text = e.value
+    k = other.type.kind
+    if other.type.numeric or (op == "sub" and k in ("date", "timestamp")) or k == "interval":
+        return read_unknown(node, e.value, other.type)
+    if k == "timestamp":
+        return read_unknown(node, e.value, INTERVAL)
+    sign = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%"}[op]
+    sides = f"{other.type.pg_name} {sign} unknown" if right else f"unknown {sign} {other.type.pg_name}"
+    raise error_at(_literal_node(node, e.value), f"operator is not unique: {sides}")
+
+
+def read_unknown(node: exp.Expression, text: str, t: SqlType) -> Const:
+    """A string constant read as type ``t``, as PostgreSQL reads an ``unknown`` literal where a value of
+    ``t`` is expected: an integer in ``t``'s width, a decimal exactly as written, a date, a timestamp (WITH
+    TIME ZONE at its offset), an interval; DataError at the constant when the text is not one."""
+    at = _literal_node(node, text)
+    if t.kind == "interval":
+        return datetimes.interval_from_text(at, text)
     try:
-        return Const(sql_value(text, other), other)
-    except (TypeError, ValueError) as err:
-        raise error_at(node, f"invalid {other} literal {text!r}") from err
+        if t.kind == "decimal":
+            d = decimal.Decimal(text.strip())
+            if not d.is_finite():
+                what = f"the numeric value {text!r} is not supported (ivm's decimals are finite)"
+                raise error_at(at, what, unsupported=True)
+            return _literal(exp.Literal.number(str(d)), at)  # exactly as written, as PostgreSQL's numeric
+        value = parse_text(text, t)
+    except UnsupportedError as err:
+        raise error_at(at, err.message, unsupported=True) from None
+    except (ValueError, decimal.InvalidOperation):
+        raise error_at(at, f'invalid input syntax for type {t.pg_name}: "{text}"', cls=DataError) from None
+    if t.kind == "int" and t.bits < 64 and not -(2 ** (t.bits - 1)) <= value < 2 ** (t.bits - 1):
+        raise error_at(at, f'value "{text}" is out of range for type {t.pg_name}', cls=DataError)
+    return Const(value, t)
+
+
+def _literal_node(node: exp.Expression, text: str) -> exp.Expression:
+    """The string constant ``text`` within ``node``, to point at it (``node`` itself when not found)."""
+    for n in node.walk():
+        if isinstance(n, exp.Literal) and n.is_string and n.this == text:
+            return n
+    return node
 
 
 def boolean(node: exp.Expression, e: Expr) -> Expr:
@@ -528,7 +487,10 @@ def cast(node: exp.Cast, e: Expr) -> Expr:
                 unsupported=True,
             )
         return chars.retype(e, char_type(e.type.pad, declared=False))
-    t = from_sqlglot(node.to)
+    if node.to.this == exp.DataType.Type.INTERVAL and not node.to.expressions:
+        t = INTERVAL
+    else:
+        t = from_sqlglot(node.to)
     if t is None:
         raise error_at(node, unsupported_type(node.to), unsupported=True)
     return in_domain(cast_to(node, e, t), domain_of(node.to))
@@ -559,7 +521,7 @@ def assigned(node: exp.Expression, e: Expr, t: SqlType, column: str) -> Expr:
     if isinstance(e, Const) and e.type.kind == "text" and t.kind != "text":
         return cast_to(node, e, t)  # a string constant is read as the column's type, as PostgreSQL does
     kinds = {e.type.kind, t.kind}
-    if (e.type.numeric and t.numeric) or kinds == {"date", "timestamp"}:
+    if (e.type.numeric and t.numeric) or kinds in ({"date", "timestamp"}, {"timestamp"}):
         return cast_to(node, e, t)
     raise error_at(node, f"column {column!r} is of type {t} but the value is of type {e.type}")
 
@@ -567,8 +529,12 @@ def assigned(node: exp.Expression, e: Expr, t: SqlType, column: str) -> Expr:
 def cast_to(node: exp.Expression, e: Expr, t: SqlType) -> Expr:
     """``CAST(e AS t)``."""
     if isinstance(e, Const) and e.type.kind == "text" and e.value is not None and t.kind != "text":
+        if t.kind == "interval":
+            return datetimes.interval_from_text(node, e.value)
         try:
             return Const(parse_text(e.value, t), t)
+        except UnsupportedError as err:
+            raise error_at(node, err.message, unsupported=True) from err
         except ValueError as err:
             raise error_at(node, str(err), cls=DataError) from err
     if e.type == t and not chars.untyped(e):
@@ -577,12 +543,19 @@ def cast_to(node: exp.Expression, e: Expr, t: SqlType) -> Expr:
         return Const(None, t)
     if e.type.kind == t.kind == "text":  # CHAR(n) is cut by the domain ``cast`` adds
         return chars.retype(e, t)
-    if (e.type.kind, t.kind) == ("date", "timestamp"):
-        return Call("date_to_ts", (e,), t)
+    if e.type.kind in ("date", "timestamp") and t.kind == "timestamp":
+        return datetimes.as_timestamp(e, t)  # in UTC, the session's time zone
     if (e.type.kind, t.kind) == ("timestamp", "date"):
+        if isinstance(e, Const):
+            v = e.value.astimezone(dt.UTC) if e.type.tz else e.value
+            return Const(v.date(), t)
         return Call("ts_to_date", (e,), t)
     if t.kind == "text" and e.type.kind != "text":
+        if datetimes.unjustified(e):
+            return Const(format_text(e.value, e.type), t)
         return Call("to_text", (e,), t, e.type)
+    if e.type.kind == "text" and t.kind == "interval":
+        raise error_at(node, "CAST of text to INTERVAL is supported for constants only", unsupported=True)
     if e.type.kind == "text":
         return Call("from_text", (e,), t)
     if e.type.numeric and t.numeric:
@@ -608,10 +581,3 @@ def _fits(src: SqlType, t: SqlType) -> bool:
     if src.kind == "decimal":
         return src.precision - src.scale <= t.precision - t.scale
     return False
-
-
-def _ends_escaped(pattern: str) -> bool:
-    """Whether a LIKE pattern ends with its escape character (a backslash, as PostgreSQL's default) that
-    escapes nothing."""
-    trailing = len(pattern) - len(pattern.rstrip("\\"))
-    return trailing % 2 == 1

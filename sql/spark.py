@@ -491,6 +491,21 @@ class _Typer:
                     raise error_at(
                         node, f"a TIMESTAMP plus or minus years or months {self._outside_utc()}", True
                     )
+        intervals = [side for side in (node.this, node.expression) if isinstance(side, exp.Interval)]
+        if t.kind == "date" and intervals:
+            said = " ".join(
+                f"{side.this.name if side.this is not None else ''} {side.unit.name if side.unit else ''}"
+                for side in intervals
+            ).upper()
+            if not any(u in said for u in ("HOUR", "MINUTE", "SECOND")):
+                # Spark's date plus days, months or years is a DATE; PostgreSQL's the TIMESTAMP of its midnight
+                self._edit(
+                    node, lambda n: exp.Cast(this=exp.Paren(this=n.copy()), to=exp.DataType.build("DATE"))
+                )
+            else:  # a TIMESTAMP, an instant: from the date's midnight in the session time zone
+                if not self.utc:
+                    raise error_at(node, f"a DATE plus or minus hours {self._outside_utc()}", True)
+                return SparkType("timestamp")
         return t
 
     def _div(self, node: exp.Div) -> SparkType:
@@ -568,6 +583,8 @@ class _Typer:
         x = self.type_of(node.this)
         if x.kind == "timestamp" and not self.utc:
             raise error_at(node, f"date_trunc of a TIMESTAMP (an instant) {self._outside_utc()}", True)
+        if x.kind == "date":  # PostgreSQL's is a TIMESTAMP WITH TIME ZONE, Spark's an instant held as TIMESTAMP
+            self._edit(node, lambda n: exp.Cast(this=n.copy(), to=exp.DataType.build("TIMESTAMP")))
         return x if x.kind != "date" else SparkType("timestamp")
 
     def _compared(self, node: exp.Expression) -> None:

@@ -20,6 +20,7 @@ from sql import chars, rewrite
 from sql.aggregates import aggregate, own_aggregates
 from sql.allow import sql_name
 from sql.catalog import Catalog
+from sql.datetimes import unjustified
 from sql.decorrelate import decorrelate, skips_a_level, subquery_values
 from sql.errors import ProgrammingError, SqlError, UnsupportedError, error_at
 from sql.hoist import hoist_select_subqueries
@@ -44,7 +45,7 @@ from sql.logical import (
     Values,
 )
 from sql.recursive import translate_recursive
-from sql.scalar import NULL_TYPE, boolean, coerce, common_type, translate_scalar
+from sql.scalar import NULL_TYPE, boolean, coerce, common_type, translate_scalar, value_refused
 from sql.types import BOOL, INT, TEXT, SqlType
 from sql.windows import check_no_windows, check_placement, is_window_function, translate_windows
 
@@ -781,6 +782,8 @@ def _select(select: exp.Select, catalog: Catalog) -> Plan:
     for s in select.selects:
         node = s.this if isinstance(s, exp.Alias) else s
         e = translate_scalar(node, resolve)
+        if unjustified(e):
+            raise value_refused(node)
         exprs.append(e)
         cols.append(Column(s.alias_or_name, e.type))
     shown = len(cols)

@@ -8,9 +8,20 @@
 | TEXT, VARCHAR, CHAR(n) | int64 code into the engine's string pool (CHAR(n) without its trailing spaces) |
 | DATE | int32 days since 1970-01-01 |
 | TIMESTAMP | int64 microseconds since 1970-01-01 |
+| TIMESTAMP WITH TIME ZONE | int64 microseconds since 1970-01-01 UTC (the session time zone is UTC) |
+| INTERVAL (values of ``timestamp - timestamp``) | int64 microseconds (days of 24 hours and a time of day) |
 | BOOLEAN | bool |
 
 NULL is a validity mask beside each column.
+
+The session's time zone is UTC, always: a TIMESTAMP WITH TIME ZONE is shown, extracted from, truncated and
+compared with a TIMESTAMP or DATE in UTC, and a constant written with an offset is read as its instant.
+
+An interval constant is (months, days, microseconds), as PostgreSQL holds one. A column of intervals holds what
+``timestamp - timestamp`` gives: no months, and days of 24 hours with a time of day of the same sign under 24
+hours (PostgreSQL's ``justify_hours``), so one number of microseconds says it exactly, and compares, groups and
+shows as PostgreSQL's interval does. A constant of any other shape (``INTERVAL '1 month'``, ``INTERVAL '25
+hours'``) may be added to dates and timestamps and compared with intervals, but is not a value of a column.
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +47,8 @@ __all__ = [
     "VARCHAR",
     "DATE",
     "TIMESTAMP",
+    "TIMESTAMPTZ",
+    "INTERVAL",
     "BOOL",
     "Domain",
     "decimal_type",
@@ -47,6 +61,11 @@ __all__ = [
     "parse_text",
     "format_text",
     "sql_literal",
+    "parse_interval",
+    "interval_text",
+    "interval_value",
+    "justified",
+    "DAY_MICROS",
 ]
 
 _DTYPES = {
@@ -56,13 +75,15 @@ _DTYPES = {
     "text": np.dtype(np.int64),
     "date": np.dtype(np.int32),
     "timestamp": np.dtype(np.int64),
+    "interval": np.dtype(np.int64),
     "bool": np.dtype(np.bool_),
 }
 
 
 @dataclass(frozen=True)
 class SqlType:
-    """A column type: ``kind`` is one of int, decimal, float, text, date, timestamp, bool. An int's
+    """A column type: ``kind`` is one of int, decimal, float, text, date, timestamp, interval, bool. A
+    timestamp's ``scale`` is 1 for TIMESTAMP WITH TIME ZONE (held alike, in UTC). An int's
     ``precision`` is its width in bits, 16 (SMALLINT) or 32 (INTEGER), or 0 for BIGINT's 64; every width is
     held in int64 and arithmetic fails where a result leaves the width, as PostgreSQL's does.
 
@@ -103,8 +124,15 @@ class SqlType:
         return self.kind == "text" and self.precision == 0 and self.scale == 1
 
     @property
+    def tz(self) -> bool:
+        """Whether this is TIMESTAMP WITH TIME ZONE."""
+        return self.kind == "timestamp" and self.scale == 1
+
+    @property
     def pg_name(self) -> str:
         """The type's name as PostgreSQL's input functions write it in their errors."""
+        if self.tz:
+            return "timestamp with time zone"
         if self.kind == "int":
             return {16: "smallint", 32: "integer"}.get(self.precision, "bigint")
         return {"decimal": "numeric", "float": "double precision", "bool": "boolean"}.get(self.kind, self.kind)
@@ -118,11 +146,14 @@ class SqlType:
             return f"DECIMAL({self.precision},{self.scale})"
         if self.kind == "int":
             return {16: "SMALLINT", 32: "INTEGER"}.get(self.precision, "BIGINT")
+        if self.tz:
+            return "TIMESTAMPTZ"
         return {
             "float": "DOUBLE",
             "text": "TEXT",
             "date": "DATE",
             "timestamp": "TIMESTAMP",
+            "interval": "INTERVAL",
             "bool": "BOOLEAN",
         }[self.kind]
 
@@ -135,6 +166,8 @@ TEXT = SqlType("text")
 VARCHAR = SqlType("text", 0, 1)
 DATE = SqlType("date")
 TIMESTAMP = SqlType("timestamp")
+TIMESTAMPTZ = SqlType("timestamp", 0, 1)
+INTERVAL = SqlType("interval")
 BOOL = SqlType("bool")
 
 
@@ -184,6 +217,8 @@ def from_sqlglot(dtype: exp.DataType) -> SqlType | None:
         return DATE
     if t == exp.DataType.Type.TIMESTAMP:
         return TIMESTAMP if not params or _param(params[0]) == 6 else None
+    if t == exp.DataType.Type.TIMESTAMPTZ:
+        return TIMESTAMPTZ if not params or _param(params[0]) == 6 else None
     if t == exp.DataType.Type.BOOLEAN:
         return BOOL
     if t == exp.DataType.Type.DECIMAL and params:
@@ -247,8 +282,12 @@ def unsupported_type(dtype: exp.DataType) -> str:
         return f"type {text} without a precision is not supported; declare NUMERIC(p, s) with p <= 18"
     if t == exp.DataType.Type.DECIMAL:
         return f"type {text} is not supported; NUMERIC(p, s) needs 1 <= p <= 18 and 0 <= s <= p"
-    if t == exp.DataType.Type.TIMESTAMP:
+    if t in (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ):
         return f"type {text} is not supported; TIMESTAMP keeps 6 fractional digits"
+    if t == exp.DataType.Type.INTERVAL:
+        return f"type {text} is not supported for a column (intervals are values of date and time arithmetic)"
+    if t in (exp.DataType.Type.TIME, exp.DataType.Type.TIMETZ):
+        return f"type {text} is not supported (a time of day without a date); use TIMESTAMP"
     return f"type {text} is not supported"
 
 
@@ -289,10 +328,14 @@ def sql_value(value: object, t: SqlType) -> object:
         return value
     if k == "timestamp":
         if isinstance(value, str):
-            value = dt.datetime.fromisoformat(value)
+            value = _timestamp_text(value)
         if not isinstance(value, dt.datetime):
             raise TypeError(f"{value!r} is not a timestamp")
-        return value
+        if t.tz:  # an instant, in UTC; a wall time without a zone is read in the session's (UTC)
+            return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+        return value.replace(tzinfo=None)  # PostgreSQL's TIMESTAMP ignores a zone written with it
+    if k == "interval":
+        return interval_value(value)
     if k == "bool":
         if not isinstance(value, (bool, np.bool_)):
             raise TypeError(f"{value!r} is not a boolean")
@@ -309,6 +352,8 @@ def parse_text(text: str, t: SqlType) -> object:
     value; ValueError naming the text when it is not one."""
     s = text.strip()
     try:
+        if "_" in s and t.kind in ("int", "decimal", "float"):
+            raise ValueError  # Python reads 1_000 as a number, PostgreSQL does not
         if t.kind == "int":
             return sql_value(int(s), t)
         if t.kind == "decimal":
@@ -322,6 +367,8 @@ def parse_text(text: str, t: SqlType) -> object:
             raise ValueError
         if t.kind in ("date", "timestamp"):
             return sql_value(s, t)
+        if t.kind == "interval":
+            return parse_interval(s)
     except (ValueError, ArithmeticError, TypeError):
         pass
     else:
@@ -337,8 +384,13 @@ def format_text(value: object, t: SqlType) -> str:
     if t.kind == "date":
         return value.isoformat()
     if t.kind == "timestamp":
+        if t.tz:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
         text = value.isoformat(sep=" ")
-        return text.rstrip("0") if "." in text else text  # fractional seconds without trailing zeros
+        text = text.rstrip("0") if "." in text else text  # fractional seconds without trailing zeros
+        return text + "+00" if t.tz else text
+    if t.kind == "interval":
+        return interval_text(*interval_value(value))
     if t.kind == "bool":
         return "true" if value else "false"
     if t.kind == "float":
@@ -374,7 +426,7 @@ def sql_literal(value: object, t: SqlType) -> str:
         return "NULL"
     if t.kind == "text":
         return "'" + str(value).replace("'", "''") + "'"
-    if t.kind in ("date", "timestamp"):
+    if t.kind in ("date", "timestamp", "interval"):
         return f"{t} '{format_text(value, t)}'"
     if t.kind == "bool":
         return "TRUE" if value else "FALSE"
@@ -385,3 +437,229 @@ def sql_literal(value: object, t: SqlType) -> str:
     if t.kind in ("int", "decimal"):
         return format_text(value, t)
     return repr(value)
+
+
+def _timestamp_text(text: str) -> dt.datetime:
+    """A timestamp written as PostgreSQL reads one in ISO form: a date, a time of day, and optionally an offset
+    (``+02``, ``-01:30``, ``Z``) or the zone ``UTC``/``GMT``; ValueError otherwise (other zone names
+    included)."""
+    s = text.strip()
+    low = s.lower()
+    for name in (" utc", " gmt", " z"):
+        if low.endswith(name):
+            s = s[: -len(name)].rstrip() + "+00:00"
+            break
+    if s[-1:].isalpha() and not s.endswith("Z") and re.search(r"\d\s*[A-Za-z][A-Za-z_/+-]*$", s):
+        raise UnsupportedError(f"time zone names in timestamps are not supported ({text!r}); write an offset")
+    return dt.datetime.fromisoformat(s)
+
+
+# -- intervals ------------------------------------------------------------------------------------------------
+
+DAY_MICROS = 86_400_000_000
+_HOUR = 3_600_000_000
+_MINUTE = 60_000_000
+_SECOND = 1_000_000
+
+# PostgreSQL's units of interval input (its ``deltatktbl``, names compared in their first 10 characters):
+# (unit, microseconds or days or months it counts, in which field)
+_UNITS: dict[str, tuple[str, int, str]] = {}
+for _names, _unit, _size, _field in [
+    (("us", "usec", "usecs", "useconds", "microsecon"), "microsecond", 1, "us"),
+    (("ms", "msec", "msecs", "mseconds", "millisecon"), "millisecond", 1_000, "us"),
+    (("s", "sec", "secs", "second", "seconds"), "second", _SECOND, "us"),
+    (("m", "min", "mins", "minute", "minutes"), "minute", _MINUTE, "us"),
+    (("h", "hr", "hrs", "hour", "hours"), "hour", _HOUR, "us"),
+    (("d", "day", "days"), "day", 1, "day"),
+    (("w", "week", "weeks"), "week", 7, "day"),
+    (("mon", "mons", "month", "months"), "month", 1, "month"),
+    (("y", "yr", "yrs", "year", "years"), "year", 12, "month"),
+    (("dec", "decs", "decade", "decades"), "decade", 120, "month"),
+    (("c", "cent", "century", "centuries"), "century", 1200, "month"),
+    (("mil", "mils", "millennia", "millennium"), "millennium", 12000, "month"),
+]:
+    for _name in _names:
+        _UNITS[_name] = (_unit, _size, _field)
+
+_INTERVAL_TOKEN = re.compile(
+    r"\s*(?:(?P<time>[+-]?\d+:\d+(?::\d+(?:\.\d*)?)?)|(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
+    r"|(?P<word>[a-z@]+))"
+)
+
+
+def parse_interval(text: str, field: str | None = None) -> tuple[int, int, int]:
+    """An interval written as PostgreSQL's input reads it, as (months, days, microseconds): numbers with
+    units (``1 year 2 mons 3 days``, ``1.5 hours``, ``90 minutes``; a fraction spills into the smaller units
+    as PostgreSQL's does), a time ``[-]hh:mm[:ss[.ffffff]]``, ``@`` before and ``ago`` after; a number alone
+    counts seconds, or ``field`` (``INTERVAL '2' HOUR``), which also drops what is smaller than it. ValueError
+    for anything else (``NotSupportedError`` for the ISO 8601 and SQL standard forms, ``P1D`` and ``1-2``)."""
+    s = text.strip().lower()
+    if re.fullmatch(r"[+-]?p.*|[+-]?\d+-\d+.*|[+-]?\d+ [+-]?\d+:.*", s):
+        raise UnsupportedError(
+            f"interval {text!r}: the ISO 8601 and SQL standard forms are not supported; write units ('1 day')"
+        )
+    months = days = micros = 0
+    seen: set[str] = set()
+    at, pending, ago, items = 0, None, False, 0
+    while at < len(s):
+        m = _INTERVAL_TOKEN.match(s, at)
+        if m is None or m.end() == at:
+            if s[at:].strip() == "":
+                break
+            raise ValueError(text)
+        at = m.end()
+        if ago:
+            raise ValueError(text)  # nothing follows ``ago``
+        if m.group("time"):
+            if pending is not None or seen & {"time", "hour", "minute", "second"}:
+                raise ValueError(text)
+            seen.add("time")
+            micros += _time_micros(m.group("time"), text)
+            items += 1
+        elif m.group("number"):
+            if pending is not None:
+                raise ValueError(text)
+            pending = m.group("number")
+        else:
+            word = m.group("word")
+            if word == "@" and items == 0 and pending is None:
+                continue
+            if word == "ago" and pending is None and items:
+                ago = True
+                continue
+            unit = _UNITS.get(word[:10])
+            if unit is None or pending is None:
+                raise ValueError(text)
+            name, size, kind = unit
+            if name in seen or (name in ("hour", "minute", "second") and "time" in seen):
+                raise ValueError(text)
+            seen.add(name)
+            dm, dd, du = _amount(pending, name, size, kind)
+            months, days, micros = months + dm, days + dd, micros + du
+            pending, items = None, items + 1
+    if pending is not None:  # a number without a unit: seconds, or the field named after the string
+        name = field.lower() if field else "second"
+        if name in seen or (items and field is None):
+            raise ValueError(text)
+        unit = _UNITS[name if name != "minute" else "min"]
+        dm, dd, du = _amount(pending, *unit)
+        months, days, micros = months + dm, days + dd, micros + du
+        items += 1
+    if not items:
+        raise ValueError(text)
+    if ago:
+        months, days, micros = -months, -days, -micros
+    if field:
+        months, days, micros = _truncated(months, days, micros, field.lower())
+    return months, days, micros
+
+
+def _time_micros(time: str, text: str) -> int:
+    sign = -1 if time.startswith("-") else 1
+    parts = time.lstrip("+-").split(":")
+    hours, minutes = int(parts[0]), int(parts[1])
+    seconds = decimal.Decimal(parts[2]) if len(parts) > 2 else decimal.Decimal(0)
+    if minutes > 59 or seconds >= 60:
+        raise ValueError(text)
+    total = (
+        hours * _HOUR + minutes * _MINUTE + int((seconds * _SECOND).to_integral_value(decimal.ROUND_HALF_EVEN))
+    )
+    return sign * total
+
+
+def _amount(number: str, name: str, size: int, kind: str) -> tuple[int, int, int]:
+    """``number`` of a unit as (months, days, microseconds), a fraction spilling into smaller units as
+    PostgreSQL's ``DecodeInterval`` spills it (in double precision, as it does)."""
+    whole = int(float(number)) if "." in number else int(number)
+    frac = float(number) - whole if "." in number else 0.0
+    if kind == "us":
+        return 0, 0, whole * size + _round_half_away(frac * size)
+    if kind == "day":
+        days = whole * size
+        if not frac:
+            return 0, days, 0
+        spill = frac * size
+        extra = int(spill)
+        return 0, days + extra, _round_half_away((spill - extra) * DAY_MICROS)
+    if name == "month":
+        if not frac:
+            return whole, 0, 0
+        spill = frac * 30
+        extra = int(spill)
+        return whole, extra, _round_half_away((spill - extra) * DAY_MICROS)
+    return whole * size + int(_rint(frac * size)), 0, 0  # years and longer: whole months
+
+
+def _round_half_away(x: float) -> int:
+    """``(int64) x`` plus one where the fraction left is beyond a half, as PostgreSQL rounds microseconds."""
+    whole = int(x)
+    rest = x - whole
+    return whole + (1 if rest > 0.5 else -1 if rest < -0.5 else 0)
+
+
+def _rint(x: float) -> float:
+    return float(round(x))  # C's rint: to the nearest, ties to even, as Python's round
+
+
+def _truncated(months: int, days: int, micros: int, field: str) -> tuple[int, int, int]:
+    """An interval cut to a field named after its string (``INTERVAL '1 day 2 hours' DAY`` is 1 day), toward
+    zero, as PostgreSQL's typmod cuts it."""
+    if field == "year":
+        return _trunc_div(months, 12) * 12, 0, 0
+    if field == "month":
+        return months, 0, 0
+    if field == "day":
+        return months, days, 0
+    unit = {"hour": _HOUR, "minute": _MINUTE}.get(field)
+    if unit is None:
+        return months, days, micros
+    return months, days, _trunc_div(micros, unit) * unit
+
+
+def interval_value(value: object) -> tuple[int, int, int]:
+    """An interval as (months, days, microseconds), from that triple or a ``timedelta`` (the days and time of
+    day of a column's interval, see ``justified``)."""
+    if isinstance(value, dt.timedelta):
+        return justified(value // dt.timedelta(microseconds=1))
+    if isinstance(value, tuple) and len(value) == 3 and all(isinstance(v, int) for v in value):
+        return value
+    if isinstance(value, str):
+        return parse_interval(value)
+    raise TypeError(f"{value!r} is not an interval")
+
+
+def justified(micros: int) -> tuple[int, int, int]:
+    """Microseconds as PostgreSQL's ``timestamp - timestamp`` gives them: whole days of 24 hours and a time of
+    day under 24 hours of the same sign, no months."""
+    days = _trunc_div(micros, DAY_MICROS)
+    return 0, days, micros - days * DAY_MICROS
+
+
+def interval_text(months: int, days: int, micros: int) -> str:
+    """An interval as PostgreSQL writes it (IntervalStyle postgres): ``1 year 2 mons -3 days +04:05:06.5``."""
+    parts = []
+    before = False
+    for value, unit in ((_trunc_div(months, 12), "year"), (_trunc_rem(months, 12), "mon"), (days, "day")):
+        if value:
+            parts.append(f"{'+' if before and value > 0 else ''}{value} {unit}{'s' if value != 1 else ''}")
+            before = value < 0
+    if not parts or micros:
+        sign = "-" if micros < 0 else "+" if before else ""
+        a = abs(micros)
+        hours, rest = divmod(a, _HOUR)
+        minutes, rest = divmod(rest, _MINUTE)
+        seconds, fraction = divmod(rest, _SECOND)
+        text = f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}"
+        if fraction:
+            text += f".{fraction:06d}".rstrip("0")
+        parts.append(text)
+    return " ".join(parts)
+
+
+def _trunc_div(a: int, b: int) -> int:
+    q = abs(a) // b
+    return q if a >= 0 else -q
+
+
+def _trunc_rem(a: int, b: int) -> int:
+    return a - _trunc_div(a, b) * b

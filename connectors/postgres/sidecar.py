@@ -88,6 +88,7 @@ _IVM_TO_PG = {
     "text": "text",
     "date": "date",
     "timestamp": "timestamp without time zone",
+    "interval": "interval",
     "bool": "boolean",
 }
 
@@ -100,6 +101,8 @@ def _pg_type(t) -> str:
         return "bpchar" if t.scale else f"character({t.pad})"
     if t.varchar:
         return f"character varying({t.length})" if t.length else "character varying"
+    if t.tz:
+        return "timestamp with time zone"
     return str(t).lower() if t.kind == "int" else _IVM_TO_PG[t.kind]
 
 

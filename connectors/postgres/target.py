@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from connectors.postgres._pgoutput import parse_lsn
@@ -356,8 +357,28 @@ class Target:
         """A view's changed rows with their counts into its change table."""
         chg = self._change_table(v)
         data = rows.append_column("_ivm_n", pa.array(counts, pa.int64()))
+        for i, f in enumerate(data.schema):
+            if pa.types.is_duration(f.type):  # an interval as PostgreSQL reads one: its days, then the time
+                data = data.set_column(i, f.name, _interval_text(data.column(i)))
         buf = io.BytesIO()
         pacsv.write_csv(data, buf, pacsv.WriteOptions(include_header=False))
         cols = ", ".join(quote(x) for x in [*v.columns, "_ivm_n"])
         with self.conn.cursor().copy(f"COPY {chg} ({cols}) FROM STDIN (FORMAT csv)") as cp:
             cp.write(buf.getbuffer())
+
+
+def _interval_text(col: pa.ChunkedArray) -> pa.Array:
+    """Intervals (microseconds: days of 24 hours and a time of day, as ivm holds ``timestamp - timestamp``) as
+    text PostgreSQL reads as the same interval: ``1 days 3600000000 microseconds``."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    micros = np.asarray(arr.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    days = np.where(micros < 0, -(-micros // 86_400_000_000), micros // 86_400_000_000)
+    rest = micros - days * 86_400_000_000
+    text = pc.binary_join_element_wise(
+        pc.cast(pa.array(days), pa.string()),
+        " days ",
+        pc.cast(pa.array(rest), pa.string()),
+        " microseconds",
+        "",
+    )
+    return pc.if_else(arr.is_valid(), text, pa.nulls(len(arr), pa.string()))

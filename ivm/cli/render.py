@@ -6,10 +6,12 @@ few vectorized calls plus one final join of its lines.
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sql.errors import SqlError
+from sql.types import interval_text, justified
 
 __all__ = ["table", "error", "NULL_TEXT"]
 
@@ -26,6 +28,15 @@ def _text_column(col: pa.ChunkedArray | pa.Array) -> pa.Array:
         text = col.cast(pa.string())
     elif pa.types.is_null(col.type):
         text = pa.nulls(len(col), pa.string())
+    elif pa.types.is_duration(col.type):  # an interval, as PostgreSQL writes one (once per distinct value)
+        micros = np.asarray(col.cast(pa.duration("us")).cast(pa.int64()).fill_null(0), dtype=np.int64)
+        uniq, inv = np.unique(micros, return_inverse=True)
+        shown = pa.array([interval_text(*justified(int(v))) for v in uniq], pa.string())
+        text = pc.if_else(
+            col.is_valid(), shown.take(pa.array(inv.reshape(-1))), pa.nulls(len(col), pa.string())
+        )
+    elif pa.types.is_timestamp(col.type) and col.type.tz is not None:  # in UTC, the session's zone: +00
+        text = pc.replace_substring_regex(pc.cast(col, pa.string()), "Z$", "+00")
     else:
         text = pc.cast(col, pa.string())
     return pc.fill_null(text, NULL_TEXT)

@@ -51,6 +51,8 @@ def converter(at: pa.DataType, t: SqlType, name: str, stored: bool = False) -> C
         values = _view(None, pa.int32())
     elif k == "timestamp" and pa.types.is_timestamp(at):  # a zoned one as its UTC time
         values = _view(None if at == pa.timestamp("us") else pa.timestamp("us"), pa.int64())
+    elif k == "interval" and pa.types.is_duration(at):
+        values = _view(None if at == pa.duration("us") else pa.duration("us"), pa.int64())
     elif k == "bool" and pa.types.is_boolean(at):
         values = _bools
     else:
@@ -162,7 +164,9 @@ def to_arrow_column(data: np.ndarray, valid: np.ndarray | None, t: SqlType, padd
     if k == "date":
         return pa.array(data.astype(np.int32), mask=mask).cast(pa.date32())
     if k == "timestamp":
-        return pa.array(data.astype(np.int64), mask=mask).cast(pa.timestamp("us"))
+        return pa.array(data.astype(np.int64), mask=mask).cast(pa.timestamp("us", tz="UTC" if t.tz else None))
+    if k == "interval":
+        return pa.array(data.astype(np.int64), mask=mask).cast(pa.duration("us"))
     if k == "int" and t.bits < 64:  # values are within the width: computed and stored so
         return pa.array(data.astype(np.int32 if t.bits == 32 else np.int16), mask=mask)
     return pa.array(data, mask=mask)
@@ -176,6 +180,7 @@ def arrow_type(t: SqlType) -> pa.DataType:
         "float": pa.float64(),
         "text": pa.string(),
         "date": pa.date32(),
-        "timestamp": pa.timestamp("us"),
+        "timestamp": pa.timestamp("us", tz="UTC" if t.tz else None),
+        "interval": pa.duration("us"),
         "bool": pa.bool_(),
     }[t.kind]

@@ -13,6 +13,7 @@ to the module of its concern: ``parsing`` (SQL text into statements), ``ddl``, `
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import functools
 import itertools
 import logging
@@ -35,6 +36,7 @@ from planner.registry import Registry
 from planner.values import to_python
 from sql import allow
 from sql.catalog import Catalog
+from sql.datetimes import statement_time
 from sql.errors import SqlError, UnsupportedError, error_at
 from sql.logical import Plan, Scan
 from sql.translate import translate_query
@@ -102,6 +104,7 @@ class Connection:
         self.time = 1  # time 0 holds what exists before any transaction (a global aggregate's row)
         self.in_transaction = False
         self.implicit = False  # the transaction is that of a string of statements, not a BEGIN ... block
+        self.started_at: dt.datetime | None = None  # when the open transaction began (``now()``)
         self.aborted = False  # a statement of the transaction block failed: it can only end
         self.undo: list = []  # what removes the relations the transaction created, should it roll back
         self.statusmessage: str | None = None  # the last statement's command tag, as PostgreSQL's
@@ -347,7 +350,13 @@ class Connection:
 
     # -- statements -------------------------------------------------------------------------------------
     def _statement(self, stmt: exp.Expression) -> None:
-        """Run one parsed statement: each kind goes to the module of its concern."""
+        """Run one parsed statement: each kind goes to the module of its concern, with ``now()`` the start of
+        its transaction (the statement's own start outside one)."""
+        now = self.started_at if self.in_transaction and self.started_at else dt.datetime.now(dt.UTC)
+        with statement_time(now):
+            return self._run(stmt)
+
+    def _run(self, stmt: exp.Expression) -> None:
         self.description = None
         self.statusmessage = None
         if self.aborted and not isinstance(stmt, (exp.Commit, exp.Rollback)):
@@ -413,6 +422,9 @@ class Connection:
             if not self.in_transaction:
                 transactions.begin(self, implicit=False)
             self.implicit = False  # BEGIN in a string of statements makes its transaction a block of its own
+            return None
+        if isinstance(stmt, exp.Command) and stmt.name.upper() == "SET":  # SET TIME ZONE 'UTC' (``parsing``)
+            self.statusmessage = "SET"
             return None
         if isinstance(stmt, exp.Command):  # a statement sqlglot does not parse: named by its words
             rest = stmt.expression

@@ -1051,7 +1051,8 @@ def _to_datetime(arr: pa.StringArray, t: SqlType) -> tuple[pa.Array, _Bad | None
     """PostgreSQL's date_in / timestamp_in for ISO 8601 input: YYYY-MM-DD or YYYYMMDD, then optionally a
     time HH:MM[:SS[.fraction]] after a blank or T and a zone (Z, UTC, GMT, +HH[:MM[:SS]]) that a type
     without time zone ignores; the fraction rounds to microseconds as PostgreSQL's rint does, 24:00:00 and
-    second 60 roll over. 'epoch' is 1970-01-01; PostgreSQL's other special words are not supported."""
+    second 60 roll over; a TIMESTAMP WITH TIME ZONE is the instant the zone says (in UTC, the session's
+    zone, without one). 'epoch' is 1970-01-01; PostgreSQL's other special words are not supported."""
     kind = "timestamp" if t.kind == "timestamp" else "date"
     valid = _np(pc.is_valid(arr))
     low = pc.ascii_lower(_trim(arr))
@@ -1087,6 +1088,9 @@ def _to_datetime(arr: pa.StringArray, t: SqlType) -> tuple[pa.Array, _Bad | None
         top, rest = divmod(np.iinfo(np.int64).max, 86_400_000_000)
         unheld = ok & ~bad_zone & ~bad_field & ~too_far & ((days > top) | ((days == top) & (clock > rest)))
         value = np.where(too_far | unheld, 0, days) * 86_400_000_000 + clock
+        if t.tz:  # the offset written, taken off to give UTC
+            sign = np.where(_np(pc.equal(pc.struct_field(m, "tzs"), "-"), False), -1, 1)
+            value = value - sign * ((tzh * 60 + tzm) * 60 + tzx) * 1_000_000
     value = np.where(epoch, 0, value)
     invalid = valid & ~ok & ~epoch & ~words
     if kind == "date":
@@ -1099,7 +1103,7 @@ def _to_datetime(arr: pa.StringArray, t: SqlType) -> tuple[pa.Array, _Bad | None
         return result, None
     text = arr[row].as_py()
     if invalid[row]:
-        return result, _Bad(row, f'invalid input syntax for type {kind}: "{text}"')
+        return result, _Bad(row, f'invalid input syntax for type {t.pg_name}: "{text}"')
     if words[row]:
         return result, _Bad(row, f'{kind} "{text.strip(_WS)}" is not supported', NotSupportedError)
     if bad_zone[row]:
@@ -1175,6 +1179,7 @@ _FAMILIES = {
     "text": (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view),
     "date": (pa.types.is_date,),
     "timestamp": (lambda at: pa.types.is_timestamp(at) and at.tz is None, pa.types.is_date),
+    "timestamptz": (pa.types.is_timestamp, pa.types.is_date),
     "bool": (pa.types.is_boolean,),
 }
 
@@ -1185,7 +1190,8 @@ def _cast_exact(col: pa.ChunkedArray, c: Column, target: pa.DataType, name: str)
     if pa.types.is_dictionary(src):
         col = col.cast(src.value_type)
         src = col.type
-    if not (pa.types.is_null(src) or any(test(src) for test in _FAMILIES[c.type.kind])):
+    family = _FAMILIES["timestamptz" if c.type.tz else c.type.kind]
+    if not (pa.types.is_null(src) or any(test(src) for test in family)):
         raise DataError(f"COPY {name}, column {c.name}: Parquet type {src} cannot be loaded as {c.type}")
     if src == target:
         return col

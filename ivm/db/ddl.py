@@ -9,6 +9,7 @@ built, and goes when none does. Relations created inside a transaction are remov
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,6 +22,7 @@ from planner.canon import arranged_form
 from planner.compile import compile_index, compile_view
 from planner.expr import compile_predicate
 from sql.catalog import Table, View
+from sql.datetimes import statement_now, statement_time
 from sql.ddl import table_from_create, table_sql
 from sql.errors import SqlError, error_at
 from sql.logical import Call, Column, Plan, Scan
@@ -45,12 +47,14 @@ def create_table(db: Connection, stmt: exp.Create) -> None:
     if stmt.expression is not None:
         return _create_table_as(db, stmt, name)
     table = table_from_create(stmt)
-    for p, d in enumerate(table.defaults):
-        if d is not None:
-            try:
-                dml.default(table, p)
-            except SqlError as err:
-                raise error_at(d, f"DEFAULT of column {table.columns[p].name!r}: {err.message}") from None
+    now = statement_now()  # a DEFAULT now() is tried with the current time (a database reopened has none)
+    with statement_time(now if isinstance(now, dt.datetime) else dt.datetime.now(dt.UTC)):
+        for p, d in enumerate(table.defaults):
+            if d is not None:
+                try:
+                    dml.default(table, p)
+                except SqlError as err:
+                    raise error_at(d, f"DEFAULT of column {table.columns[p].name!r}: {err.message}") from None
     # sqlglot writes an identity column's options only in part: such a table is written as ivm writes it
     sql = table_sql(table) if any(table.identities) else stmt.sql(dialect="postgres")
     _add_table(db, table, sql)
@@ -136,7 +140,9 @@ def _add_table(db: Connection, table: Table, sql: str) -> None:
     st = state.TableState(table, inp, arranged, sql, state.changed(db))
     scope = {(name, c.name): i for i, c in enumerate(cols)}
     for check in table.checks:
-        cond = boolean(check.condition, translate_scalar(check.condition, dml.column_resolver(scope, table)))
+        with statement_time("a CHECK constraint"):
+            cond = translate_scalar(check.condition, dml.column_resolver(scope, table))
+        cond = boolean(check.condition, cond)
         st.checks.append((check, compile_predicate(Call("not", (cond,), cond.type))))
     db.catalog.tables[name] = table
     db.tables[name] = st
@@ -183,7 +189,8 @@ def create_view(db: Connection, stmt: exp.Create) -> None:
     if replacing and db.in_transaction:
         raise error_at(stmt, "CREATE OR REPLACE VIEW inside a transaction is not supported", unsupported=True)
     query = stmt.expression
-    plan = db._plan(query)
+    with statement_time("a view"):  # a view is not maintained as time passes
+        plan = db._plan(query)
     queries.check_readable(db, plan)
     if replacing:
         _replaceable(db, stmt, name, plan)

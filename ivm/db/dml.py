@@ -27,9 +27,10 @@ from ivm.engine.operators.basic import EvaluationError
 from ivm.engine.strings import POOL
 from ivm.errors import DataError, Error
 from planner.expr import compile_predicate, evaluate
-from planner.values import column_from_values, parse_engine, to_engine_value
+from planner.values import column_from_values, encode, parse_engine, to_engine_value
 from sql.catalog import Table
-from sql.errors import SqlError, error_at
+from sql.datetimes import TIME_FUNCTIONS, current_time
+from sql.errors import SqlError, UnsupportedError, error_at
 from sql.logical import ColRef
 from sql.scalar import and_parts, assigned, boolean, cast_to, translate_scalar
 from sql.translate import qualify_query
@@ -581,12 +582,20 @@ def _literal_value(node: exp.Expression, t: SqlType, column: str, row: int) -> o
         neg, v = True, v.this
     if isinstance(v, exp.Null):
         return None
+    if not neg and (
+        type(v) in TIME_FUNCTIONS
+        or (isinstance(v, exp.Anonymous) and str(v.this).lower() == "transaction_timestamp")
+    ):  # now() and its relatives: the start of the statement's transaction, as a DEFAULT too
+        value = assigned(node, current_time(v), t, column)
+        return encode(value.value, t)
     if isinstance(v, exp.Cast) and isinstance(v.this, exp.Literal):
         v = v.this
     where = f"row {row}, column {column!r}"
     if isinstance(v, exp.Literal) and v.is_string and t.kind != "text" and not neg:
         try:
             return parse_engine(v.this, t)
+        except UnsupportedError as err:
+            raise error_at(node, f"{where}: {err.message}", unsupported=True) from None
         except ValueError:
             raise error_at(
                 node, f'{where}: invalid input syntax for type {t.pg_name}: "{v.this}"', cls=DataError

@@ -24,6 +24,7 @@ from sqlglot.tokens import TokenType
 
 from ivm.errors import DataError, NotSupportedError, ProgrammingError
 from sql import allow
+from sql.dialect import Ivm, plain_strings
 from sql.errors import error_at
 from sql.recursive import attach_mutually_recursive, rewrite_mutually_recursive
 from sql.spark import Spark, relations_of, to_postgres
@@ -70,6 +71,7 @@ def parse(
         for s in statements:
             for node in s.find_all(exp.Placeholder, exp.Parameter):
                 raise error_at(node, "a parameter placeholder, but no parameters were given")
+    statements = [_time_zone(s, sql, i) for i, s in enumerate(statements)]
     for s in statements:
         _rename_column_shorthand(s)
         allow.check(s)
@@ -88,7 +90,7 @@ def _parsed(sql: str, named: bool | None) -> tuple[tuple[exp.Expression, ...], t
         sql, names = _numbered(sql, named)
     sql, mutual = rewrite_mutually_recursive(sql)
     try:
-        statements = [s for s in sqlglot.parse(sql, dialect="postgres") if s is not None]
+        statements = [plain_strings(s, sql) for s in sqlglot.parse(sql, dialect=Ivm) if s is not None]
         _locate_commands(sql, statements)
         attach_mutually_recursive(statements, mutual)
     except ParseError as err:
@@ -165,6 +167,55 @@ def _refuse_overriding(sql: str) -> None:
                 t.line,
                 t.col - (t.end - t.start),
             )
+
+
+_UTC = frozenset({"UTC", "ETC/UTC", "UCT", "GMT", "Z", "ZULU", "UNIVERSAL", "+00", "+00:00", "0"})
+
+
+def _time_zone(stmt: exp.Expression, sql: str, index: int) -> exp.Expression:
+    """``SET TIME ZONE 'zone'`` (or ``SET timezone = 'zone'``): to UTC, which the session's time zone always
+    is, a statement that does nothing; to any other zone, refused."""
+    zone = None
+    if isinstance(stmt, exp.Command) and stmt.name.upper() == "SET":
+        text = str(stmt.expression.this if isinstance(stmt.expression, exp.Literal) else stmt.expression or "")
+        words = text.strip().split(None, 3)
+        if words[:1] == ["SESSION"] or words[:1] == ["LOCAL"]:
+            words = words[1:]
+        if [w.upper() for w in words[:2]] == ["TIME", "ZONE"]:
+            zone = " ".join(words[2:]) if len(words) > 2 else ""
+    elif isinstance(stmt, exp.Set) and len(stmt.expressions) == 1:
+        item = stmt.expressions[0].this
+        if (
+            isinstance(item, exp.EQ)
+            and isinstance(item.this, exp.Column)
+            and item.this.name.lower() == "timezone"
+        ):
+            zone = item.expression.sql(dialect="postgres")
+    if zone is None:
+        return stmt
+    if zone.strip().strip("'").upper() in _UTC:
+        return exp.Command(this="SET", expression=exp.Literal.string("TIME ZONE 'UTC'"))
+    message = (
+        f"the session time zone is UTC, always: SET TIME ZONE {zone.strip()} is not supported (TIMESTAMP WITH "
+        "TIME ZONE values are shown in UTC; AT TIME ZONE gives the wall time of another zone)"
+    )
+    if isinstance(stmt, exp.Command):  # the parser kept no place for it: the statement's first word
+        starts = _statement_starts(sql)
+        line, col = starts[index] if index < len(starts) else (None, None)
+        raise NotSupportedError(message, line, col)
+    raise error_at(stmt, message, unsupported=True)
+
+
+def _statement_starts(sql: str) -> list[tuple[int, int]]:
+    """The line and column of the first word of each statement of ``sql``."""
+    starts, first = [], True
+    for tok in Postgres().tokenize(sql):
+        if tok.token_type == TokenType.SEMICOLON:
+            first = True
+        elif first:
+            starts.append((tok.line, tok.col - (tok.end - tok.start)))
+            first = False
+    return starts
 
 
 def _parse_spark(sql: str, params, spark: Spark, catalog) -> list[exp.Expression]:
@@ -292,8 +343,8 @@ def _bind(statements: list[exp.Expression], values: list) -> list[exp.Expression
 
 
 def _constant(v: object) -> exp.Expression:
-    """A Python value as a SQL constant of its type (a ``datetime`` with a time zone in UTC, as TIMESTAMP
-    holds it)."""
+    """A Python value as a SQL constant of its type (a ``datetime`` with a time zone as TIMESTAMP WITH TIME
+    ZONE, a ``timedelta`` as an INTERVAL)."""
     if v is None:
         return exp.Null()
     if isinstance(v, (bool, np.bool_)):
@@ -315,9 +366,15 @@ def _constant(v: object) -> exp.Expression:
     if isinstance(v, str):
         return exp.Literal.string(v)
     if isinstance(v, dt.datetime):
-        if v.tzinfo is not None:
-            v = v.astimezone(dt.UTC).replace(tzinfo=None)
+        if v.tzinfo is not None:  # an instant, as psycopg passes one: TIMESTAMP WITH TIME ZONE, in UTC
+            utc = v.astimezone(dt.UTC).replace(tzinfo=None).isoformat(sep=" ")
+            return exp.cast(exp.Literal.string(utc + "+00:00"), "TIMESTAMPTZ", dialect="postgres")
         return exp.cast(exp.Literal.string(v.isoformat(sep=" ")), "TIMESTAMP", dialect="postgres")
+    if isinstance(v, dt.timedelta):  # an interval of days and a time of day, as psycopg passes one
+        micros = v // dt.timedelta(microseconds=1)
+        days = abs(micros) // 86_400_000_000 * (1 if micros >= 0 else -1)
+        text = f"{days} days {micros - days * 86_400_000_000} microseconds"
+        return exp.Interval(this=exp.Literal.string(text))
     if isinstance(v, dt.date):
         return exp.cast(exp.Literal.string(v.isoformat()), "DATE", dialect="postgres")
     raise ProgrammingError(f"cannot pass a parameter of type {type(v).__name__}")

@@ -8,6 +8,7 @@ view that failed.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,6 +24,7 @@ from ivm.engine.strings import POOL
 from ivm.errors import DataError, OperationalError
 from planner.compile import compile_view
 from planner.values import to_python
+from sql.datetimes import statement_time
 from sql.errors import error_at
 from sql.logical import Canon, Column, Negate, Plan, Scan, UnionAll, Values, children, substitute
 from sql.types import TEXT
@@ -135,9 +137,11 @@ def explain(db: Connection, stmt: exp.Command) -> None:
     if len(parsed) != 1:
         raise error_at(stmt, "EXPLAIN takes one statement")
     inner = parsed[0]
-    if isinstance(inner, exp.Create) and (inner.args.get("kind") or "").upper() == "VIEW":
+    view = isinstance(inner, exp.Create) and (inner.args.get("kind") or "").upper() == "VIEW"
+    if view:
         inner = inner.expression
-    plan = db._plan(inner)
+    with statement_time("a view") if view else contextlib.nullcontext():
+        plan = db._plan(inner)
     name = f"__explain{db.time}"
     compiled = compile_view(db.engine, db.registry, name, plan)
     compiled.dataflow.drop()

@@ -8,6 +8,7 @@ view is as before it, or the connection is marked broken when that cannot be don
 
 from __future__ import annotations
 
+import datetime as dt
 import warnings
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,7 @@ def begin(db: Connection, implicit: bool) -> None:
     db.implicit = implicit
     db.aborted = False
     db.undo = []
+    db.started_at = dt.datetime.now(dt.UTC)  # now() and current_timestamp for every statement of it
 
 
 def write(db: Connection, st: state.TableState, batch: Batch, then=None):

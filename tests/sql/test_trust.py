@@ -387,7 +387,7 @@ def test_answers_as_postgresql(setup, sql, expected):
         ([], "INSERT INTO f (v, v) VALUES (1, 2)", ProgrammingError, "specified more than once"),
         ([], "UPDATE f SET v = 1, v = 2", ProgrammingError, "multiple assignments"),
         ([], "INSERT INTO n VALUES ('x')", DataError, "invalid input syntax"),
-        ([], r"SELECT 'x' LIKE 'x\'", ProgrammingError, "LIKE pattern must not end with escape character"),
+        ([], r"SELECT 'x' LIKE 'x\'", DataError, "LIKE pattern must not end with escape character"),
         (["INSERT INTO d VALUES ('9999-12-31')"], "SELECT day + 1 FROM d", DataError, "beyond the year 9999"),
     ],
 )

@@ -152,3 +152,21 @@ def test_the_embedded_database_stays_postgres():
         == "SELECT CAST(ROUND(SUM(t.x) / COUNT(t.x), 6) AS DECIMAL(8, 6)) AS m FROM t AS t"
     )
     assert db.execute("SELECT m FROM v").fetchall() == [(decimal.Decimal("0.500000"),)]
+
+
+def test_dates_plus_days_or_months_stay_dates_as_in_spark(tmp_path):
+    views = {
+        "shift": "SELECT k, CAST(wall AS DATE) + INTERVAL 1 DAY AS next, "
+        "CAST(wall AS DATE) - INTERVAL '1' MONTH AS prev, date_trunc('MONTH', CAST(wall AS DATE)) AS m, "
+        "CAST(wall AS DATE) + INTERVAL 3 HOURS AS later FROM t WHERE k = 1"
+    }
+    out = sink_with(tmp_path, views).contents("shift")
+    assert out.schema.field("next").type == pa.date32() and out.schema.field("prev").type == pa.date32()
+    assert out.schema.field("m").type == pa.timestamp("us", tz="UTC")  # Spark's timestamp: an instant
+    assert out.to_pylist()[0] == {
+        "k": 1,
+        "next": dt.date(2024, 3, 11),
+        "prev": dt.date(2024, 2, 10),
+        "m": dt.datetime(2024, 3, 1, tzinfo=UTC),
+        "later": dt.datetime(2024, 3, 10, 3, tzinfo=UTC),
+    }
