@@ -18,7 +18,16 @@ import pyarrow.compute as pc
 from ivm.engine.strings import POOL
 from sql.logical import Call
 
-__all__ = ["DAY_MICROS", "split_ts", "date_parts", "extract", "to_char", "parse_templated", "epoch_to_ts"]
+__all__ = [
+    "DAY_MICROS",
+    "split_ts",
+    "date_parts",
+    "days_from_civil",
+    "extract",
+    "to_char",
+    "parse_templated",
+    "epoch_to_ts",
+]
 
 DAY_MICROS = 86_400_000_000
 _HOUR = 3_600_000_000
@@ -670,7 +679,8 @@ _YSUM = (
 )
 
 
-def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
+def days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Days since 1970-01-01 of the proleptic Gregorian dates (year, month, day), element-wise."""
     y = y - (m <= 2)
     era = y // 400
     yoe = y - era * 400
@@ -788,7 +798,7 @@ def _assemble(s: _Parse, function: str) -> np.ndarray:
     if s.failed.any():
         row = int(np.flatnonzero(s.failed)[0])
         raise _error(s.messages.get(row, f'invalid value for {function}(): "{r.text(row)}"'))
-    days = _days_from_civil(year, np.clip(month, 1, 12), mday)
+    days = days_from_civil(year, np.clip(month, 1, 12), mday)
     if function == "to_date":
         return days
     return days * DAY_MICROS + ((hour * 60 + minute) * 60 + sec) * _SECOND + fsec

@@ -18,13 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sqlglot import exp
-from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.scope import Scope, traverse_scope
-from sqlglot.schema import MappingSchema
 
 from sql.catalog import Catalog, Table
 from sql.logical import Plan, Scan, substitute, unnamed
-from sql.translate import translate_query
+from sql.translate import qualify_query, translate_query
 
 __all__ = [
     "relations_read",
@@ -51,13 +49,7 @@ def relations_read(query: exp.Expression) -> set[str]:
 
 def pinned(query: exp.Expression, catalog: Catalog) -> exp.Expression:
     """``query`` with every column qualified by its source and every ``*`` expanded against ``catalog``."""
-    return qualify(
-        query.copy(),
-        schema=MappingSchema(catalog.sqlglot_schema(), dialect="postgres", normalize=False),
-        dialect="postgres",
-        validate_qualify_columns=True,
-        quote_identifiers=False,
-    )
+    return qualify_query(query, catalog)
 
 
 def _columns_of(tree: exp.Expression, table: str) -> list[exp.Column]:

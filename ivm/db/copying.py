@@ -39,6 +39,7 @@ from sqlglot import exp
 import sql.catalog
 from ivm.db.arrow import arrow_type
 from ivm.errors import DataError, Error, NotSupportedError, OperationalError, ProgrammingError
+from planner.datetimes import days_from_civil
 from sql.errors import error_at
 from sql.logical import Column
 from sql.types import SqlType
@@ -1038,15 +1039,6 @@ def _int_field(m: pa.StructArray, *names: str) -> np.ndarray:
     return out
 
 
-def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
-    y = y - (m <= 2)
-    era = y // 400
-    yoe = y - era * 400
-    doy = (153 * (m + np.where(m > 2, -3, 9)) + 2) // 5 + d - 1
-    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    return era * 146097 + doe - 719468
-
-
 def _to_datetime(arr: pa.StringArray, t: SqlType) -> tuple[pa.Array, _Bad | None]:
     """PostgreSQL's date_in / timestamp_in for ISO 8601 input: YYYY-MM-DD or YYYYMMDD, then optionally a
     time HH:MM[:SS[.fraction]] after a blank or T and a zone (Z, UTC, GMT, +HH[:MM[:SS]]) that a type
@@ -1078,12 +1070,12 @@ def _to_datetime(arr: pa.StringArray, t: SqlType) -> tuple[pa.Array, _Bad | None
     clock = ((hh * 60 + mi) * 60 + ss) * 1_000_000 + fsec
     bad_time = (hh > 24) | (mi > 59) | (ss > 60) | (fsec > 1_000_000) | (clock > 86_400_000_000)
     bad_field = ok & ~bad_zone & (bad_date | bad_time)
-    days = np.where(ok & ~bad_date, _days_from_civil(y, mo, d), 0)
+    days = np.where(ok & ~bad_date, days_from_civil(y, mo, d), 0)
     if kind == "date":
         value = days
         too_far = ok & ~bad_zone & ~bad_field & (y > 5874897)
     else:
-        last = int(_days_from_civil(np.array([294276]), np.array([12]), np.array([31]))[0])
+        last = int(days_from_civil(np.array([294276]), np.array([12]), np.array([31]))[0])
         too_far = ok & ~bad_zone & ~bad_field & ((days > last) | ((days == last) & (clock >= 86_400_000_000)))
         top, rest = divmod(np.iinfo(np.int64).max, 86_400_000_000)
         unheld = ok & ~bad_zone & ~bad_field & ~too_far & ((days > top) | ((days == top) & (clock > rest)))

@@ -5,11 +5,9 @@ random transaction each view equals DuckDB's answer to the same query."""
 
 import random
 
-import duckdb
 import pytest
 
-import ivm
-from tests.oracle import same_rows
+from tests.oracle import commit_and_compare, with_views
 
 SCHEMA = [
     "CREATE TABLE t (k INTEGER PRIMARY KEY, a INTEGER, b INTEGER, s VARCHAR)",
@@ -167,29 +165,14 @@ def _txn(rng: random.Random, keys: set[int]) -> list[str]:
 def test_generated_subqueries_equal_duckdb(seed):
     rng = random.Random(7000 + seed)
     gen = Gen(rng)
-    db, duck = ivm.connect(), duckdb.connect()
-    for s in SCHEMA:
-        db.execute(s)
-        duck.execute(s)
+    db, duck = with_views(SCHEMA, [])
     keys: set[int] = set()
     for s in _txn(rng, keys) + _txn(rng, keys) + _txn(rng, keys):  # some data before the views exist
         db.execute(s)
         duck.execute(s)
-    queries = {}
-    while len(queries) < 24:
-        q = gen.query()
-        name = f"g{len(queries)}"
-        db.execute(f"CREATE VIEW {name} AS {q}")
-        queries[name] = q
-    for step in range(6):
-        for name, q in queries.items():
-            got = db.execute(f"SELECT * FROM {name}").fetchall()
-            expected = duck.execute(q).fetchall()
-            assert same_rows(got, expected), f"{q}\nafter step {step}: got {got}, expected {expected}"
-        stmts = _txn(rng, keys)
-        db.execute("BEGIN")
-        for s in stmts:
-            db.execute(s)
-        db.execute("COMMIT")
-        for s in stmts:
-            duck.execute(s)
+    queries = [gen.query() for _ in range(24)]
+    for i, q in enumerate(queries):
+        db.execute(f"CREATE VIEW v{i} AS {q}")
+    commit_and_compare(db, duck, [], queries)
+    for _ in range(6):
+        commit_and_compare(db, duck, _txn(rng, keys), queries)
