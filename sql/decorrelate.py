@@ -131,11 +131,11 @@ def _next(tree: exp.Expression):
 def _unnest(select: exp.Select, node: exp.Expression, n: int) -> None:
     """Replace ``node``, a subquery ``select`` uses as a value, by a read of a derived table joined to it."""
     clause = _clause(select, node)
-    if clause == "joins" and _on_to_where(select, node):
-        return  # taken up next from WHERE
+    if clause == "joins" and (_on_to_where(select, node) or _into_source(select, node, n)):
+        return  # taken up next from WHERE, or from the SELECT list of the source it reads
     if clause not in ("expressions", "where", "having"):
         where = {
-            "joins": "the ON condition of an outer join (or of an inner join before a RIGHT or FULL one)",
+            "joins": "the ON condition of an outer join that reads several of the joined relations",
             "order": "ORDER BY",
             "group": "GROUP BY",
         }.get(clause, clause)
@@ -203,6 +203,33 @@ def _on_to_where(select: exp.Select, node: exp.Expression) -> bool:
     if not kept and (join.kind or "").upper() != "CROSS":
         join.set("kind", "CROSS")
     select.where(*moved, copy=False)
+    return True
+
+
+def _into_source(select: exp.Select, node: exp.Expression, n: int) -> bool:
+    """A subquery in an outer join's ON that reads one source of ``select`` (or none) computed beside that
+    source's rows: the source becomes ``(SELECT its columns, the subquery AS _on<n> FROM it) AS alias`` and the
+    condition reads ``alias._on<n>``. Whether it could (not when the subquery reads several sources)."""
+    tables = {t for t, _ in _free_columns(select, node)}
+    from_ = select.args.get("from_") or select.args.get("from")
+    joins = select.args.get("joins") or []
+    if len(tables) > 1:
+        return False
+    joined = next(j for j in joins if _inside(node, j)).this.alias_or_name  # an uncorrelated one: beside it
+    alias = next(iter(tables)) if tables else joined
+    holder = next((h for h in [from_, *joins] if h.this.alias_or_name == alias), None)
+    if holder is None or not isinstance(holder.this, (exp.Table, exp.Subquery)):
+        return False
+    names = []
+    for col in select.find_all(exp.Column):
+        if col.table == alias and col.name not in names and _binding(col) is select:
+            names.append(col.name)
+    source = holder.this.copy()
+    inner = exp.select(*(exp.alias_(exp.column(c, alias), c) for c in names))
+    inner.set("from_", exp.From(this=source))
+    node.replace(exp.column(f"_on{n}", alias))
+    inner.append("expressions", exp.Alias(this=node, alias=exp.to_identifier(f"_on{n}")))
+    holder.set("this", _named(inner, alias))
     return True
 
 

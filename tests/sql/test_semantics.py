@@ -113,7 +113,7 @@ def test_views_equal_duckdb_through_changes(queries):
     [
         (
             "SELECT t.a FROM t LEFT JOIN u ON u.c = t.a AND u.x > (SELECT count(*) FROM u v WHERE v.c = t.c)",
-            "a subquery in the ON condition of an outer join",
+            "LEFT JOIN condition, comparing both sides other than by =, is not supported",
         ),
         (
             "SELECT a FROM t WHERE b > (SELECT x FROM u WHERE u.c = t.a AND u.x = 1)",
