@@ -357,7 +357,7 @@ def _reads_unnested(node: exp.Expression) -> bool:
 
 
 def _holds_subquery(node: exp.Expression) -> bool:
-    return next(subquery_values(node), None) is not None or isinstance(node, (exp.Exists,))
+    return next(subquery_values(node), None) is not None
 
 
 def _dependent(query: exp.Select, select: exp.Select, free: list[tuple[str, str]], n: int) -> exp.Select:
