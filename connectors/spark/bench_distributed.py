@@ -37,11 +37,12 @@ from tpch.queries import query
 __all__ = ["main"]
 
 
-def _stream(spark, sink, stream, directory: Path, recompute: list[str] | None = None) -> dict:
-    """Run one streaming query of the change files into ``sink``: initial load time, then per refresh
-    micro-batch its latency and change rows (and, with ``recompute``, Spark SQL's time per query)."""
+def _stream(spark, sink, stream, directory: Path, parts: int, recompute: list[str] | None = None) -> dict:
+    """Run one streaming query of the change files into ``sink``: initial load time (``parts`` micro-batches),
+    then per refresh micro-batch its latency and change rows (and, with ``recompute``, Spark SQL's time per
+    query)."""
     files = ChangeFiles(stream, directory / "source")
-    files.initial()
+    files.initial(parts)
     schema = spark.read.parquet(str(files.directory)).schema
     changes = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(files.directory))
     started = time.perf_counter()
@@ -65,7 +66,9 @@ def _stream(spark, sink, stream, directory: Path, recompute: list[str] | None = 
     return out
 
 
-def run(sf: float, batches: int, fraction: float, queries: list[str], shards: int, directory: Path) -> dict:
+def run(
+    sf: float, batches: int, fraction: float, queries: list[str], shards: int, directory: Path, parts: int = 1
+) -> dict:
     spark = cluster_session("ivm-bench-distributed", executors=2, cores=1, memory_mb=4096, driver_memory="4g")
     stream = refresh_stream(generate(sf), fraction=fraction, batches=batches, seed=7)
     views = {q: query(q) for q in queries}  # written for ivm's PostgreSQL dialect
@@ -76,7 +79,7 @@ def run(sf: float, batches: int, fraction: float, queries: list[str], shards: in
             sink = view_sink(SCHEMA, views, where / "state", dialect="postgres")
         else:
             sink = view_sink(SCHEMA, views, where / "state", dialect="postgres", shards=shards, tasks=tasks)
-        runs[label] = _stream(spark, sink, stream, where, queries if label == "sharded_2" else None)
+        runs[label] = _stream(spark, sink, stream, where, parts, queries if label == "sharded_2" else None)
         sink.close()
     spark.stop()
     p50 = {label: statistics.median(r["latency_s"]) for label, r in runs.items()}
@@ -90,6 +93,7 @@ def run(sf: float, batches: int, fraction: float, queries: list[str], shards: in
         "queries": queries,
         "shards": shards,
         "micro_batches": batches,
+        "initial_parts": parts,
         "change_rows": rows,
         "initial_load_s": {label: round(r["initial_s"], 2) for label, r in runs.items()},
         "latency_s_p50": {label: round(v, 4) for label, v in p50.items()},
@@ -112,18 +116,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fraction", type=float, default=0.005, help="orders inserted and deleted over all batches"
     )
+    parser.add_argument(
+        "--initial-parts", type=int, default=None, help="micro-batches of the initial load (default: 10 per SF)"
+    )
     parser.add_argument("--queries", default=DEFAULT_QUERIES, help=f"comma-separated ({DEFAULT_QUERIES})")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     queries = [q.strip() for q in args.queries.split(",") if q.strip()]
     with tempfile.TemporaryDirectory(prefix="ivm-spark-distributed-bench-") as tmp:
-        result = run(args.sf, args.batches, args.fraction, queries, args.shards, Path(tmp))
+        parts = args.initial_parts or max(1, round(10 * args.sf))
+        result = run(args.sf, args.batches, args.fraction, queries, args.shards, Path(tmp), parts)
     if args.json:
         print(json.dumps(result))
         return 0
     print(
         f"TPC-H SF {result['sf']:g}, {', '.join(queries)}, {result['shards']} shards, "
-        f"local-cluster of 2 executors x 1 core; {result['micro_batches']} refresh micro-batches, "
+        f"local-cluster of 2 executors x 1 core; initial load in {result['initial_parts']} micro-batches, "
+        f"{result['micro_batches']} refresh micro-batches, "
         f"{result['change_rows']} change rows"
     )
     print(f"{'':22s}{'initial load s':>16s}{'latency p50 ms':>16s}{'changes/s':>12s}")

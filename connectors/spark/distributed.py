@@ -3,15 +3,18 @@
     views = DistributedViews(spark, SCHEMA, {"reach": "WITH RECURSIVE ..."}, "/shared/state", shards=4)
     diffs = views.apply(batch_id, {"edge": (inserted_rows_df, deleted_rows_df)})   # view -> DataFrame
 
-A micro-batch's change rows are routed by Spark: each row gets the shard of its table key
-(``ivm.db.shards.shards_of_rows``, the same function of the key's values in every process) and is written as
-Parquet under the batch's directory on the shared path, partitioned by shard. Then one barrier stage runs a
-task per group of shards (``tasks`` of them, each hosting a contiguous range of the ``shards``); the tasks
-run the whole micro-batch together, as ``ivm.db.shards.Shards`` in several processes: the stages of every
-dataflow meet and exchange their updates over sockets between the tasks (``ivm.engine.collective``), whose
-addresses Spark's ``allGather`` hands out once per stage (each of Spark's own barrier calls takes a second).
-Each task then writes its shards' part of every view's diffs as Parquet, and the driver reads them back as
-DataFrames; it collects nothing but the tasks' counts.
+A micro-batch is one Spark job: its change rows, spread evenly over ``tasks`` partitions by Spark
+(``repartition``), feed one barrier stage of ``tasks`` tasks, each hosting a contiguous range of the
+``shards``. The tasks meet at a rendezvous in the driver (``ivm.engine.collective.Rendezvous``: one round trip,
+where each of Spark's own barrier calls takes a second) and then talk over sockets
+(``ivm.engine.collective.SocketCollective``): each sends every row to the task hosting the shard of its table
+key (``ivm.db.shards.shards_of_rows``, the same function of the key's values in every process), keeps the rows
+of its own shards under the batch's directory on the shared path (they are the log the state is rebuilt from),
+and the tasks run the whole micro-batch together as ``ivm.db.shards.Shards`` in several processes. Each task
+then writes its shards' part of every view's diffs as Parquet, and the driver reads them back as DataFrames;
+it collects nothing but the tasks' counts. A stage that fails (a worker lost) is run again by the driver as a
+new job under a new rendezvous token, once the failed one's tasks are gone, so no task of it meets the new
+ones.
 
 A Python worker keeps the shards it hosts between micro-batches. Every ``checkpoint_every`` micro-batches each
 shard also writes its state (its arrangements as files, ``ivm.db.storage.Versions``) under
@@ -25,6 +28,7 @@ batch id applied before is not applied again."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import pickle
@@ -46,7 +50,7 @@ from connectors.spark._changes import (
 )
 from ivm.db.shards import Shards, portable_error, shards_of_rows
 from ivm.db.storage import Versions
-from ivm.engine.collective import SocketCollective
+from ivm.engine.collective import Meeting, Rendezvous, SocketCollective
 from ivm.engine.files import join, listdir, makedirs, read_whole, remove, resolve, write_bytes
 from ivm.errors import Error, NotSupportedError, ProgrammingError
 from sql.errors import SqlError
@@ -55,6 +59,7 @@ __all__ = ["DistributedViews"]
 
 _SHARD = "ivm_shard"  # (a partition directory named with a leading _ would be ignored by readers)
 _DONE = "done.json"
+_SCHEMA = "schema.arrow"  # the change rows' Arrow schema
 _CHANGES, _SHAPE = "changes", "shape.json"  # a micro-batch of change rows, and their shape
 
 
@@ -131,15 +136,15 @@ class DistributedViews:
         for table in changes:
             if table not in self.tables:
                 raise ProgrammingError(f"table {table!r} does not exist")
-        directory = _batch_dir(self.state, batch_id)
-        remove_tree(join(directory, "input"))  # what an attempt of this batch id that failed left
-        for table, pair in changes.items():
-            for kind, df in zip(("insert", "delete"), pair, strict=True):
-                if df is not None:
-                    self._route(df, self.tables[table]).write.mode("overwrite").partitionBy(_SHARD).parquet(
-                        join(directory, "input", table, kind)
-                    )
-        return self._run(batch_id, rec, pa.int64())
+        remove_tree(join(_batch_dir(self.state, batch_id), "input"))  # what a failed attempt left
+        packed = [
+            _packed(df, table, kind)
+            for table, pair in changes.items()
+            for kind, df in zip(("insert", "delete"), pair, strict=True)
+            if df is not None
+        ]
+        source = functools.reduce(lambda x, y: x.union(y), packed) if packed else None
+        return self._run(batch_id, rec, pa.int64(), source, None)
 
     def apply_changes(
         self,
@@ -167,19 +172,16 @@ class DistributedViews:
                 raise SqlError(f"table {shape.table!r} does not exist")
             columns = {t: [c.name for c in table.columns] for t, table in self.tables.items()}
             require_table_columns(df.columns, columns, [shape.table])
+        from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
+
         directory = _batch_dir(self.state, batch_id)
         remove_tree(join(directory, "input"))
-        self._route_changes(df, shape).write.mode("overwrite").partitionBy(_SHARD).parquet(
-            join(directory, "input", _CHANGES)
-        )
+        schema = to_arrow_schema(df.schema)
+        makedirs(join(directory, "input"))
         write_bytes(json.dumps(dataclasses.asdict(shape)).encode(), join(directory, "input", _SHAPE))
-        if shape.commit is None:
-            time_type = pa.int64()
-        else:
-            from pyspark.sql.pandas.types import to_arrow_type
-
-            time_type = to_arrow_type(df.schema[shape.commit].dataType)
-        return self._run(batch_id, rec, time_type, note, diff_files or {}, emit)
+        write_bytes(schema.serialize(), join(directory, "input", _SCHEMA))
+        time_type = pa.int64() if shape.commit is None else to_arrow_type(df.schema[shape.commit].dataType)
+        return self._run(batch_id, rec, time_type, df, (shape, schema), note, diff_files or {}, emit)
 
     def _next(self, batch_id: int) -> dict | None:
         """The record, if ``batch_id`` is to be applied now; None if it was applied."""
@@ -195,11 +197,14 @@ class DistributedViews:
         batch_id: int,
         rec: dict,
         time_type: pa.DataType,
+        source,
+        changes: tuple[ChangeShape, pa.Schema] | None,
         note: object = None,
         diff_files: Mapping[str, list] | None = None,
         emit: Callable[[dict], None] | None = None,
     ) -> dict[str, object]:
-        """Run micro-batch ``batch_id``'s barrier stage over its routed input, and record it."""
+        """Run micro-batch ``batch_id`` as one barrier stage over ``source`` (change rows in the shape and
+        schema ``changes``, or packed tables' rows), and record it."""
         directory = _batch_dir(self.state, batch_id)
         remove_tree(join(directory, "output"))  # what an attempt with another layout of tasks left
         diff_files = {v: [str(f) for f in folders] for v, folders in (diff_files or {}).items()}
@@ -207,12 +212,24 @@ class DistributedViews:
             for folder in folders:
                 for task in range(self.shards):
                     remove(join(folder, _diff_file(batch_id, task)))
-        job = _Job(self, batch_id, rec, time_type, diff_files)
-        sc = self.spark.sparkContext
-        # the barrier stage feeds a shuffle, so that Spark retries it whole when a task fails (a barrier stage
-        # that returns its results to the driver is never retried)
-        stage = sc.parallelize(range(self.tasks), self.tasks).barrier().mapPartitions(job.run)
-        reported = [pickle.loads(r) for r in stage.map(_keyed).groupByKey(1).flatMap(_values).collect()]
+        if source is None:
+            source = self.spark.createDataFrame([], _PACKED)
+        stage = source.repartition(self.tasks)  # the rows spread evenly: each task routes its part
+        meet = _rendezvous(self.spark)
+        for attempt in range(1, _ATTEMPTS + 1):
+            token = meet.open(self.tasks)
+            job = _Job(self, batch_id, rec, time_type, changes, diff_files, meet, token)
+            try:
+                # a barrier stage whose results go to the driver is not run again by Spark: a failed one is
+                # run again here, under a new token, once every task of the failed one is gone
+                done = stage.mapInArrow(job.run, _REPORT, barrier=True).collect()
+            except Exception:
+                if attempt == _ATTEMPTS or not meet.retire(token, wait=_GONE_S):
+                    raise
+                continue
+            meet.retire(token)
+            break
+        reported = [pickle.loads(r.report) for r in done]
         if len(reported) != self.tasks:
             raise RuntimeError(f"{len(reported)} of the {self.tasks} tasks reported")
         for r in reported:
@@ -241,48 +258,65 @@ class DistributedViews:
                 if name.isdigit() and int(name) <= checkpoints[0]:
                     remove_tree(join(self.state, "batches", name), whole=True)
 
-    def _route_changes(self, df, shape: ChangeShape):
-        """Change rows ``df`` with the shard of each row: that of its key in its table. A row naming no table
-        of the schema goes to shard 0, whose task refuses it by name."""
-        count, tables = self.shards, self.tables
 
-        def route(batches):
-            for b in batches:
-                shard = np.zeros(b.num_rows, np.int32)
-                if shape.table is not None:
-                    shard[:] = shards_of_rows(tables[shape.table], b, count)
-                elif b.num_rows:
-                    names = pc.dictionary_encode(b.column(shape.table_column).cast(pa.string()))
-                    codes = pc.fill_null(names.indices, -1).to_numpy(zero_copy_only=False)
-                    for code, name in enumerate(names.dictionary.to_pylist()):  # a few tables, not rows
-                        if name in tables:
-                            mine = np.flatnonzero(codes == code)
-                            shard[mine] = shards_of_rows(tables[name], b.take(pa.array(mine)), count)
-                yield b.append_column(_SHARD, pa.array(shard))
+def _packed(df, table: str, kind: str):
+    """``df``'s rows, an Arrow IPC stream per Arrow batch, as rows of ``_PACKED`` naming ``table`` and
+    ``kind``: the rows of tables of any columns in one DataFrame."""
 
-        from pyspark.sql.types import IntegerType, StructField, StructType
+    def pack(batches):
+        for b in batches:
+            if b.num_rows:
+                blob = _ipc(pa.Table.from_batches([b]))
+                yield pa.record_batch(
+                    [pa.array([table]), pa.array([kind]), pa.array([blob], pa.binary())], schema=_PACKED_ARROW
+                )
 
-        return df.mapInArrow(route, StructType([*df.schema.fields, StructField(_SHARD, IntegerType())]))
-
-    def _route(self, df, table):
-        """``df`` with the shard of each row."""
-        count = self.shards
-
-        def route(batches):
-            for b in batches:
-                yield b.append_column(_SHARD, pa.array(shards_of_rows(table, b, count), pa.int32()))
-
-        from pyspark.sql.types import IntegerType, StructField, StructType
-
-        return df.mapInArrow(route, StructType([*df.schema.fields, StructField(_SHARD, IntegerType())]))
+    return df.mapInArrow(pack, _PACKED)
 
 
-def _keyed(report: bytes) -> tuple[int, bytes]:
-    return 0, report
+def _ipc(data: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, data.schema) as out:
+        out.write_table(data)
+    return sink.getvalue().to_pybytes()
 
 
-def _values(pair: tuple[int, object]) -> list[bytes]:
-    return list(pair[1])
+def _from_ipc(blob: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+
+
+def _shard_of_changes(data: pa.Table, shape: ChangeShape, tables: dict, count: int) -> np.ndarray:
+    """The shard of each change row: that of its key in the table it names. A row naming no table of the
+    schema goes to shard 0, whose task refuses it by name."""
+    shard = np.zeros(data.num_rows, np.int32)
+    if shape.table is not None:
+        shard[:] = shards_of_rows(tables[shape.table], data, count)
+    elif data.num_rows:
+        names = pc.dictionary_encode(data.column(shape.table_column).combine_chunks().cast(pa.string()))
+        codes = pc.fill_null(names.indices, -1).to_numpy(zero_copy_only=False)
+        for code, name in enumerate(names.dictionary.to_pylist()):  # a few tables, not rows
+            if name in tables:
+                mine = np.flatnonzero(codes == code)
+                shard[mine] = shards_of_rows(tables[name], data.take(pa.array(mine)), count)
+    return shard
+
+
+_PACKED = "ivm_table string, ivm_kind string, ivm_rows binary"
+_PACKED_ARROW = pa.schema([("ivm_table", pa.string()), ("ivm_kind", pa.string()), ("ivm_rows", pa.binary())])
+_REPORT = "task int, report binary"
+_REPORT_ARROW = pa.schema([("task", pa.int32()), ("report", pa.binary())])
+_ATTEMPTS = 4  # runs of a micro-batch's stage (Spark's spark.stage.maxConsecutiveAttempts)
+_GONE_S = 120.0  # how long a failed stage's tasks may take to end before the micro-batch fails instead
+
+_RENDEZVOUS: dict[str, Rendezvous] = {}
+
+
+def _rendezvous(spark) -> Rendezvous:
+    """This driver's rendezvous, on the address the executors reach it at."""
+    host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
+    if host not in _RENDEZVOUS:
+        _RENDEZVOUS[host] = Rendezvous(host)
+    return _RENDEZVOUS[host]
 
 
 def _batch_dir(state: str, batch_id: int) -> str:
@@ -334,38 +368,56 @@ class _Job:
         batch_id: int,
         rec: dict,
         time_type: pa.DataType,
-        diff_files: Mapping[str, list[str]] | None = None,
+        changes: tuple[ChangeShape, pa.Schema] | None,
+        diff_files: Mapping[str, list[str]],
+        meet: Rendezvous,
+        token: str,
     ) -> None:
-        self.diff_files = dict(diff_files or {})
+        self.diff_files = dict(diff_files)
         self.state, self.schema, self.views = views.state, views.schema, views.views
         self.dialect, self.tables = views.dialect, views.tables
         self.shards, self.tasks, self.batch_id = views.shards, views.tasks, batch_id
+        self.changes = changes
         self.done, self.last = list(rec["batches"]), rec["last"]
         since = rec["checkpoints"][-1] if rec["checkpoints"] else None
         applied = len([b for b in self.done if since is None or b > since])  # batches since the last one
         self.checkpoint = applied + 1 >= views.checkpoint_every  # after this batch, in every shard
+        self.rendezvous, self.rendezvous_key, self.token = meet.address, meet.authkey, token
         self.authkey = os.urandom(16)  # the tasks' connections to one another prove they are of this job
         extra = [pa.field("time", time_type), pa.field("diff", pa.int64())]
         self.diff_schemas = {v: pa.schema([*views.columns[v], *extra]) for v in self.views}
 
-    def run(self, _partition):
+    def run(self, batches):
         from pyspark import BarrierTaskContext
 
         ctx = BarrierTaskContext.get()
         task = ctx.partitionId()
+        infos = ctx.getTaskInfos()
+        if len(infos) != self.tasks:
+            raise RuntimeError(f"the stage has {len(infos)} tasks, not {self.tasks}")
+        rows = list(batches)  # this task's part of the micro-batch's rows, to be routed to their shards
+        meeting = Meeting(self.rendezvous, self.rendezvous_key, self.token, task)
+        try:
+            report = self._run(task, infos[task].address.rsplit(":", 1)[0], rows, meeting)
+        finally:
+            meeting.close()
+        yield pa.record_batch([pa.array([task], pa.int32()), pa.array([report], pa.binary())], _REPORT_ARROW)
+
+    def _run(self, task: int, host: str, rows: list[pa.RecordBatch], meeting: Meeting) -> bytes:
         key = (self.state, self.shards, self.tasks, task)
         held = _HELD.pop(key, None)  # put back only once this batch is through
         last = self.last
         directory = _batch_dir(self.state, self.batch_id)
-        host = ctx.getTaskInfos()[task].address.rsplit(":", 1)[0]
         have: list[int] = []  # the batch whose state each task holds
 
-        def publish(address: str) -> list[str]:  # one allGather: each of Spark's barrier calls takes a second
-            said = [json.loads(m) for m in ctx.allGather(json.dumps([address, held[0] if held else -2]))]
+        def publish(address: str) -> list[str]:
+            said = [json.loads(m) for m in meeting.publish(json.dumps([address, held[0] if held else -2]))]
             have.extend(h for _, h in said)
             return [a for a, _ in said]
 
         collective = SocketCollective(task, self.tasks, publish, self.authkey, host)
+        received = self._exchange(collective, task, rows)
+        del rows
         if any(h != last for h in have):  # some task lacks the state before this batch: all start afresh
             if held is not None:
                 held[1].close()
@@ -386,20 +438,19 @@ class _Job:
             _, db, subs, versions = held
             db.group.collective = collective
         try:
-            t0, values = self._apply(db, self.batch_id)
+            t0, values = self._apply(db, self.batch_id, received)
         except _Refused as refused:  # in every task alike (the shards agree on errors)
             collective.close()
             if refused.intact:  # rolled back: the shards still hold the state before this batch
                 _HELD[key] = (last, db, subs, versions)
             else:
                 db.close()
-            yield pickle.dumps(portable_error(refused.error))
-            return
-        rows = {}
+            return pickle.dumps(portable_error(refused.error))
+        counts = {}
         for view, parts in subs.items():
             batches = [b for sub in parts for b in sub if b.num_rows]
             diffs = _diffs(batches, t0, values, self.diff_schemas[view])
-            rows[view] = diffs.num_rows
+            counts[view] = diffs.num_rows
             out = join(directory, "output", view)
             makedirs(out)
             pq.write_table(diffs, join(out, f"task-{task:05d}.parquet"))
@@ -413,22 +464,76 @@ class _Job:
             db.save(versions, self.batch_id)
         collective.close()
         _HELD[key] = (self.batch_id, db, subs, versions)
-        yield pickle.dumps(rows)
+        return pickle.dumps(counts)
+
+    def _exchange(self, collective: SocketCollective, task: int, rows: list[pa.RecordBatch]) -> dict:
+        """Send each of this task's ``rows`` to the task hosting its shard, and keep those that come here
+        under the batch's input, a file per shard: the rows of the hosted shards, by (table, kind), or
+        (``_CHANGES``, None) for change rows."""
+        routed: dict[tuple[str, str | None], tuple[pa.Table, np.ndarray]] = {}
+        if self.changes is None:  # packed tables' rows
+            parts: dict[tuple[str, str | None], list[pa.Table]] = {}
+            for b in rows:  # a row per Arrow batch of the source, not per change
+                for table, kind, blob in zip(*(b.column(i).to_pylist() for i in range(3)), strict=True):
+                    parts.setdefault((table, kind), []).append(_from_ipc(blob))
+            for (table, kind), tables in parts.items():
+                data = pa.concat_tables(tables)
+                routed[(table, kind)] = (data, shards_of_rows(self.tables[table], data, self.shards))
+        elif rows:
+            shape, schema = self.changes
+            data = pa.Table.from_batches(rows)
+            routed[(_CHANGES, None)] = (data, _shard_of_changes(data, shape, self.tables, self.shards))
+        outgoing = []
+        for q in range(self.tasks):
+            r = _hosted(q, self.tasks, self.shards)
+            message = {}
+            for name, (data, shard) in routed.items():
+                there = np.flatnonzero((shard >= r.start) & (shard < r.stop))
+                if len(there):
+                    part = data.take(pa.array(there)).append_column(_SHARD, pa.array(shard[there], pa.int32()))
+                    message[name] = _ipc(part)
+            outgoing.append(pickle.dumps(message))
+        routed.clear()
+        came: dict[tuple[str, str | None], list[pa.Table]] = {}
+        for message in collective.all_to_all(outgoing):
+            for name, blob in pickle.loads(message).items():
+                came.setdefault(name, []).append(_from_ipc(blob))
+        received = {}
+        base = join(_batch_dir(self.state, self.batch_id), "input")
+        for name, tables in came.items():
+            data = pa.concat_tables(tables)
+            shard = data.column(_SHARD).to_numpy()
+            data = data.drop_columns([_SHARD])
+            for k in _hosted(task, self.tasks, self.shards):
+                mine = np.flatnonzero(shard == k)
+                if len(mine):
+                    folder = join(base, *(p for p in name if p is not None), f"{_SHARD}={k}")
+                    makedirs(folder)
+                    buf = pa.BufferOutputStream()
+                    pq.write_table(data.take(pa.array(mine)), buf)
+                    write_bytes(buf.getvalue(), join(folder, "rows.parquet"), sync=False)
+            received[name] = data
+        return received
 
     def _versions(self, db: Shards) -> list[Versions]:
         """Where the hosted shards' checkpoints are, each shard's own (any layout of tasks finds them)."""
         return [Versions(join(self.state, "shards", f"{i:05d}")) for i in db.hosted]
 
-    def _apply(self, db: Shards, batch_id: int) -> tuple[int, pa.Array]:
-        """Make batch ``batch_id``'s routed rows for the hosted shards, a transaction per source commit: the
-        engine time of the first, and the commits' values (engine time ``t0 + i`` is commit ``i``). Raises
-        ``_Refused`` if a commit is refused (in every process alike)."""
+    def _apply(self, db: Shards, batch_id: int, received: dict | None = None) -> tuple[int, pa.Array]:
+        """Make batch ``batch_id``'s rows for the hosted shards (``received`` now, or else those kept under its
+        input), a transaction per source commit: the engine time of the first, and the commits' values
+        (engine time ``t0 + i`` is commit ``i``). Raises ``_Refused`` if a commit is refused (in every
+        process alike)."""
         base = join(_batch_dir(self.state, batch_id), "input")
         t0 = db.shards[0].time
         if _exists(join(base, _SHAPE)):
             saved = json.loads(read_whole(join(base, _SHAPE)))
             shape = ChangeShape(**{**saved, "ignored": tuple(saved["ignored"])})
-            data = _hosted_rows(join(base, _CHANGES), db.hosted)
+            schema = pa.ipc.read_schema(pa.py_buffer(read_whole(join(base, _SCHEMA))))
+            if received is None:
+                data = _hosted_rows(join(base, _CHANGES), db.hosted, schema)
+            else:
+                data = received.get((_CHANGES, None), schema.empty_table())
             columns = {t: [c.name for c in table.columns] for t, table in self.tables.items()}
             try:
                 values, commits = split_commits(data, shape, columns, batch_id)
@@ -455,11 +560,15 @@ class _Job:
                     raise _Refused(type(err)(message), intact=i == 0) from err
             return t0, values
         writes = []
-        for table in sorted(listdir(base) if _exists(base) else []):
-            for kind in ("delete", "insert"):
-                path = join(base, table, kind)
-                if _exists(path):
-                    writes.append((table, kind, _hosted_rows(path, db.hosted)))
+        if received is None:
+            for table in sorted(listdir(base) if _exists(base) else []):
+                for kind in ("delete", "insert"):
+                    path = join(base, table, kind)
+                    if _exists(path):
+                        writes.append((table, kind, _hosted_rows(path, db.hosted)))
+        else:
+            order = sorted(received, key=lambda name: (name[0], name[1] == "insert"))  # deletes first
+            writes = [(table, kind, received[(table, kind)]) for table, kind in order]
         try:
             db.change(writes, whole=False)
         except Error as err:
@@ -475,13 +584,17 @@ class _Refused(Exception):
         self.error, self.intact = error, intact
 
 
-def _hosted_rows(path: str, hosted: range) -> pa.Table:
-    """The routed rows under ``path`` (partitioned by shard) of the ``hosted`` shards."""
+def _hosted_rows(path: str, hosted: range, schema: pa.Schema | None = None) -> pa.Table:
+    """The rows kept under ``path`` (a folder per shard) of the ``hosted`` shards (with ``schema``, when there
+    may be none)."""
     fs, local = resolve(path)
+    if schema is not None and fs.get_file_info(local).type == pafs.FileType.NotFound:
+        return schema.empty_table()
     data = ds.dataset(local, filesystem=fs, format="parquet", partitioning="hive").to_table(
         filter=pc.field(_SHARD).isin(list(hosted))
     )
-    return data.drop_columns([_SHARD])
+    data = data.drop_columns([_SHARD])
+    return data if schema is None or data.num_rows else schema.empty_table()
 
 
 def remove_tree(path: str, whole: bool = False) -> None:

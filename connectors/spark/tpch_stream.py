@@ -1,7 +1,8 @@
 """TPC-H as a stream of change rows for a Spark file source, for the tests and the benchmark.
 
-The initial load is commit 0; refresh batch ``i`` (``tpch.data.refresh_stream``) is two commits, RF1's
-insertions (``2i + 1``) then RF2's deletions (``2i + 2``). Rows are in the Delta change data feed shape with a
+The initial load is commit 0 (or ``p`` commits ``0 .. p - 1``, one per file, when it is written in ``p``
+parts); refresh batch ``i`` (``tpch.data.refresh_stream``) is two commits, RF1's insertions (``p + 2i``) then
+RF2's deletions (``p + 2i + 1``). Rows are in the Delta change data feed shape with a
 ``table`` column: every table's columns side by side (NULL where a row is of another table), plus ``table``,
 ``_change_type`` and ``_commit_version``. Alongside, the tables' accumulated contents, for recomputing the
 queries after each micro-batch.
@@ -81,16 +82,23 @@ class ChangeFiles:
         self.schema = change_schema(self.stream.initial)
         self.tables = dict(self.stream.initial)
         self.written = 0
+        self.parts = 1
 
-    def initial(self) -> pa.Table:
-        pieces = [(t, "insert", 0, self.stream.initial[t]) for t in TABLES]
-        return self._write(change_rows(pieces, self.schema))
+    def initial(self, parts: int = 1) -> pa.Table:
+        """Write the initial load, in ``parts`` files (each a slice of every table, a commit of its own): a
+        micro-batch of each, to bound what one holds. Returns the last part's rows."""
+        self.parts = parts
+        for k in range(parts):
+            pieces = [(t, "insert", k, _part(self.stream.initial[t], k, parts)) for t in TABLES]
+            rows = self._write(change_rows(pieces, self.schema))
+        return rows
 
     def refresh(self, i: int) -> pa.Table:
         """Write refresh batch ``i`` and update the accumulated tables."""
         batch = self.stream.batches[i]
-        pieces = [(t, "insert", 2 * i + 1, batch[t][0]) for t in ("orders", "lineitem")]
-        pieces += [(t, "delete", 2 * i + 2, batch[t][1]) for t in ("lineitem", "orders")]
+        first = self.parts + 2 * i
+        pieces = [(t, "insert", first, batch[t][0]) for t in ("orders", "lineitem")]
+        pieces += [(t, "delete", first + 1, batch[t][1]) for t in ("lineitem", "orders")]
         for t, key in KEYS.items():
             inserted, deleted = batch[t]
             grown = pa.concat_tables([self.tables[t], inserted.cast(self.tables[t].schema)])
@@ -102,3 +110,9 @@ class ChangeFiles:
         write_atomically(rows, self.directory / f"changes-{self.written:06d}.parquet")
         self.written += 1
         return rows
+
+
+def _part(table: pa.Table, k: int, parts: int) -> pa.Table:
+    """Slice ``k`` of ``parts`` of ``table``'s rows."""
+    start, stop = table.num_rows * k // parts, table.num_rows * (k + 1) // parts
+    return table.slice(start, stop - start)

@@ -7,16 +7,23 @@ destination process). A micro-batch makes hundreds of them, so each must cost a 
 poll: ``SocketCollective`` connects every process to process 0, which gathers each call's messages and sends
 every process what is for it. Connections are authenticated with a key the processes share
 (``multiprocessing.connection``); the only thing the host provides is a way to tell every process where
-process 0 listens (``publish``, one call when the collective starts: Spark's ``allGather`` in a barrier stage).
+process 0 listens (``publish``, one call when the collective starts).
+
+``Rendezvous`` is such a ``publish`` that needs nothing of the host but a process every other can reach (a
+Spark driver): the processes of one run meet there under the run's token, and a run that failed is retired
+before another starts, so a process left over from it never meets the next run's processes.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
+import threading
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Client, Connection, Listener
 
-__all__ = ["SocketCollective"]
+__all__ = ["SocketCollective", "Rendezvous", "Meeting"]
 
 
 class SocketCollective:
@@ -80,3 +87,121 @@ class SocketCollective:
         for conn in [*self._peers, *([self._hub] if self._hub is not None else [])]:
             conn.close()
         self._peers, self._hub = [], None
+
+
+class Rendezvous:
+    """Where the ``count`` processes of a run tell one another their texts, in one round trip each: a listener
+    (in a thread of this process) on ``host``. ``open(count)`` starts a run and gives its token; a process
+    joins with ``Meeting(address, authkey, token, index)``, whose ``publish`` is a ``SocketCollective``'s.
+    Each process stays connected until it is through, so ``retire`` can wait for a failed run's processes to be
+    gone before the next starts; a process of a retired run is refused."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.authkey = os.urandom(16)
+        self._listener = Listener((host, 0), authkey=self.authkey)
+        self.address: tuple[str, int] = self._listener.address
+        self._lock = threading.Condition()
+        self._runs: dict[str, _Run] = {}
+        self._closed = False
+        threading.Thread(target=self._accept, name="ivm-rendezvous", daemon=True).start()
+
+    def open(self, count: int) -> str:
+        """A new run of ``count`` processes: its token."""
+        token = os.urandom(8).hex()
+        with self._lock:
+            self._runs[token] = _Run(count)
+        return token
+
+    def retire(self, token: str, wait: float = 0.0) -> bool:
+        """End run ``token``: a process joining it later is refused. Waits up to ``wait`` seconds for the
+        processes that joined it to be gone; returns whether they are."""
+        deadline = time.monotonic() + wait
+        with self._lock:
+            run = self._runs.get(token)
+            if run is None:
+                return True
+            run.retired = True
+            self._lock.notify_all()
+            while run.connected and time.monotonic() < deadline:
+                self._lock.wait(deadline - time.monotonic())
+            gone = not run.connected
+            if gone:
+                self._runs.pop(token, None)
+            return gone
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn = self._listener.accept()
+            except Exception:  # a client that failed the handshake, or the listener closed
+                if self._closed:
+                    return
+                continue
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: Connection) -> None:
+        with conn:
+            try:
+                token, index, text = pickle.loads(conn.recv_bytes())
+            except (OSError, EOFError):
+                return
+            with self._lock:
+                run = self._runs.get(token)
+                if run is None or run.retired or index in run.texts or not 0 <= index < run.count:
+                    refused = "retired" if run is None or run.retired else f"process {index} twice or unknown"
+                    conn.send_bytes(pickle.dumps(RuntimeError(f"run {token} refused a process: {refused}")))
+                    return
+                run.texts[index] = text
+                run.connected += 1
+                self._lock.notify_all()
+                while len(run.texts) < run.count and not run.retired and not self._closed:
+                    self._lock.wait()
+                answer = (
+                    [run.texts[i] for i in range(run.count)]
+                    if len(run.texts) == run.count
+                    else RuntimeError(f"run {token} was retired before all its processes came")
+                )
+            try:
+                conn.send_bytes(pickle.dumps(answer))
+                conn.recv_bytes()  # until the process is through (it closes the connection)
+            except (OSError, EOFError):
+                pass
+            finally:
+                with self._lock:
+                    run.connected -= 1
+                    if run.retired and not run.connected:
+                        self._runs.pop(token, None)
+                    self._lock.notify_all()
+
+
+class _Run:
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.texts: dict[int, str] = {}
+        self.connected = 0
+        self.retired = False
+
+
+class Meeting:
+    """Process ``index``'s part in run ``token`` of the ``Rendezvous`` at ``address``: ``publish`` (once) gives
+    every process's text; ``close`` when the process is through with the run."""
+
+    def __init__(self, address: tuple[str, int], authkey: bytes, token: str, index: int) -> None:
+        self.token, self.index = token, index
+        self._conn = Client(tuple(address), authkey=authkey)
+
+    def publish(self, text: str) -> list[str]:
+        self._conn.send_bytes(pickle.dumps((self.token, self.index, text)))
+        answer = pickle.loads(self._conn.recv_bytes())
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def close(self) -> None:
+        self._conn.close()

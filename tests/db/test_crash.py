@@ -53,7 +53,7 @@ def _oracle_statement(sql: str) -> str | None:
 
 @pytest.mark.parametrize("seed", range(3))
 def test_killed_at_random_moments_the_database_reopens_exact(tmp_path, seed):
-    kill_and_reopen(str(tmp_path / "db"), tmp_path / "journal", seed, KINDS * 3)
+    kill_and_reopen(str(tmp_path / "db"), tmp_path / "journal", seed, KINDS * 2)
 
 
 def test_killed_at_random_moments_a_database_on_an_object_store_reopens_exact(tmp_path, s3):
