@@ -33,6 +33,7 @@ import json
 import os
 import pickle
 from collections.abc import Callable, Mapping
+from multiprocessing.connection import Listener
 
 import numpy as np
 import pyarrow as pa
@@ -93,6 +94,7 @@ class DistributedViews:
         self.checkpoint_every = checkpoint_every
         self.dialect = dialect  # "postgres", or a sql.spark.Spark: how the views are read
         self.counts: dict[str, int] = {}  # each view's diff rows in the last micro-batch applied
+        self.afresh = 0  # how many of its tasks built their shards afresh (not held by their workers)
         # the definitions are checked here, before any task runs them
         db = ivm.connect()
         db.execute(schema)
@@ -235,7 +237,8 @@ class DistributedViews:
         for r in reported:
             if isinstance(r, Error):
                 raise type(r)(f"micro-batch {batch_id} was not applied: {r}")
-        self.counts = {v: sum(r[v] for r in reported) for v in self.views}
+        self.counts = {v: sum(counts[v] for _, counts in reported) for v in self.views}
+        self.afresh = sum(afresh for afresh, _ in reported)
         frames = _Frames(self.spark, join(directory, "output"), list(self.views))
         if emit is not None:
             emit(frames)
@@ -333,9 +336,20 @@ def _hosted(task: int, tasks: int, shards: int) -> range:
     return range(task * shards // tasks, (task + 1) * shards // tasks)
 
 
-# the shards this Python worker hosts, kept between micro-batches: (state, shards, tasks, task) -> (last batch,
-# the shards, their subscriptions, their checkpoints)
-_HELD: dict[tuple[str, int, int, int], tuple[int, Shards, dict, list[Versions]]] = {}
+# the shards this Python worker hosts, kept between micro-batches: (state, shards, tasks) -> (its role: which
+# range of the shards, the last batch, the shards, their subscriptions, their checkpoints)
+_HELD: dict[tuple[str, int, int], tuple[int, int, Shards, dict, list[Versions]]] = {}
+
+
+def _roles(held: list[tuple[int, int]], last: int, tasks: int) -> list[int] | None:
+    """Each task's role (the range of shards it hosts), given the (role, batch) whose state each holds: the
+    roles they hold, when together they hold every role at batch ``last``; else None, and all start afresh.
+    (Spark gives the stage's partitions to the executors in any order, so a task keeps what its worker holds
+    rather than the range its partition number would name.)"""
+    roles = [r for r, _ in held]
+    if all(b == last for _, b in held) and sorted(roles) == list(range(tasks)):
+        return roles
+    return None
 
 
 class _Frames(Mapping):
@@ -404,24 +418,32 @@ class _Job:
         yield pa.record_batch([pa.array([task], pa.int32()), pa.array([report], pa.binary())], _REPORT_ARROW)
 
     def _run(self, task: int, host: str, rows: list[pa.RecordBatch], meeting: Meeting) -> bytes:
-        key = (self.state, self.shards, self.tasks, task)
+        key = (self.state, self.shards, self.tasks)
         held = _HELD.pop(key, None)  # put back only once this batch is through
         last = self.last
         directory = _batch_dir(self.state, self.batch_id)
-        have: list[int] = []  # the batch whose state each task holds
-
-        def publish(address: str) -> list[str]:
-            said = [json.loads(m) for m in meeting.publish(json.dumps([address, held[0] if held else -2]))]
-            have.extend(h for _, h in said)
-            return [a for a, _ in said]
-
-        collective = SocketCollective(task, self.tasks, publish, self.authkey, host)
-        received = self._exchange(collective, task, rows)
+        # every task listens, as any may be given the first range of shards and so answer the collective calls
+        listener = Listener((host, 0), authkey=self.authkey) if self.tasks > 1 else None
+        address = "" if listener is None else f"{host} {listener.address[1]}"
+        holding = held[:2] if held else (-1, -2)  # (role, batch) of the state this worker holds
+        said = [json.loads(m) for m in meeting.publish(json.dumps([address, *holding]))]
+        roles = _roles([(r, b) for _, r, b in said], last, self.tasks)
+        afresh = roles is None  # some task lacks the state before this batch: all start afresh
+        roles = list(range(self.tasks)) if afresh else roles
+        role = roles[task]  # the range of shards this task hosts, and its place in the collective
+        addresses = [""] * self.tasks
+        for t, r in enumerate(roles):
+            addresses[r] = said[t][0]
+        if role != 0 and listener is not None:
+            listener.close()
+            listener = None
+        collective = SocketCollective(role, self.tasks, lambda _: addresses, self.authkey, host, listener)
+        received = self._exchange(collective, role, rows)
         del rows
-        if any(h != last for h in have):  # some task lacks the state before this batch: all start afresh
+        if afresh:
             if held is not None:
-                held[1].close()
-            db = Shards(self.shards, _hosted(task, self.tasks, self.shards), collective)
+                held[2].close()
+            db = Shards(self.shards, _hosted(role, self.tasks, self.shards), collective)
             versions = self._versions(db)
             loaded = db.load(versions, last)
             if loaded is None:
@@ -435,14 +457,14 @@ class _Job:
             first = last < 0
             subs = {v: [s.subscribe(v, snapshot=first) for s in db.shards] for v in self.views}
         else:
-            _, db, subs, versions = held
+            _, _, db, subs, versions = held
             db.group.collective = collective
         try:
             t0, values = self._apply(db, self.batch_id, received)
         except _Refused as refused:  # in every task alike (the shards agree on errors)
             collective.close()
             if refused.intact:  # rolled back: the shards still hold the state before this batch
-                _HELD[key] = (last, db, subs, versions)
+                _HELD[key] = (role, last, db, subs, versions)
             else:
                 db.close()
             return pickle.dumps(portable_error(refused.error))
@@ -453,20 +475,20 @@ class _Job:
             counts[view] = diffs.num_rows
             out = join(directory, "output", view)
             makedirs(out)
-            pq.write_table(diffs, join(out, f"task-{task:05d}.parquet"))
+            pq.write_table(diffs, join(out, f"task-{role:05d}.parquet"))
             if diffs.num_rows:
                 meta = {b"ivm.view": view.encode(), b"ivm.batch_id": str(self.batch_id).encode()}
                 stamped = diffs.replace_schema_metadata(meta)
                 for folder in self.diff_files.get(view, ()):
                     makedirs(folder)
-                    pq.write_table(stamped, join(folder, _diff_file(self.batch_id, task)))
+                    pq.write_table(stamped, join(folder, _diff_file(self.batch_id, role)))
         if self.checkpoint:
             db.save(versions, self.batch_id)
         collective.close()
-        _HELD[key] = (self.batch_id, db, subs, versions)
-        return pickle.dumps(counts)
+        _HELD[key] = (role, self.batch_id, db, subs, versions)
+        return pickle.dumps((afresh, counts))
 
-    def _exchange(self, collective: SocketCollective, task: int, rows: list[pa.RecordBatch]) -> dict:
+    def _exchange(self, collective: SocketCollective, role: int, rows: list[pa.RecordBatch]) -> dict:
         """Send each of this task's ``rows`` to the task hosting its shard, and keep those that come here
         under the batch's input, a file per shard: the rows of the hosted shards, by (table, kind), or
         (``_CHANGES``, None) for change rows."""
@@ -504,7 +526,7 @@ class _Job:
             data = pa.concat_tables(tables)
             shard = data.column(_SHARD).to_numpy()
             data = data.drop_columns([_SHARD])
-            for k in _hosted(task, self.tasks, self.shards):
+            for k in _hosted(role, self.tasks, self.shards):
                 mine = np.flatnonzero(shard == k)
                 if len(mine):
                     folder = join(base, *(p for p in name if p is not None), f"{_SHARD}={k}")

@@ -28,7 +28,8 @@ __all__ = ["SocketCollective", "Rendezvous", "Meeting"]
 
 class SocketCollective:
     """Process ``index`` of ``count``; ``publish(text)`` gives every process's text (in process order), and is
-    how process 0's address reaches the others; ``host`` is the address process 0 listens on."""
+    how process 0's address reaches the others; ``host`` is the address process 0 listens on (``listener``,
+    when it listens already: its address is then published)."""
 
     def __init__(
         self,
@@ -37,6 +38,7 @@ class SocketCollective:
         publish: Callable[[str], list[str]],
         authkey: bytes,
         host: str = "127.0.0.1",
+        listener: Listener | None = None,
     ) -> None:
         if not 0 <= index < count:
             raise ValueError(f"process {index} is not one of 0 .. {count - 1}")
@@ -44,7 +46,10 @@ class SocketCollective:
         self.count = count
         self._peers: list[Connection] = []  # process 0: one per other process, in process order
         self._hub: Connection | None = None  # the others: the connection to process 0
-        listener = Listener((host, 0), authkey=authkey) if index == 0 and count > 1 else None
+        if index == 0 and count > 1 and listener is None:
+            listener = Listener((host, 0), authkey=authkey)
+        elif index != 0 or count == 1:
+            listener = None
         said = publish("" if listener is None else f"{host} {listener.address[1]}")
         if listener is not None:
             try:

@@ -98,6 +98,9 @@ def main(state: str, shards: int, seed: int, batches: int, fault: int) -> None:
                 spark, schema, views, state, shards=shards, tasks=batch - 2, checkpoint_every=2
             )
         diffs = kept.apply(batch, frames)
+        # the workers keep their shards between micro-batches, whichever partition Spark gives each; all
+        # start afresh at the first, after the kill, and with each new layout of shards over tasks
+        assert kept.afresh == {0: 2, 1: 0, 2: 2, 3: 1, 4: 2}[batch], (batch, kept.afresh)
         assert kept.apply(batch, frames) is None  # a replayed batch id changes nothing
         for v, df in diffs.items():
             add_diffs(contents[v], df, batch)

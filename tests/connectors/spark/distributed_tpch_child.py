@@ -92,6 +92,7 @@ def main(state: str, shards: int, batches: int) -> None:
                     duck.unregister("gone")
         one.execute("COMMIT")
         diffs = kept.apply(batch, frames)
+        assert kept.afresh == (2 if batch == 0 else 0), (batch, kept.afresh)  # the workers keep their shards
         for v, df in diffs.items():
             add_diffs(contents[v], df, batch)
             want = bag(one.execute(f"SELECT * FROM {v}").fetch_arrow())

@@ -65,6 +65,17 @@ def test_a_sink_with_shards_whose_driver_dies_mid_batch_resumes_from_its_checkpo
     assert said == {"compared": 24, "batches_called": [0, 1, 2, 3, 4, 5]}
 
 
+def test_tasks_keep_the_shards_their_workers_hold_whichever_partitions_spark_gives_them():
+    from connectors.spark.distributed import _roles
+
+    assert _roles([(1, 5), (0, 5)], 5, 2) == [1, 0]  # partition 0 ran where the shards of range 1 are
+    assert _roles([(2, 5), (0, 5), (1, 5)], 5, 3) == [2, 0, 1]
+    assert _roles([(0, 5), (0, 5)], 5, 2) is None  # two hold the same range: nobody holds range 1
+    assert _roles([(1, 5), (-1, -2)], 5, 2) is None  # a new worker holds nothing
+    assert _roles([(1, 4), (0, 5)], 5, 2) is None  # one holds the state of an earlier micro-batch
+    assert _roles([(0, 5)], 5, 1) == [0]
+
+
 def test_a_sink_with_shards_refuses_what_it_cannot_do(tmp_path):
     import pytest
 
