@@ -29,88 +29,74 @@ def _arrived(meet: Rendezvous, token: str, count: int) -> None:
         assert meet._lock.wait_for(lambda: len(meet._runs[token].texts) >= count, timeout=30)
 
 
-def _threads(meet: Rendezvous, token: str, texts: list[str], out: dict) -> list[threading.Thread]:
+def _run(meet: Rendezvous, token: str, texts: list[str]) -> dict:
+    """Process ``i`` of run ``token`` publishing ``texts[i]``, all at once: what each got."""
+    out: dict = {}
     threads = [threading.Thread(target=_join, args=(meet, token, i, t, out)) for i, t in enumerate(texts)]
     for t in threads:
         t.start()
-    return threads
-
-
-def test_every_process_of_a_run_gets_every_text_in_process_order():
-    meet = Rendezvous()
-    try:
-        token = meet.open(3)
-        out: dict = {}
-        for t in _threads(meet, token, ["a", "b", "c"], out):
-            t.join(30)
-        assert out == {0: ["a", "b", "c"], 1: ["a", "b", "c"], 2: ["a", "b", "c"]}
-        assert meet.retire(token, wait=30)
-        # a second run of the same processes meets apart from the first
-        again = meet.open(2)
-        out = {}
-        for t in _threads(meet, again, ["x", "y"], out):
-            t.join(30)
-        assert out == {0: ["x", "y"], 1: ["x", "y"]}
-    finally:
-        meet.close()
-
-
-def test_a_process_of_a_retired_run_is_refused_and_never_meets_the_next_run():
-    meet = Rendezvous()
-    try:
-        failed = meet.open(2)
-        out: dict = {}
-        waiting = threading.Thread(target=_join, args=(meet, failed, 0, "stale", out))
-        waiting.start()  # process 0 of the failed run came; process 1 never will
-        _arrived(meet, failed, 1)
-        meet.retire(failed)
-        waiting.join(30)
-        assert isinstance(out[0], RuntimeError) and "retired before all its processes came" in str(out[0])
-        assert meet.retire(failed, wait=30)
-        late: dict = {}
-        _join(meet, failed, 1, "late", late)
-        assert isinstance(late[1], RuntimeError) and "retired" in str(late[1])
-        nxt = meet.open(2)
-        out = {}
-        for t in _threads(meet, nxt, ["p", "q"], out):
-            t.join(30)
-        assert out == {0: ["p", "q"], 1: ["p", "q"]}
-    finally:
-        meet.close()
-
-
-def test_retiring_waits_for_the_processes_of_the_run_to_be_gone():
-    meet = Rendezvous()
-    try:
-        token = meet.open(1)
-        out: dict = {}
-        meeting = _join(meet, token, 0, "only", out, keep=True)  # still at work
-        assert out == {0: ["only"]}
-        assert not meet.retire(token, wait=0.2)
-        closer = threading.Timer(0.1, meeting.close)
-        closer.start()
-        assert meet.retire(token, wait=30)
-        closer.join()
-    finally:
-        meet.close()
-
-
-def test_a_process_twice_in_one_run_is_refused():
-    meet = Rendezvous()
-    try:
-        token = meet.open(2)
-        first: dict = {}
-        t = threading.Thread(target=_join, args=(meet, token, 0, "one", first))
-        t.start()
-        _arrived(meet, token, 1)
-        second: dict = {}
-        _join(meet, token, 0, "again", second)
-        assert isinstance(second[0], RuntimeError) and "twice" in str(second[0])
-        _join(meet, token, 1, "two", {})
+    for t in threads:
         t.join(30)
-        assert first == {0: ["one", "two"]}
-    finally:
-        meet.close()
+    return out
+
+
+@pytest.fixture
+def meet():
+    rendezvous = Rendezvous()
+    yield rendezvous
+    rendezvous.close()
+
+
+def test_every_process_of_a_run_gets_every_text_in_process_order(meet):
+    token = meet.open(3)
+    assert _run(meet, token, ["a", "b", "c"]) == {0: ["a", "b", "c"], 1: ["a", "b", "c"], 2: ["a", "b", "c"]}
+    assert meet.retire(token, wait=30)
+    # a second run of the same processes meets apart from the first
+    again = meet.open(2)
+    assert _run(meet, again, ["x", "y"]) == {0: ["x", "y"], 1: ["x", "y"]}
+
+
+def test_a_process_of_a_retired_run_is_refused_and_never_meets_the_next_run(meet):
+    failed = meet.open(2)
+    out: dict = {}
+    waiting = threading.Thread(target=_join, args=(meet, failed, 0, "stale", out))
+    waiting.start()  # process 0 of the failed run came; process 1 never will
+    _arrived(meet, failed, 1)
+    meet.retire(failed)
+    waiting.join(30)
+    assert isinstance(out[0], RuntimeError) and "retired before all its processes came" in str(out[0])
+    assert meet.retire(failed, wait=30)
+    late: dict = {}
+    _join(meet, failed, 1, "late", late)
+    assert isinstance(late[1], RuntimeError) and "retired" in str(late[1])
+    nxt = meet.open(2)
+    assert _run(meet, nxt, ["p", "q"]) == {0: ["p", "q"], 1: ["p", "q"]}
+
+
+def test_retiring_waits_for_the_processes_of_the_run_to_be_gone(meet):
+    token = meet.open(1)
+    out: dict = {}
+    meeting = _join(meet, token, 0, "only", out, keep=True)  # still at work
+    assert out == {0: ["only"]}
+    assert not meet.retire(token, wait=0.2)
+    closer = threading.Timer(0.1, meeting.close)
+    closer.start()
+    assert meet.retire(token, wait=30)
+    closer.join()
+
+
+def test_a_process_twice_in_one_run_is_refused(meet):
+    token = meet.open(2)
+    first: dict = {}
+    t = threading.Thread(target=_join, args=(meet, token, 0, "one", first))
+    t.start()
+    _arrived(meet, token, 1)
+    second: dict = {}
+    _join(meet, token, 0, "again", second)
+    assert isinstance(second[0], RuntimeError) and "twice" in str(second[0])
+    _join(meet, token, 1, "two", {})
+    t.join(30)
+    assert first == {0: ["one", "two"]}
 
 
 def test_a_client_without_the_key_is_refused_and_the_rendezvous_goes_on():
