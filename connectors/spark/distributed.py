@@ -502,7 +502,7 @@ class _Job:
                 data = pa.concat_tables(tables)
                 routed[(table, kind)] = (data, shards_of_rows(self.tables[table], data, self.shards))
         elif rows:
-            shape, schema = self.changes
+            shape = self.changes[0]
             data = pa.Table.from_batches(rows)
             routed[(_CHANGES, None)] = (data, _shard_of_changes(data, shape, self.tables, self.shards))
         outgoing = []

@@ -18,6 +18,7 @@ import pytest
 import ivm
 from ivm.errors import DataError, Error, NotSupportedError, ProgrammingError
 from tests.oracle import same_rows
+from tests.pg import postgres
 
 SCHEMA = [
     "CREATE TABLE t (k INTEGER PRIMARY KEY, x INTEGER, y TEXT, d DECIMAL(8,2), CONSTRAINT t_xy UNIQUE (x, y), "
@@ -212,13 +213,7 @@ SCRIPTS = {
 
 @pytest.fixture(scope="module")
 def pg():
-    from connectors.postgres.cluster import LocalCluster
-
-    with (
-        LocalCluster() as cluster,
-        psycopg.connect(cluster.dsn, autocommit=True, prepare_threshold=None) as conn,
-    ):
-        yield conn
+    yield from postgres()
 
 
 def _fresh(pg):

@@ -23,6 +23,7 @@ from ivm.errors import DataError, NotSupportedError, OperationalError, Programmi
 from sql.catalog import Table
 from sql.logical import Column
 from sql.types import from_sqlglot
+from tests.pg import postgres
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -31,13 +32,7 @@ pytestmark = pytest.mark.skipif(shutil.which("initdb") is None, reason="needs Po
 
 @pytest.fixture(scope="module")
 def pg():
-    from connectors.postgres.cluster import LocalCluster
-
-    with (
-        LocalCluster() as cluster,
-        psycopg.connect(cluster.dsn, autocommit=True, prepare_threshold=None) as conn,
-    ):
-        yield conn
+    yield from postgres()
 
 
 def _table(ddl: str) -> Table:
