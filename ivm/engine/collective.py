@@ -18,12 +18,25 @@ from __future__ import annotations
 
 import os
 import pickle
+import socket
 import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Client, Connection, Listener
 
 __all__ = ["SocketCollective", "Rendezvous", "Meeting"]
+
+
+def _no_delay(conn: Connection) -> Connection:
+    """``conn`` with Nagle's algorithm off. A message over 16 KiB is written in two parts (its length, then
+    its bytes), and the second would otherwise wait for the peer's delayed acknowledgement of the first: about
+    40 ms per collective call, measured, for messages of 16 to about 64 KiB."""
+    dup = socket.fromfd(conn.fileno(), socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        dup.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    finally:
+        dup.close()
+    return conn
 
 
 class SocketCollective:
@@ -55,14 +68,14 @@ class SocketCollective:
             try:
                 accepted = {}
                 for _ in range(count - 1):
-                    conn = listener.accept()
+                    conn = _no_delay(listener.accept())
                     accepted[pickle.loads(conn.recv_bytes())] = conn
                 self._peers = [accepted[q] for q in range(1, count)]
             finally:
                 listener.close()
         elif count > 1:
             address, port = said[0].split()
-            self._hub = Client((address, int(port)), authkey=authkey)
+            self._hub = _no_delay(Client((address, int(port)), authkey=authkey))
             self._hub.send_bytes(pickle.dumps(index))
 
     def all_gather(self, message: bytes) -> list[bytes]:

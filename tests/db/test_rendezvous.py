@@ -5,11 +5,12 @@ gone."""
 
 from __future__ import annotations
 
+import socket
 import threading
 
 import pytest
 
-from ivm.engine.collective import Meeting, Rendezvous
+from ivm.engine.collective import Meeting, Rendezvous, SocketCollective
 
 
 def _join(meet: Rendezvous, token: str, index: int, text: str, out: dict, keep: bool = False) -> Meeting:
@@ -112,3 +113,36 @@ def test_a_client_without_the_key_is_refused_and_the_rendezvous_goes_on():
         assert out == {0: ["keyed"]}
     finally:
         meet.close()
+
+
+def test_collective_connections_send_at_once():
+    """A collective call must not wait on the peer's delayed acknowledgement: Nagle's algorithm is off on
+    every connection between processes."""
+    addresses: list[str] = []
+    ready = threading.Event()
+
+    def publish(text: str) -> list[str]:
+        if text:
+            addresses.append(text)
+            ready.set()
+        ready.wait(30)
+        return addresses
+
+    made: dict[int, SocketCollective] = {}
+    threads = [
+        threading.Thread(target=lambda i=i: made.__setitem__(i, SocketCollective(i, 3, publish, b"key")))
+        for i in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    conns = [*made[0]._peers, made[1]._hub, made[2]._hub]
+    try:
+        for conn in conns:
+            sock = socket.fromfd(conn.fileno(), socket.AF_INET, socket.SOCK_STREAM)
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+            sock.close()
+    finally:
+        for c in made.values():
+            c.close()
