@@ -78,14 +78,25 @@ class Engine:
         self.failed = failed = []
         self.crashed = None
         t0 = time.perf_counter()
-        for df in list(self.dataflows):
+        dataflows = list(self.dataflows)
+        agreed: dict[int, int | None] = {}  # sharded: the first operator activated in each dataflow to come
+        prepared: set[int] = set()
+        for pos, df in enumerate(dataflows):
             broken = self.some_failed and next((src for _, src in df.imports if src.error is not None), None)
             if broken:
                 df.fail(RuntimeError(f"it reads {broken.name!r}, which failed: {broken.error}"))
                 failed.append(df)
                 continue
             try:
-                df.step()
+                if self.sharding is None:
+                    df.step()
+                elif not df.dropped:
+                    if id(df) not in agreed:
+                        agreed = self._agree(dataflows[pos:], prepared)
+                    first = agreed[id(df)]
+                    if first is not None:
+                        agreed = {}  # what it makes activates the dataflows reading it
+                    df.run(first)
             except (IterationLimitError, EvaluationError) as err:
                 df.fail(err)
                 failed.append(df)
@@ -97,6 +108,16 @@ class Engine:
             now = time.perf_counter()
             self.step_seconds[df.name] = self.step_seconds.get(df.name, 0.0) + now - t0
             t0 = now
+
+    def _agree(self, dataflows: list[Dataflow], prepared: set[int]) -> dict[int, int | None]:
+        """Prepare the step of each of ``dataflows`` not in ``prepared`` yet, and agree with the other shards
+        in one call on the first operator activated in each: idle dataflows then cost no call each."""
+        for df in dataflows:
+            if id(df) not in prepared:
+                df.prepare()
+                prepared.add(id(df))
+        live = [df for df in dataflows if not df.dropped]
+        return dict(zip(map(id, live), sharded.first_orders([df.scope for df in live]), strict=True))
 
     def traces(self) -> list[Spine]:
         """Every live trace held by some dataflow, each once."""
@@ -215,12 +236,19 @@ class Dataflow:
     # -- running --------------------------------------------------------------------------------
     def step(self) -> None:
         """Retire every epoch below the least input frontier, all in one physical step."""
+        self.prepare()
+        self.run()
+
+    def prepare(self) -> None:
+        """Begin a step: fix its ``target`` (the least frontier of the inputs and of the dataflows read, as
+        theirs will be after this step) and release the inputs' updates below it. In a sharded engine, also
+        give new operators their stages."""
         if self.dropped:
             return
         for v in self.variables:
             if not v.is_set:
                 raise RuntimeError("a loop variable was never set")
-        bounds = [inp.frontier for inp in self.inputs] + [df.frontier for _, df in self.imports]
+        bounds = [inp.frontier for inp in self.inputs] + [max(df.frontier, df.target) for _, df in self.imports]
         target = min(bounds) if bounds else self.frontier
         self.target = target
         for inp in self.inputs:
@@ -231,11 +259,18 @@ class Dataflow:
             if made != self.staged:
                 sharded.assign_stages(self.scope)
                 self.staged = made
-            sharded.run_point(self.scope, ())
+
+    def run(self, first: int | None = sharded.UNKNOWN) -> None:
+        """Run the step ``prepare`` began; in a sharded engine, ``first`` is the first operator the shards
+        have activated, when they have agreed on it already (``sharded.first_orders``)."""
+        if self.dropped:
+            return
+        if self.engine.sharding is not None:
+            sharded.run_point(self.scope, (), first)
         elif self.scope.active:
             self.scope.run_point(())
-        if target > self.frontier:
-            self.frontier = target  # and with it every handle the dataflow holds
+        if self.target > self.frontier:
+            self.frontier = self.target  # and with it every handle the dataflow holds
 
     def fail(self, error: Exception) -> None:
         """Drop the dataflow, keeping ``error`` as the reason (its state is no longer consistent)."""

@@ -7,9 +7,11 @@ of exchanges on the longest path from the dataflow's inputs to it, so what a sta
 stages or, inside this shard, earlier in the same stage. At each point the shards agree (one ``gather``) on
 the first operator any of them has activated; if it is an ordinary one of stage s, every shard runs all its
 activated operators of stage s, and then one ``exchange`` hands each shard the updates sent to it, which
-activate receivers of later stages. A loop is a stage of its own (after the ordinary operators of the stage
-it is entered at, before anything reading its result): the shards run its iterations together, agreeing on
-the next point any of them has pending, until none has one.
+activate receivers of later stages, and tells every shard the first operator activated after it: a point
+costs one collective call per stage it runs, and one to begin (shared by every dataflow idle in the step,
+``first_orders``). A loop is a stage of its own (after the ordinary operators of the stage it is entered at,
+before anything reading its result): the shards run its iterations together, agreeing on the next point any
+of them has pending, until none has one.
 
 An error a stage raises in one shard (a loop over its limit, a value a function cannot evaluate) travels with
 the exchange that ends the stage, and every shard raises the same one, so the dataflow fails everywhere.
@@ -24,9 +26,11 @@ from ivm.engine.operators.basic import EvaluationError
 from ivm.engine.operators.iterate import EnterOp, IterationLimitError, LeaveOp, LoopOp
 from ivm.engine.scope import Operator, Point, Scope
 
-__all__ = ["assign_stages", "run_point", "scopes"]
+__all__ = ["assign_stages", "first_orders", "run_point", "scopes", "UNKNOWN"]
 
+UNKNOWN = -1  # ``run_point``'s first operator when the shards have not agreed on it yet
 INDEX_BITS = 24  # an operator's order: (stage, loop or not) above its index in its scope
+_NEXT, _ERROR = -2, -1  # what an exchanged item is when not updates for an exchange of that id
 _ERRORS = {"IterationLimitError": IterationLimitError, "EvaluationError": EvaluationError}
 
 
@@ -73,26 +77,36 @@ def _min(values: list) -> object:
     return min(present) if present else None
 
 
-def run_point(scope: Scope, point: Point) -> None:
-    """Run ``point`` of ``scope`` in every shard (each calls this at once)."""
+def first_orders(roots: list[Scope]) -> list[int | None]:
+    """The order of the first operator activated at the root point of each of ``roots`` in any shard: one
+    call for them all."""
+    if not roots:
+        return []
+    every = roots[0].dataflow.engine.sharding.transport.gather([s.next_order(()) for s in roots])
+    return [_min(list(orders)) for orders in zip(*every, strict=True)]
+
+
+def run_point(scope: Scope, point: Point, first: int | None = UNKNOWN) -> None:
+    """Run ``point`` of ``scope`` in every shard (each calls this at once), starting from the operator of order
+    ``first`` when the shards have agreed on it already."""
     sharding = scope.dataflow.engine.sharding
     try:
-        while True:
+        if first == UNKNOWN:
             first = _min(sharding.transport.gather(scope.next_order(point)))
-            if first is None:
-                return
+        while first is not None:
             stage_loop, index = first >> INDEX_BITS, first & ((1 << INDEX_BITS) - 1)
             if stage_loop & 1:
                 loop = scope.operators[index]
                 scope.take(loop, point)
                 _run_loop(loop, point)
+                first = _min(sharding.transport.gather(scope.next_order(point)))
                 continue
             error = None
             try:
                 scope.run_until(point, ((stage_loop | 1) << INDEX_BITS))
             except (IterationLimitError, EvaluationError) as err:
                 error = err
-            _exchange(sharding, error)
+            first = _exchange(sharding, error, scope, point)
     except (IterationLimitError, EvaluationError):
         raise  # raised in every shard at once
     except BaseException:
@@ -114,23 +128,38 @@ def _run_loop(loop: LoopOp, point: Point) -> None:
         run_point(loop.inner, nxt)
 
 
-def _exchange(sharding: Sharding, error: Exception | None) -> None:
-    """End a stage: every shard gets the updates sent to it, and the stage's errors."""
+def _exchange(sharding: Sharding, error: Exception | None, scope: Scope, point: Point) -> int | None:
+    """End a stage: every shard gets the updates sent to it, and the stage's errors; the result is the order of
+    the first operator any shard has activated at ``point`` of ``scope`` then, so that the next stage needs no
+    call of its own to agree on it.
+
+    Each shard can tell it alone for its side: the first of what it has activated itself and of the receivers
+    its updates go to at ``point`` (they are the same operators in every shard, and an update delivered always
+    activates its receiver). Each sends that with its updates to every shard, and every shard takes the least.
+    """
     outgoing: list[list] = [[] for _ in range(sharding.count)]
+    mine = scope.next_order(point)
     for op in sharding.sending:
-        for dest, point, rb in op.outbox:
-            outgoing[dest].append((op.id, point, rb))
+        receiver = op.receiver
+        for dest, at, rb in op.outbox:
+            outgoing[dest].append((op.id, at, rb))
+            if at == point and receiver.scope is scope and (mine is None or receiver.order < mine):
+                mine = receiver.order
         op.outbox = []
     sharding.sending = []
-    if error is not None:
-        for out in outgoing:
-            out.append((-1, type(error).__name__, str(error)))
-    errors = []
-    for ident, point, rb in sharding.transport.exchange(outgoing):
-        if ident < 0:
-            errors.append((point, rb))
+    for out in outgoing:
+        out.append((_NEXT, mine, None))
+        if error is not None:
+            out.append((_ERROR, type(error).__name__, str(error)))
+    errors, orders = [], []
+    for ident, at, rb in sharding.transport.exchange(outgoing):
+        if ident == _NEXT:
+            orders.append(at)
+        elif ident == _ERROR:
+            errors.append((at, rb))
         else:
-            sharding.exchanges[ident].deliver(point, rb)
+            sharding.exchanges[ident].deliver(at, rb)
     if errors:
         kind, message = min(errors)
         raise _ERRORS[kind](message)
+    return _min(orders)

@@ -248,3 +248,45 @@ def test_booleans_with_nulls_cross_between_shards():
     both.change("f", ["id", "ok", "n"], rows, [])
     both.change("f", ["id", "ok", "n"], [], rows[:7])
     both.same(["by_ok", "outside"])
+
+
+def _calls(many: Shards, change) -> dict[str, int]:
+    """The collective calls the shards make (by kind) while ``change()`` runs."""
+    counted = {"gather": 0, "exchange": 0}
+    group, real = many.group, many.group._all
+
+    def counting(local, value, combine):
+        if local == 0:
+            counted[combine.__name__.strip("_")] += 1
+        return real(local, value, combine)
+
+    group._all = counting
+    try:
+        change()
+    finally:
+        group._all = real
+    return counted
+
+
+def test_dataflows_a_change_does_not_reach_cost_the_shards_no_collective_call():
+    calls = []
+    for idle in (1, 40):
+        many = Shards(2)
+        many.execute("CREATE TABLE a (id INT PRIMARY KEY, g INT)")
+        many.execute("CREATE TABLE b (id INT PRIMARY KEY, g INT)")
+        many.execute("CREATE MATERIALIZED VIEW by_g AS SELECT g, count(*) AS n FROM a GROUP BY g")
+        for i in range(idle):
+            many.execute(
+                f"CREATE MATERIALIZED VIEW b{i} AS SELECT g, sum(id) AS s FROM b WHERE g > {i} GROUP BY g"
+            )
+        rows = pa.table(
+            {"id": pa.array(range(20), pa.int32()), "g": pa.array([i % 3 for i in range(20)], pa.int32())}
+        )
+        calls.append(_calls(many, lambda: many.insert_arrow("a", rows)))  # noqa: B023
+        assert sorted(many.contents("by_g").to_pylist(), key=lambda r: r["g"]) == [
+            {"g": 0, "n": 7},
+            {"g": 1, "n": 7},
+            {"g": 2, "n": 6},
+        ]
+    assert calls[0] == calls[1], calls
+    assert calls[0]["exchange"] >= 1, calls
