@@ -450,7 +450,26 @@ def test_aggregates(history):
     ]
     float_specs = [("sum", 1), ("min", 1), ("max", 1), ("avg", 1), ("count_col", 1), ("count_distinct", 1)]
     two_key_specs = [("sum", 0), ("max", 0), ("count", None)]
+    # aggregates of two parts of a group (``Aggregate.shares``): rows common to a key's times are read once
+    shared_int = [("sum", 0), ("min", 0), ("max", 0), ("avg", 0), ("count_col", 0), ("count", None)]
+    shared_float = [("min", 1), ("max", 1), ("count_col", 1), ("min", 0), ("max", 0)]
     checks = [
+        Check(
+            "aggregate_int_shared",
+            x.aggregate([0], shared_int).as_collection().capture(),
+            lambda s: _aggregate(s[0], [0], shared_int),
+            _approx([4]),
+        ),
+        Check(
+            "aggregate_float_shared",
+            x.aggregate([0], shared_float).as_collection().capture(),
+            lambda s: _aggregate(s[0], [0], shared_float),
+        ),
+        Check(
+            "aggregate_global_shared",
+            x.aggregate([], [("min", 2), ("max", 2), ("sum", 1), ("count", None)]).as_collection().capture(),
+            lambda s: _aggregate(s[0], [], [("min", 2), ("max", 2), ("sum", 1), ("count", None)]),
+        ),
         Check(
             "count",
             x.count([0]).as_collection().capture(),

@@ -31,7 +31,7 @@ import numpy as np
 from ivm.engine.batch import Batch, group_starts, key_hash, lexsort, sort_groups, sort_keys
 from ivm.engine.operators import exact
 from ivm.engine.operators.arrange import ArrangeOp
-from ivm.engine.operators.reducers import Aggregate, Groups, Reducer
+from ivm.engine.operators.reducers import Aggregate, Groups, Reducer, Shared
 from ivm.engine.operators.running import RunningStates
 from ivm.engine.scope import Operator, Point, Scope, split_by_point
 from ivm.engine.trace import Spine, TraceBatch
@@ -80,8 +80,11 @@ class ReduceOp(Operator):
         out_dtypes = key_dtypes + tuple(reducer.out_dtypes(in_dtypes[self.nkey :]))
         # the groups the reducer may fail to compute: error code -> message (see ``Aggregate.failures``)
         self.failures: dict[int, str] = {}
+        # whether the reducer reads rows common to a key's interesting times once (``Aggregate.shares``)
+        self.shares = False
         if isinstance(reducer, Aggregate):
             self.failures = reducer.failures(in_dtypes[self.nkey :])
+            self.shares = reducer.shares(in_dtypes[self.nkey :])
         # a reducer of the key's total weight alone, over rows that are their keys: see ``_evaluate_counts``
         self.counts_only = (
             not self.signed_keys  # (its output is written under the key as the trigger writes it)
@@ -243,16 +246,23 @@ class ReduceOp(Operator):
         whole = self.signed_keys
         keyed = (cands.q, kcols, kvalid)
         if hist_in is not None:
-            g = _accumulate(hist_in, q_in, self.nkey, cands)
+            shared = None
+            if self.shares:
+                g, shared = _accumulate(hist_in, q_in, self.nkey, cands, share=True)
+                if g is None and shared is not None:
+                    g = _no_groups(shared.rows)
+            else:
+                g = _accumulate(hist_in, q_in, self.nkey, cands)
             if g is not None:
                 if self.failures:
-                    out, (bad, codes) = self.reducer.evaluate(g)
+                    out, (bad, codes) = self.reducer.evaluate(g, shared)
                     parts.append(_keyed(out, whole, *keyed))
                     errors.append(
                         _keyed((bad, (codes,), (None,), np.ones(len(bad), dtype=np.int64)), whole, *keyed)
                     )
                 else:
-                    parts.append(_keyed(self.reducer(g), whole, *keyed))
+                    out = self.reducer(g) if shared is None else self.reducer(g, shared)
+                    parts.append(_keyed(out, whole, *keyed))
         for h, q, into in ((hist_out, q_out, parts), (hist_err, q_err, errors)):
             if h is not None:
                 g = _accumulate(h, q, 0 if whole else self.nkey, cands)
@@ -795,18 +805,31 @@ def _telescope(
     return Batch(out_cols, out_valid, times, diffs), hashes[kq], False
 
 
+def _no_groups(like: Groups) -> Groups:
+    """Groups without a row, of ``like``'s columns."""
+    return Groups(
+        like.group[:0], tuple(x[:0] for x in like.columns), tuple(None for _ in like.valid), like.weights[:0]
+    )
+
+
 def _concat_masks(parts: Sequence[tuple[np.ndarray, np.ndarray | None]]):
     if all(m is None for _, m in parts):
         return None
     return np.concatenate([np.ones(len(x), dtype=bool) if m is None else m for x, m in parts])
 
 
-def _accumulate(hist: Batch, q: np.ndarray, nkey: int, cands: _Candidates) -> Groups | None:
+def _accumulate(
+    hist: Batch, q: np.ndarray, nkey: int, cands: _Candidates, share: bool = False
+) -> Groups | None | tuple[Groups | None, Shared | None]:
     """The accumulated values of each key at each of its interesting epochs, as groups by candidate (None
     when every accumulation is zero).
 
     ``hist`` holds a key's updates (key ``q[i]`` for row ``i``). The value rows of the key with nonzero
-    accumulated multiplicity at candidate ``c``'s epoch form group ``c``.
+    accumulated multiplicity at candidate ``c``'s epoch form group ``c``. With ``share``, the result is a pair:
+    the groups of the value rows whose multiplicity changes between the key's first and last candidates,
+    and those that hold the same at all of them, once per key (``Shared``). A key changed at many epochs
+    of a step (a batch of many source transactions) then costs its changes times its epochs, not its
+    values times its epochs.
     """
     ds = hist.diffs
     vcols, vvalid = hist.columns[nkey:], hist.valid[nkey:]
@@ -823,14 +846,15 @@ def _accumulate(hist: Batch, q: np.ndarray, nkey: int, cands: _Candidates) -> Gr
         acc = np.add.reduceat(ds[order], sidx)
         nz = acc.nonzero()[0]
         if not len(nz):
-            return None
+            return (None, None) if share else None
         rep = order[sidx[nz]]
-        return Groups(
+        g = Groups(
             cstart[q[rep]],
             tuple([x[rep] for x in vcols]),
             tuple([None if m is None else m[rep] for m in vvalid]),
             acc[nz],
         )
+        return (g, None) if share else g
     epochs = hist.times[:, 0]
     vkeys = sort_keys(vcols, vvalid, None)
     order = lexsort([q, *vkeys, epochs])
@@ -844,9 +868,32 @@ def _accumulate(hist: Batch, q: np.ndarray, nkey: int, cands: _Candidates) -> Gr
     cs = np.cumsum(ds)
     base = (cs[sidx] - ds[sidx])[gid]
     within = cs - base
-    pg, c = expand_ranges(cstart[gq], cend[gq])
+    shared = None
+    if share:
+        first, last = cand_e[cstart[gq]][gid], cand_e[cend[gq] - 1][gid]
+        varies = np.bincount(gid[(es > first) & (es <= last)], minlength=len(sidx)) > 0
+        held = np.add.reduceat(np.where(es <= first, ds, 0), sidx)  # at the first candidate, so at all
+        common = (~varies & (held != 0)).nonzero()[0]
+        if len(common):
+            rep = order[sidx[common]]
+            shared = Shared(
+                Groups(
+                    gq[common],
+                    tuple(x[rep] for x in vcols),
+                    tuple(None if m is None else m[rep] for m in vvalid),
+                    held[common],
+                ),
+                cands.q,
+                cstart,
+                cend,
+            )
+        apart = varies.nonzero()[0]
+        pg, c = expand_ranges(cstart[gq[apart]], cend[gq[apart]])
+        pg = apart[pg]
+    else:
+        pg, c = expand_ranges(cstart[gq], cend[gq])
     if len(pg) == 0:
-        return None
+        return (None, shared) if share else None
     all_e, inv = np.unique(np.concatenate([es, cand_e]), return_inverse=True)
     inv = inv.reshape(-1)
     width = len(all_e) + 1
@@ -859,13 +906,14 @@ def _accumulate(hist: Batch, q: np.ndarray, nkey: int, cands: _Candidates) -> Gr
     nz = acc != 0
     pg, c, acc = pg[nz], c[nz], acc[nz]
     if not len(c):
-        return None
+        return (None, shared) if share else None
     reorder = np.lexsort((pg, c))
     pg, c, acc = pg[reorder], c[reorder], acc[reorder]
     rep = order[sidx[pg]]
-    return Groups(
+    g = Groups(
         c,
         tuple(x[rep] for x in vcols),
         tuple(None if m is None else m[rep] for m in vvalid),
         acc,
     )
+    return (g, shared) if share else g

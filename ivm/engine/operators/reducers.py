@@ -19,8 +19,9 @@ from ivm.engine.batch import Mask, lexsort, sort_keys
 from ivm.engine.operators import exact
 from ivm.engine.operators.basic import EvaluationError
 from ivm.engine.strings import POOL
+from ivm.engine.trace.batch import expand_ranges
 
-__all__ = ["Groups", "Reducer", "Aggregate", "Threshold", "TopK", "distinct"]
+__all__ = ["Groups", "Shared", "Reducer", "Aggregate", "Threshold", "TopK", "distinct"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,6 +53,19 @@ class Groups:
 
     def segment_sum(self, x: np.ndarray) -> np.ndarray:
         return np.add.reduceat(x, self.starts) if len(self.starts) else x[:0]
+
+
+@dataclass(frozen=True, eq=False)
+class Shared:
+    """Rows that belong to every group of a key: many groups (a key's interesting times) hold the same rows
+    but for a few, and an aggregate that can be computed from two parts of a group reads the common part once
+    (``Aggregate.shares``). ``rows`` are grouped by key; group ``c`` is of key ``key[c]``, and key ``k``'s
+    groups are ``start[k] .. end[k] - 1``."""
+
+    rows: Groups
+    key: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
 
 
 Output = tuple[np.ndarray, tuple[np.ndarray, ...], tuple[Mask, ...], np.ndarray]
@@ -184,6 +198,17 @@ class Aggregate:
         group's result follows from a running state without re-reading the group."""
         return all(kind in ("count", "count_col", "sum", "avg") for kind, _ in self.specs)
 
+    def shares(self, in_dtypes) -> bool:
+        """Whether every aggregate of a group follows from those of two parts of it (row counts, counts, sums
+        and averages of integers, MIN and MAX of numbers), so that ``evaluate`` can take rows shared by many
+        groups apart (``Shared``)."""
+        for kind, pos in self.specs:
+            if kind in ("sum", "avg") and np.dtype(in_dtypes[pos]).kind == "f":
+                return False
+            if kind not in ("count", "count_col", "sum", "avg", "min", "max"):
+                return False
+        return True
+
     def failures(self, in_dtypes) -> dict[int, str]:
         """The aggregates that may fail to compute a group, by position in ``specs``, with their error: sums of
         integers beyond 64 bits, sums and averages of doubles beyond the largest double. A group in error is
@@ -303,17 +328,20 @@ class Aggregate:
         (no aggregates: one row per group with rows, as distinct wants); else None."""
         return None if self.specs else (total > 0).astype(np.int64)
 
-    def __call__(self, g: Groups) -> Output:
+    def __call__(self, g: Groups, shared: Shared | None = None) -> Output:
         """The groups' output rows; ``EvaluationError`` if a group cannot be computed (``evaluate`` keeps the
         groups in error apart instead)."""
-        out, (_, codes) = self.evaluate(g)
+        out, (_, codes) = self.evaluate(g, shared)
         if len(codes):
             raise EvaluationError(self.failures([c.dtype for c in g.columns])[int(codes[0])])
         return out
 
-    def evaluate(self, g: Groups) -> tuple[Output, tuple[np.ndarray, np.ndarray]]:
+    def evaluate(self, g: Groups, shared: Shared | None = None) -> tuple[Output, tuple[np.ndarray, np.ndarray]]:
         """The output rows of the groups that can be computed, and the groups in error: their ids and the
-        position in ``specs`` of the first aggregate failing for each (see ``failures``)."""
+        position in ``specs`` of the first aggregate failing for each (see ``failures``). With ``shared``, a
+        group also holds the shared rows of its key (only where ``shares``)."""
+        if shared is not None:
+            return self._evaluate_shared(g, shared)
         w = g.weights
         count = g.segment_sum(w)
         if not self.specs:  # the groups present, as distinct wants
@@ -394,6 +422,95 @@ class Aggregate:
             np.ones(int(keep.sum()), dtype=np.int64),
         )
         return out, errors
+
+    def _evaluate_shared(self, g: Groups, shared: Shared) -> tuple[Output, tuple[np.ndarray, np.ndarray]]:
+        """``evaluate`` of groups made of their own rows ``g`` and their key's rows in ``shared``: each
+        aggregate of each part, then the two combined."""
+        sg = shared.rows
+        keys = sg.ids
+        seg_of_key = np.full(len(shared.start), -1, dtype=np.int64)
+        seg_of_key[keys] = np.arange(len(keys))
+        _, with_shared = expand_ranges(shared.start[keys], shared.end[keys])
+        ids = np.union1d(g.ids, with_shared)
+        own = np.searchsorted(ids, g.ids)  # the output group of each segment of g
+        common = seg_of_key[shared.key[ids]]  # the shared segment of each output group, -1 for none
+        has = common >= 0
+        at = common[has]
+        n = len(ids)
+
+        def added(mine: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+            out = np.zeros(n, dtype=np.result_type(mine, theirs))
+            out[own] = mine
+            out[has] += theirs[at]
+            return out
+
+        count = added(g.segment_sum(g.weights), sg.segment_sum(sg.weights))
+        keep = count > 0
+        cols: list[np.ndarray] = []
+        masks: list[Mask] = []
+        failed = None
+        for j, (kind, pos) in enumerate(self.specs):
+            if kind == "count":
+                cols.append(count)
+                masks.append(None)
+                continue
+            parts = []
+            for part in (g, sg):
+                x, m, w = part.columns[pos], part.valid[pos], part.weights
+                parts.append((x, m, w if m is None else w * m))
+            nvalid = added(*(part.segment_sum(p) for part, (_, _, p) in zip((g, sg), parts, strict=True)))
+            if kind == "count_col":
+                cols.append(nvalid)
+                masks.append(None)
+            elif kind in ("sum", "avg"):
+                halves = []
+                for part, (x, _, present) in zip((g, sg), parts, strict=True):
+                    xs = x.astype(np.int64)
+                    high, low = (xs >> 32) * present, (xs & _LOW) * present
+                    halves.append((part.segment_sum(high), part.segment_sum(low)))
+                high, low = added(halves[0][0], halves[1][0]), added(halves[0][1], halves[1][1])
+                bad = None
+                if kind == "avg":
+                    s = self._mean(j, _average_sum(high, low), nvalid)
+                else:
+                    s, bad = _exact_sum(high, low)
+                failed = _failing(failed, bad, j)
+                cols.append(s)
+                masks.append(nvalid > 0)
+            else:  # min, max
+                best, found = None, np.zeros(n, dtype=bool)
+                for part, (x, m, _), mine in ((g, parts[0], True), (sg, parts[1], False)):
+                    use = (part.weights > 0) if m is None else (part.weights > 0) & m
+                    seg_found = part.segment_sum(use.astype(np.int64)) > 0
+                    seg_best = _extreme(x, use, part.starts, kind)
+                    here, value = np.zeros(n, dtype=bool), np.zeros(n, dtype=x.dtype)
+                    if mine:
+                        here[own], value[own] = seg_found, seg_best
+                    else:
+                        here[has], value[has] = seg_found[at], seg_best[at]
+                    if best is None:
+                        best = value
+                    else:
+                        pick = np.fmin if kind == "min" and x.dtype.kind == "f" else _PICK[kind]
+                        best = np.where(found & here, pick(best, value), np.where(here, value, best))
+                    found |= here
+                cols.append(np.where(found, best, np.zeros(1, dtype=best.dtype)))
+                masks.append(found)
+        errors = (ids[:0], ids[:0].astype(np.int64))
+        if failed is not None:
+            wrong = keep & (failed >= 0)
+            errors = (ids[wrong], failed[wrong])
+            keep &= ~wrong
+        out = (
+            ids[keep],
+            tuple(c[keep] for c in cols),
+            tuple(None if m is None else m[keep] for m in masks),
+            np.ones(int(keep.sum()), dtype=np.int64),
+        )
+        return out, errors
+
+
+_PICK = {"min": np.minimum, "max": np.maximum}  # np.maximum's NaN wins, as in PostgreSQL
 
 
 def _failing(failed: np.ndarray | None, bad: np.ndarray | None, j: int) -> np.ndarray | None:
