@@ -350,22 +350,25 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
             scope = _filtered(both, on_rest)  # the join's own conditions hold before any later join
             pending = where_rest + pending
         else:
-            both.plan = _outer_join(kind, scope, right, conds)
+            both.plan = _outer_join(kind, scope, right, both, conds)
             scope = both
     return scope, pending
 
 
-def _outer_join(kind: str, left: Scope, right: Scope, conds: list[exp.Expression]) -> Plan:
+def _outer_join(kind: str, left: Scope, right: Scope, both: Scope, conds: list[exp.Expression]) -> Plan:
     """A LEFT, RIGHT or FULL join on ``conds``. Equalities of a column of each side are its keys (numbers of
     different types compared in their common type). A condition on one side alone filters that side when the
     other side is the one kept whole; on a side kept whole, it makes the side's keys NULL where it does not
-    hold, so that the row is kept unmatched."""
+    hold, so that the row is kept unmatched. A condition comparing both sides otherwise takes
+    ``_matched_and_unmatched``."""
     lk: list[int] = []
     rk: list[int] = []
     types: list[SqlType] = []
     only: dict[str, list[Expr]] = {"left": [], "right": []}
     null_safe = [c for c in conds if isinstance(c, exp.NullSafeEQ)]
     if null_safe:
+        if len(null_safe) < len(conds):
+            return _matched_and_unmatched(kind, left, right, both, conds)
         return _null_safe_join(kind, left, right, conds)
     for c in conds:
         pair = _equi(c, left, right, widen=True) or _expression_equality(c, left, right)
@@ -382,8 +385,10 @@ def _outer_join(kind: str, left: Scope, right: Scope, conds: list[exp.Expression
             elif all((col.table, col.name) in left.names for col in cols):
                 side = "left"
         if side is None:
-            what = f"this {kind.upper()} JOIN condition, comparing both sides other than by =,"
-            raise error_at(c, f"{what} is not supported", True)
+            if list(c.find_all(exp.Exists, exp.Subquery)):
+                what = f"this {kind.upper()} JOIN condition, comparing both sides through a subquery,"
+                raise error_at(c, f"{what} is not supported", True)
+            return _matched_and_unmatched(kind, left, right, both, conds)
         only[side].append(boolean(c, translate_scalar(c, (right if side == "right" else left).resolve)))
     lplan, rplan = left.plan, right.plan
     kept = {"left": kind in ("left", "full"), "right": kind in ("right", "full")}
@@ -394,6 +399,45 @@ def _outer_join(kind: str, left: Scope, right: Scope, conds: list[exp.Expression
     if not lk and (only["left"] or only["right"]):  # one constant key, so that a gate has a key to make NULL
         lk, rk, types = [-1], [-1], [INT]
     return _keyed_join(kind, lplan, rplan, lk, rk, types, only["left"], only["right"])
+
+
+def _matched_and_unmatched(
+    kind: str, left: Scope, right: Scope, both: Scope, conds: list[exp.Expression]
+) -> Plan:
+    """An outer join on any conditions: the inner join on them (on their equalities as keys, the rest
+    filtering the pairs), and the rows of each side kept whole that no pair holds, padded with NULLs. Such a
+    row is found by an antijoin with the distinct rows of that side among the pairs, so duplicates of a row
+    share its fate, as they must."""
+    lk: list = []
+    rk: list = []
+    types: list[SqlType] = []
+    rest = []
+    for c in conds:
+        pair = None
+        if not isinstance(c, exp.NullSafeEQ):
+            pair = _equi(c, left, right, widen=True) or _expression_equality(c, left, right)
+        if pair is None:
+            rest.append(c)
+        else:
+            lk.append(pair[0])
+            rk.append(pair[1])
+            types.append(pair[2])
+    lplan, rplan = left.plan, right.plan
+    pairs = _filtered(Scope(both.names, _keyed_join("inner", lplan, rplan, lk, rk, types)), rest).plan
+    nl = len(lplan.columns)
+    columns = Join(kind, lplan, rplan, (), ()).columns
+    parts = [pairs]
+    for side, plan, at in (("left", lplan, 0), ("right", rplan, nl)):
+        if kind not in (side, "full"):
+            continue
+        own = tuple(ColRef(at + i, c.type) for i, c in enumerate(plan.columns))
+        alone = SemiJoin(plan, Distinct(Project(pairs, own, plan.columns)), True)
+        other = rplan if side == "left" else lplan
+        nulls = tuple(Const(None, c.type) for c in other.columns)
+        mine = tuple(ColRef(i, c.type) for i, c in enumerate(plan.columns))
+        exprs = (*mine, *nulls) if side == "left" else (*nulls, *mine)
+        parts.append(Project(alone, exprs, columns))
+    return UnionAll(tuple(parts), columns)
 
 
 def _null_safe_join(kind: str, left: Scope, right: Scope, conds: list[exp.Expression]) -> Plan:

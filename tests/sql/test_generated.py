@@ -69,6 +69,9 @@ class Gen:
             on += f" AND u.y {r.choice(['>', '<='])} {r.randint(0, 4)}"
         if kind == "RIGHT JOIN" and r.random() < 0.3:
             on += f" AND t.c {r.choice(['>', '<='])} {r.randint(0, 4)}"
+        if kind != "JOIN" and r.random() < 0.3:  # comparing both sides other than by =
+            both = r.choice(["t.c < u.y", "t.b <> u.z", "t.c + u.y > 3", "(t.c <= u.x OR u.z IS NULL)"])
+            on = both if r.random() < 0.3 else f"{on} AND {both}"
         return f"t {kind} u ON {on}", cols
 
     def subquery_pred(self, cols: dict[str, str]) -> str:
