@@ -25,6 +25,9 @@ they can:
 - ``BOOL_AND``/``EVERY`` and ``BOOL_OR`` are counts: of the values that are not NULL, and of those TRUE.
 - ``STRING_AGG(x, sep [ORDER BY ...])`` joins the values in the order given and, for ties and without ORDER
   BY, in the order of the text (PostgreSQL leaves that order to how rows arrive).
+- ``ARRAY_AGG(x [ORDER BY ...])`` is the text PostgreSQL writes for the array (ivm has no arrays): a
+  ``STRING_AGG`` of each value as array_out writes it, in braces; its DISTINCT rows carry ``x`` beside that
+  text, so that the values come in ``x``'s order.
 - ``GROUPING SETS``, ``ROLLUP`` and ``CUBE`` are one aggregate per grouping set, the keys outside the set
   NULL, put together by ``UnionAll``; ``GROUPING(...)`` is a constant of each set. The grouping set ``()``
   has one row even over no rows, as in PostgreSQL.
@@ -37,7 +40,9 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from sql.chars import shown
 from sql.errors import error_at
+from sql.functions import as_text
 from sql.logical import AggCall, Aggregate, Call, ColRef, Column, Const, Distinct, Expr, Plan, Project, UnionAll
 from sql.scalar import AGGREGATES, NULL_TYPE, aggregate_type, boolean, translate_scalar
 from sql.types import BOOL, INT, INTEGER, TEXT, SqlType
@@ -207,6 +212,12 @@ def _union_of_sets(
     return branches[0] if len(branches) == 1 else UnionAll(tuple(branches), cols)
 
 
+def _family(c: _Call) -> tuple[Expr, ...]:
+    """What a DISTINCT call reads of each distinct row: its argument, then the keys it orders by that are not
+    the argument (functions of it, as SQL requires of DISTINCT, so they make no more rows distinct)."""
+    return tuple(dict.fromkeys((c.arg, *(k for k, _, _ in c.order))))
+
+
 def _grouped(plan: Plan, keys: list[Expr], group: tuple[int, ...], calls: list[_Call]) -> Aggregate:
     """The aggregation of ``plan`` by the keys at ``group`` computing ``calls``: columns the keys, then one per
     call. DISTINCT calls read the distinct (keys, argument) rows, beside the other calls' rows when there are
@@ -214,28 +225,30 @@ def _grouped(plan: Plan, keys: list[Expr], group: tuple[int, ...], calls: list[_
     ks = [keys[i] for i in group]
     ns = len(ks)
     base = [c for c in calls if not c.distinct]
-    families = list(dict.fromkeys(c.arg for c in calls if c.distinct))
+    families = list(dict.fromkeys(_family(c) for c in calls if c.distinct))
+    starts = [sum(len(f) for f in families[:n]) for n in range(len(families))]
     args = [c.arg for c in base if c.arg is not None]  # one column per call, as written
     orders = [o for c in base for o, _, _ in c.order]
     marker = bool(base) and bool(families)
     inputs: list[Plan] = []
     layout = ks + args + orders
-    types = [e.type for e in layout] + [f.type for f in families] + ([BOOL] if marker else [])
+    types = [e.type for e in layout] + [e.type for f in families for e in f] + ([BOOL] if marker else [])
     cols = tuple(Column(f"g{i}", t) for i, t in enumerate(types))
     nb = len(layout)
     if base or not families:  # (a GROUP BY without aggregates: the groups present)
-        exprs = layout + [Const(None, f.type) for f in families] + ([Const(True, BOOL)] if marker else [])
+        nulls = [Const(None, e.type) for f in families for e in f]
+        exprs = layout + nulls + ([Const(True, BOOL)] if marker else [])
         inputs.append(Project(plan, tuple(exprs), cols))
     for n, f in enumerate(families):
-        pairs = Distinct(
-            Project(plan, tuple(ks + [f]), tuple(Column(f"g{i}", e.type) for i, e in enumerate(ks + [f])))
-        )
+        read = ks + list(f)
+        pairs = Distinct(Project(plan, tuple(read), tuple(Column(f"g{i}", e.type) for i, e in enumerate(read))))
         if len(families) == 1 and not base:
             inputs.append(pairs)
             nb = ns
             break
         exprs = [ColRef(i, e.type) for i, e in enumerate(ks)] + [Const(None, e.type) for e in layout[ns:]]
-        exprs += [ColRef(ns, f.type) if m == n else Const(None, g.type) for m, g in enumerate(families)]
+        for m, g in enumerate(families):
+            exprs += [ColRef(ns + i, e.type) if m == n else Const(None, e.type) for i, e in enumerate(g)]
         exprs += [Const(None, BOOL)] if marker else []
         inputs.append(Project(pairs, tuple(exprs), cols))
     source = inputs[0] if len(inputs) == 1 else UnionAll(tuple(inputs), cols)
@@ -244,8 +257,9 @@ def _grouped(plan: Plan, keys: list[Expr], group: tuple[int, ...], calls: list[_
     order_at = ns + len(args)
     for c in calls:
         if c.distinct:
-            pos = nb + families.index(c.arg)
-            order = tuple((pos, desc, first) for _, desc, first in c.order)
+            family = _family(c)
+            pos = nb + starts[families.index(family)]
+            order = tuple((pos + family.index(k), desc, first) for k, desc, first in c.order)
         else:
             pos = None
             if c.arg is not None:
@@ -276,9 +290,12 @@ def _value(node: exp.Expression, resolve: Resolver, column: Callable[[_Call], Ex
             raise error_at(where, "aggregate functions are not allowed in FILTER")
         cond = boolean(where, translate_scalar(where, resolve))
         node = node.this
-    func = {"groupconcat": "string_agg", "logicaland": "bool_and", "logicalor": "bool_or"}.get(
-        node.key, node.key
-    )
+    func = {
+        "groupconcat": "string_agg",
+        "logicaland": "bool_and",
+        "logicalor": "bool_or",
+        "arrayagg": "array_agg",
+    }.get(node.key, node.key)
     arg = node.this
     order_nodes: list[exp.Expression] = []
     if isinstance(arg, exp.Order):  # ORDER BY changes STRING_AGG only; the others are of the values alone
@@ -295,6 +312,8 @@ def _value(node: exp.Expression, resolve: Resolver, column: Callable[[_Call], Ex
         return column(_Call("count", _when(cond, Const(True, BOOL)), False, INT))
     if own_nested(arg):
         raise error_at(node, "aggregate calls cannot be nested")
+    if func == "array_agg":
+        return _array_agg(node, translate_scalar(arg, resolve), distinct, order_nodes, cond, resolve, column)
     e = translate_scalar(arg, resolve)
     if cond is not None:
         e = _when(cond, e)
@@ -307,6 +326,79 @@ def _value(node: exp.Expression, resolve: Resolver, column: Callable[[_Call], Ex
     if func == "string_agg":
         return column(_string_agg(node, e, distinct, order_nodes, resolve))
     return column(_Call(func, e, distinct, aggregate_type(node, func, e)))
+
+
+# characters that make array_out quote an element: braces, quote, comma, backslash and white space
+_QUOTED_IN_ARRAYS = '[{}",\\\\ \t\n\r\x0b\f]'
+_ELEMENT = exp.column("__element")
+
+
+def _array_text(v: exp.Expression) -> exp.Expression:
+    """An array element given as text, as PostgreSQL's array_out writes it: NULL as ``NULL``; the empty text,
+    ``NULL`` in any case, and text holding a character of ``_QUOTED_IN_ARRAYS`` in double quotes, with
+    backslash before each double quote and backslash."""
+
+    def lit(text: str) -> exp.Literal:
+        return exp.Literal.string(text)
+
+    needs = exp.or_(
+        exp.EQ(this=v.copy(), expression=lit("")),
+        exp.EQ(this=exp.Upper(this=v.copy()), expression=lit("NULL")),
+        exp.RegexpLike(this=v.copy(), expression=lit(_QUOTED_IN_ARRAYS)),
+    )
+    escaped = exp.Replace(
+        this=exp.Replace(this=v.copy(), expression=lit("\\"), replacement=lit("\\\\")),
+        expression=lit('"'),
+        replacement=lit('\\"'),
+    )
+    quoted = exp.DPipe(this=exp.DPipe(this=lit('"'), expression=escaped), expression=lit('"'))
+    is_null = exp.Is(this=v.copy(), expression=exp.Null())
+    return exp.Case(ifs=[exp.If(this=is_null, true=lit("NULL")), exp.If(this=needs, true=quoted)], default=v)
+
+
+def _array_agg(
+    node: exp.Expression,
+    x: Expr,
+    distinct: bool,
+    order_nodes: list[exp.Expression],
+    cond: Expr | None,
+    resolve: Resolver,
+    column: Callable[[_Call], Expr],
+) -> Expr:
+    """``ARRAY_AGG(x [ORDER BY ...])`` as the text PostgreSQL writes for the array (ivm has no arrays): each
+    value as array_out writes it (NULLs kept), joined by commas in braces, NULL over no rows. The values are in
+    the order given, then in the order of ``x`` (PostgreSQL leaves that to how rows arrive)."""
+    if x.type == NULL_TYPE:
+        raise error_at(node, "ARRAY_AGG of NULL needs a type: CAST it")
+    order = []
+    for o in order_nodes:
+        k = translate_scalar(o.this, resolve)
+        desc = bool(o.args.get("desc"))
+        first = o.args.get("nulls_first")
+        if distinct and k != x:
+            raise error_at(
+                o, "in an aggregate with DISTINCT, ORDER BY expressions must appear in argument list"
+            )
+        order.append((k, desc, desc if first is None else bool(first)))
+    if distinct and x.type.kind == "float":  # -0 and 0 are one value: 0
+        x = Call("add", (x, Const(0.0, x.type)), x.type)
+        order = [(x, d, f) for _, d, f in order]
+    order.append((x, False, False))
+    if x.type.kind == "bool":
+        cases = [exp.If(this=exp.Is(this=_ELEMENT, expression=exp.Null()), true=exp.Literal.string("NULL"))]
+        cases.append(exp.If(this=_ELEMENT, true=exp.Literal.string("t")))
+        element: exp.Expression = exp.Case(ifs=cases, default=exp.Literal.string("f"))
+        value = x
+    elif x.type.numeric or x.type.kind == "date":  # never quoted
+        element = exp.Coalesce(this=_ELEMENT, expressions=[exp.Literal.string("NULL")])
+        value = as_text(x)
+    else:
+        element, value = _array_text(_ELEMENT), shown(as_text(x))
+    e = translate_scalar(element, lambda n: value if n == _ELEMENT else resolve(n))
+    if cond is not None:
+        e = _when(cond, e)
+    joined = column(_Call("string_agg", e, distinct, TEXT, ",", tuple(order)))
+    return Call("concat", (Call("concat", (Const("{", TEXT), joined), TEXT), Const("}", TEXT)), TEXT)
 
 
 def own_nested(node: exp.Expression) -> bool:

@@ -141,6 +141,7 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.LogicalAnd: _UNARY,
     exp.LogicalOr: _UNARY,
     exp.GroupConcat: frozenset({"this", "separator"}),
+    exp.ArrayAgg: _UNARY,  # as text, see ``sql.aggregates``
     exp.Filter: _BINARY,
     exp.Rollup: frozenset({"expressions"}),
     exp.Cube: frozenset({"expressions"}),
@@ -215,7 +216,7 @@ _NODE_NAMES: dict[type[exp.Expression], str] = {
     exp.Unnest: "UNNEST",
     exp.Filter: "FILTER (WHERE ...)",
     exp.GroupConcat: "STRING_AGG",
-    exp.ArrayAgg: "ARRAY_AGG (ivm has no arrays; STRING_AGG joins text)",
+    exp.ArrayAgg: "ARRAY_AGG",
     exp.Returning: "RETURNING",
     exp.OnConflict: "ON CONFLICT",
     exp.TemporaryProperty: "TEMPORARY",

@@ -68,7 +68,17 @@ _CMP = {exp.EQ: "eq", exp.NEQ: "ne", exp.LT: "lt", exp.LTE: "le", exp.GT: "gt", 
 
 
 # the aggregate calls of SQL supported (EVERY is read as BOOL_AND, see ``sql.translate``)
-AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.LogicalAnd, exp.LogicalOr, exp.GroupConcat)
+AGGREGATES = (
+    exp.Count,
+    exp.Sum,
+    exp.Avg,
+    exp.Min,
+    exp.Max,
+    exp.LogicalAnd,
+    exp.LogicalOr,
+    exp.GroupConcat,
+    exp.ArrayAgg,
+)
 
 
 def and_parts(cond: exp.Expression) -> list[exp.Expression]:

@@ -176,11 +176,6 @@ REFUSED = [  # (query, words of the message, the text the position points into)
         "in an aggregate with DISTINCT, ORDER BY expressions must appear in argument list",
         "k",
     ),
-    (
-        "SELECT ARRAY_AGG(s) FROM t",
-        "ARRAY_AGG (ivm has no arrays; STRING_AGG joins text) is not",
-        "ARRAY_AGG(s)",
-    ),
     ("SELECT COUNT(DISTINCT g, h) FROM t", "COUNT(DISTINCT ...) of several columns", "COUNT(DISTINCT g, h)"),
     (
         "SELECT SUM(x) FILTER (WHERE COUNT(*) > 1) FROM t",
