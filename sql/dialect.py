@@ -35,6 +35,7 @@ def _by_name(name: str):
 
 class Ivm(Postgres):
     class Parser(Postgres.Parser):
+        ADD_CONSTRAINT_KEYWORDS = {*Postgres.Parser.ADD_CONSTRAINT_KEYWORDS, "CHECK"}  # ALTER TABLE t ADD CHECK
         FUNCTIONS = {**Postgres.Parser.FUNCTIONS, **{name: _by_name(name) for name in _BY_NAME}}
         FUNCTION_PARSERS = {k: v for k, v in Postgres.Parser.FUNCTION_PARSERS.items() if k not in _BY_NAME}
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+import sqlglot
 from sqlglot import exp
 
 from ivm.db import constraints, ddl, dml, parsing, state, transactions
@@ -33,7 +34,7 @@ from ivm.errors import DataError, IntegrityError, InternalError
 from planner.canon import arranged_form
 from planner.compile import compile_view
 from sql.catalog import Table, View
-from sql.ddl import add_columns, drop_columns, rename_column, rename_table, table_sql
+from sql.ddl import add_columns, drop_columns, rename_column, rename_table, table_from_create, table_sql
 from sql.dependencies import (
     catalog_with,
     columns_read,
@@ -380,11 +381,22 @@ def alter_table(db: Connection, stmt: exp.Alter) -> None:
         raise error_at(stmt.this, f"relation {name!r} does not exist")
     actions = stmt.args.get("actions") or []
     for a in actions:
-        if not isinstance(a, (exp.ColumnDef, exp.Drop, exp.RenameColumn, exp.AlterRename)):
+        if not isinstance(
+            a, (exp.ColumnDef, exp.Drop, exp.RenameColumn, exp.AlterRename, exp.AlterColumn, exp.AddConstraint)
+        ):
             raise error_at(a, f"ALTER TABLE ... {a.key.upper()} is not supported", unsupported=True)
     renames = [a for a in actions if isinstance(a, (exp.RenameColumn, exp.AlterRename))]
     if renames and len(actions) > 1:
         raise error_at(renames[0], "RENAME cannot be combined with other ALTER TABLE actions")
+    changes = [a for a in actions if _changes_definition(a)]
+    if changes and len(changes) < len(actions):
+        column = next(a for a in actions if not _changes_definition(a))
+        raise error_at(
+            column,
+            "ADD COLUMN and DROP COLUMN in one ALTER TABLE with ALTER COLUMN or constraints are not supported: "
+            "run them as separate statements",
+            unsupported=True,
+        )
     if db.in_transaction:
         raise error_at(
             stmt, "ALTER TABLE inside a transaction is not supported: run it alone", unsupported=True
@@ -394,7 +406,175 @@ def alter_table(db: Connection, stmt: exp.Alter) -> None:
         return _rename_column(db, stmt, st, actions[0])
     if isinstance(actions[0], exp.AlterRename):
         return _rename_table(db, stmt, st, actions[0])
+    if changes:
+        return _change_definition(db, stmt, st, actions)
     return _add_drop(db, stmt, st, actions)
+
+
+def _changes_definition(action: exp.Expression) -> bool:
+    """Whether an ALTER TABLE action is one ``_change_definition`` takes."""
+    if isinstance(action, exp.Drop):
+        return (action.args.get("kind") or "").upper() == "CONSTRAINT"
+    return isinstance(action, (exp.AlterColumn, exp.AddConstraint))
+
+
+def _change_definition(db: Connection, stmt: exp.Alter, st: state.TableState, actions: list) -> None:
+    """ALTER [COLUMN] c TYPE t [USING e] | SET DEFAULT e | DROP DEFAULT | SET NOT NULL | DROP NOT NULL, ADD
+    [CONSTRAINT name] PRIMARY KEY | UNIQUE | CHECK and DROP CONSTRAINT [IF EXISTS] name, in PostgreSQL's order:
+    the table's definition is written again with each change and read back (so that what CREATE TABLE checks,
+    this checks), its rows converted to a column's new type as PostgreSQL assigns them (or by USING), then
+    the table is made again, its constraints checked against every row, and the views reading it built again.
+    A view reading a column whose type changes refuses the change, as in PostgreSQL."""
+    table = st.table
+    create = sqlglot.parse_one(table_sql(table), dialect="postgres")
+    schema = create.this
+    retyped: dict[str, exp.Expression] = {}  # column -> its value in the new type (USING, or the column)
+    not_null: list[tuple[str, exp.Expression]] = []
+    # in PostgreSQL's passes: constraints dropped, types changed, defaults and NOT NULL, constraints added
+    for a in actions:
+        if isinstance(a, exp.Drop):
+            _drop_constraint(table, schema, a)
+    for a in sorted(
+        (a for a in actions if isinstance(a, exp.AlterColumn)), key=lambda a: not a.args.get("dtype")
+    ):
+        _alter_column(table, schema, a, retyped, not_null)
+    for a in actions:
+        if isinstance(a, exp.AddConstraint):
+            _add_constraint(table, schema, a)
+    try:
+        new = table_from_create(create)
+    except SqlError as err:  # what CREATE TABLE refuses of the definition, pointed at the statement
+        raise error_at(stmt, err.message, cls=type(err)) from None
+    for p, c in enumerate(new.columns):
+        if new.defaults[p] is not None and (table.defaults[p] is not new.defaults[p] or c.name in retyped):
+            try:
+                dml.default(new, p)
+            except SqlError as err:
+                raise error_at(stmt, f"DEFAULT of column {c.name!r}: {err.message}") from None
+    if retyped:
+        for v, (_, fixed) in _carried(db, table.name, list(db.views), stmt).items():
+            read = columns_read(fixed, table.name) & set(retyped)
+            if read:
+                c = sorted(read)[0]
+                raise error_at(
+                    retyped[c],
+                    f"cannot alter type of a column used by a view or rule: view {v!r} depends on column {c!r}",
+                    unsupported=True,
+                )
+    cols, valid = _rows(st)
+    if retyped:
+        names = {(table.name, c.name): p for p, c in enumerate(table.columns)}
+        resolve = dml.column_resolver(names, table)
+        converted, converted_valid = list(cols), list(valid)
+        for c, value in retyped.items():
+            p = new.position(c)
+            t = new.columns[p].type
+            if not value.meta["using"] and t.kind == "text":  # anything is assigned to text as written
+                value = exp.cast(value, "text")
+            try:
+                out, out_valid = dml.assign_values(
+                    db, new, [(p, value, value)], resolve, cols, valid, len(cols[0])
+                )
+            except SqlError as err:
+                if "but the value is of type" not in err.message:
+                    raise
+                raise error_at(
+                    value,
+                    f"column {c!r} cannot be cast automatically to type {t} (USING {c}::type converts it)",
+                ) from None
+            converted[p], converted_valid[p] = out[p], out_valid[p]
+        cols, valid = converted, converted_valid
+    for c, node in not_null:
+        m = valid[new.position(c)]
+        if m is not None and not m.all():
+            raise error_at(
+                node, f"column {c!r} of relation {table.name!r} contains null values", cls=IntegrityError
+            )
+    names = [c.name for c in new.columns]
+    _replace(
+        db,
+        table.name,
+        new,
+        dict(st.sequences),
+        {},
+        lambda i, rel, key: _index_sql(i, rel, [names[p] for p in key]),
+        (cols, valid),
+    )
+
+
+def _column_def(table: Table, schema: exp.Schema, node: exp.Expression) -> exp.ColumnDef:
+    for e in schema.expressions:
+        if isinstance(e, exp.ColumnDef) and e.name == node.name:
+            return e
+    raise error_at(node, f"column {node.name!r} of relation {table.name!r} does not exist")
+
+
+def _alter_column(table: Table, schema: exp.Schema, a: exp.AlterColumn, retyped: dict, not_null: list) -> None:
+    col = _column_def(table, schema, a.this)
+    name = col.name
+    p = table.position(name)
+    constraints = list(col.constraints)
+
+    def kinds(*types: type) -> list[exp.ColumnConstraint]:
+        return [c for c in constraints if isinstance(c.args.get("kind"), types)]
+
+    identity = kinds(exp.GeneratedAsIdentityColumnConstraint)
+    if a.args.get("dtype") is not None:
+        col.set("kind", a.args["dtype"].copy())
+        using = a.args.get("using") or None  # the parser sets False without USING
+        value = using.copy() if using is not None else exp.column(name)
+        value.meta.update((using if using is not None else a).meta)
+        value.meta["using"] = using is not None
+        retyped[name] = value
+        return
+    allow_null = a.args.get("allow_null")
+    if allow_null is False:  # SET NOT NULL
+        if not kinds(exp.NotNullColumnConstraint):
+            constraints.append(exp.ColumnConstraint(kind=exp.NotNullColumnConstraint()))
+        not_null.append((name, a))
+    elif allow_null is True:  # DROP NOT NULL
+        if p is not None and p in table.primary_key:
+            raise error_at(a, f"column {name!r} is in a primary key")
+        if identity:
+            raise error_at(a, f"column {name!r} of relation {table.name!r} is an identity column")
+        constraints = [c for c in constraints if c not in kinds(exp.NotNullColumnConstraint)]
+    elif a.args.get("drop"):  # DROP DEFAULT
+        if identity:
+            raise error_at(a, f"column {name!r} of relation {table.name!r} is an identity column")
+        constraints = [c for c in constraints if c not in kinds(exp.DefaultColumnConstraint)]
+    elif a.args.get("default") is not None:  # SET DEFAULT
+        if identity:
+            raise error_at(a, f"column {name!r} of relation {table.name!r} is an identity column")
+        constraints = [c for c in constraints if c not in kinds(exp.DefaultColumnConstraint)]
+        constraints.append(
+            exp.ColumnConstraint(kind=exp.DefaultColumnConstraint(this=a.args["default"].copy()))
+        )
+    else:
+        raise error_at(a, f"{a.sql(dialect='postgres')} is not supported", unsupported=True)
+    col.set("constraints", constraints)
+
+
+def _add_constraint(table: Table, schema: exp.Schema, a: exp.AddConstraint) -> None:
+    for k in a.expressions:
+        inner = k.expressions if isinstance(k, exp.Constraint) else [k]
+        for c in inner:
+            if not isinstance(c, (exp.PrimaryKey, exp.UniqueColumnConstraint, exp.CheckColumnConstraint)):
+                raise error_at(c, f"ALTER TABLE ... ADD {c.sql(dialect='postgres')} is not supported", True)
+        if isinstance(k, exp.Constraint):
+            names = {e.name for e in schema.expressions if isinstance(e, exp.Constraint)}
+            if k.name in names:
+                raise error_at(k, f"constraint {k.name!r} for relation {table.name!r} already exists")
+        schema.append("expressions", k.copy())
+
+
+def _drop_constraint(table: Table, schema: exp.Schema, a: exp.Drop) -> None:
+    for t in a.args.get("tables") or []:
+        found = [e for e in schema.expressions if isinstance(e, exp.Constraint) and e.name == t.name]
+        if not found:
+            if a.args.get("exists"):
+                continue  # PostgreSQL notes it and goes on
+            raise error_at(t, f"constraint {t.name!r} of relation {table.name!r} does not exist")
+        schema.set("expressions", [e for e in schema.expressions if e not in found])
 
 
 def _add_drop(db: Connection, stmt: exp.Alter, st: state.TableState, actions: list) -> None:
@@ -581,12 +761,15 @@ def _rename_table(db: Connection, stmt: exp.Alter, st: state.TableState, action:
     )
 
 
-def _replace(db: Connection, name: str, new: Table, sequences: dict, sql: dict[str, str], index) -> None:
-    """Make table ``name`` again as ``new`` with its rows, the views of the closure with the definitions
-    ``sql`` gives (their own otherwise), and its indexes as ``index(name, relation, key)`` writes them."""
+def _replace(
+    db: Connection, name: str, new: Table, sequences: dict, sql: dict[str, str], index, rows=None
+) -> None:
+    """Make table ``name`` again as ``new`` with its rows (or ``rows``), the views of the closure with the
+    definitions ``sql`` gives (their own otherwise), and its indexes as ``index(name, relation, key)`` writes
+    them."""
     st = db.tables[name]
     closure = _closure(db, {name})
-    made = _Made([(new, table_sql(new), _rows(st), sequences)])
+    made = _Made([(new, table_sql(new), _rows(st) if rows is None else rows, sequences)])
     for v in closure.views:
         made.items.append((db.views[v].created, "view", v, sql.get(v, db.views[v].view.sql)))
     for i in closure.indexes:

@@ -195,6 +195,82 @@ def test_alter_table_keeps_every_view_equal_to_postgresql(pg, tmp_path, mode):
     both.close()
 
 
+CHANGE_SCRIPT = [
+    "CREATE TABLE c (id INTEGER PRIMARY KEY, n INTEGER, s TEXT, d NUMERIC(8,2), x DOUBLE PRECISION, day DATE)",
+    "INSERT INTO c VALUES (1, 10, '5', 1.25, 0.5, DATE '2024-01-01'), (2, NULL, 'x', 2.50, NULL, NULL), "
+    "(3, 30, '7', NULL, -1.5, DATE '2024-02-29'), (4, 30, NULL, -3.75, 2.0, DATE '2023-12-31')",
+    "CREATE VIEW c_n AS SELECT id, n FROM c WHERE n > 0",
+    "CREATE VIEW c_sum AS SELECT n, COUNT(*) AS k FROM c GROUP BY n",
+    "CREATE VIEW c_all AS SELECT * FROM c",
+    "CREATE INDEX c_by_n ON c (n)",
+    # types: as PostgreSQL assigns, or by USING; a column a view reads keeps its type
+    ("ALTER TABLE c ALTER COLUMN d TYPE INTEGER", "depends on column 'd'"),
+    "DROP VIEW c_all",
+    "ALTER TABLE c ALTER COLUMN d TYPE INTEGER",
+    "ALTER TABLE c ALTER COLUMN d SET DATA TYPE NUMERIC(10,3)",
+    ("ALTER TABLE c ALTER COLUMN s TYPE INTEGER", "cannot be cast automatically"),
+    ("ALTER TABLE c ALTER COLUMN s TYPE INTEGER USING s::integer", "invalid"),
+    "ALTER TABLE c ALTER COLUMN s TYPE INTEGER USING length(s) * 2",
+    "ALTER TABLE c ALTER COLUMN x TYPE TEXT",
+    "ALTER TABLE c ALTER COLUMN day TYPE TIMESTAMP",
+    "ALTER TABLE c ALTER COLUMN x TYPE VARCHAR(3) USING upper(x)",
+    ("ALTER TABLE c ALTER COLUMN n TYPE BIGINT", "depends on column 'n'"),
+    ("ALTER TABLE c ALTER COLUMN nope TYPE BIGINT", "does not exist"),
+    "INSERT INTO c VALUES (5, 50, 12, 1.234, 'abc', TIMESTAMP '2024-03-01 10:00:00')",
+    # defaults and NOT NULL
+    "ALTER TABLE c ALTER COLUMN s SET DEFAULT 42, ALTER COLUMN x SET DEFAULT 'dft'",
+    "INSERT INTO c (id, n) VALUES (6, 60)",
+    ("ALTER TABLE c ALTER COLUMN n SET NOT NULL", "contains null values"),
+    "UPDATE c SET n = 0 WHERE n IS NULL",
+    "ALTER TABLE c ALTER COLUMN n SET NOT NULL",
+    ("INSERT INTO c (id) VALUES (7)", "not-null"),
+    "ALTER TABLE c ALTER COLUMN n DROP NOT NULL, ALTER COLUMN s DROP DEFAULT",
+    "INSERT INTO c (id) VALUES (7)",
+    ("ALTER TABLE c ALTER COLUMN id DROP NOT NULL", "in a primary key"),
+    ("ALTER TABLE c ALTER COLUMN d SET DEFAULT 'not a number'", "invalid"),
+    # constraints added and dropped, checked against the rows there
+    ("ALTER TABLE c ADD CONSTRAINT n_small CHECK (n < 50)", "check"),
+    "ALTER TABLE c ADD CONSTRAINT n_small CHECK (n <= 60)",
+    ("INSERT INTO c (id, n) VALUES (8, 70)", "n_small"),
+    "ALTER TABLE c ADD CHECK (id > 0)",
+    ("INSERT INTO c (id) VALUES (-1)", "c_id_check"),
+    "ALTER TABLE c DROP CONSTRAINT n_small",
+    ("ALTER TABLE c ADD UNIQUE (n)", "unique"),
+    "UPDATE c SET n = id * 100 + n WHERE n IS NOT NULL",
+    "ALTER TABLE c ADD UNIQUE (n)",
+    ("INSERT INTO c (id, n) VALUES (9, 110)", "c_n_key"),
+    ("ALTER TABLE c ADD CONSTRAINT c_n_key UNIQUE (s)", "already exists"),
+    ("ALTER TABLE c ADD PRIMARY KEY (n)", "multiple primary keys"),
+    "ALTER TABLE c DROP CONSTRAINT c_pkey",
+    "INSERT INTO c (id, n) VALUES (1, NULL)",
+    ("ALTER TABLE c ADD PRIMARY KEY (id)", "duplicate"),
+    "DELETE FROM c WHERE id = 1 AND n IS NULL",
+    "ALTER TABLE c ADD CONSTRAINT c_key PRIMARY KEY (id)",
+    ("INSERT INTO c (id) VALUES (2)", "primary key"),
+    ("ALTER TABLE c DROP CONSTRAINT nope", "does not exist"),
+    "ALTER TABLE c DROP CONSTRAINT IF EXISTS nope",
+    ("ALTER TABLE c ADD CONSTRAINT n_big CHECK (n > 0), DROP CONSTRAINT n_big", "does not exist"),
+    "ALTER TABLE c ADD CONSTRAINT n_big CHECK (n > 0), DROP CONSTRAINT c_n_key",
+    "ALTER TABLE c DROP CONSTRAINT n_big, ADD CONSTRAINT n_big CHECK (n > 100), ALTER n SET DEFAULT 101",
+    ("INSERT INTO c (id, n) VALUES (11, 50)", "n_big"),
+    "INSERT INTO c (id) VALUES (11)",
+    "ALTER TABLE c DROP CONSTRAINT n_big",
+    "INSERT INTO c (id, n) VALUES (10, 110)",
+    "UPDATE c SET n = n + 1 WHERE n > 100",
+    "DELETE FROM c WHERE id = 4",
+]
+
+
+@pytest.mark.parametrize("mode", ["memory", "reopen"])
+def test_alter_column_and_constraints_as_in_postgresql(pg, tmp_path, mode):
+    both = Both(pg, mode, str(tmp_path / "db"))
+    both.script(CHANGE_SCRIPT)
+    table = both.db.catalog.tables["c"]
+    assert table.primary_key_name == "c_key" and [k.name for k in table.checks] == ["c_id_check"]
+    assert table.uniques == () and both.db.catalog.indexes["c_by_n"] == ("c", (1,))
+    both.close()
+
+
 IDENTITY_SCRIPT = [
     "CREATE TABLE s (id SERIAL PRIMARY KEY, v TEXT)",
     "CREATE TABLE g (id BIGINT GENERATED ALWAYS AS IDENTITY (START WITH 10 INCREMENT BY 5), "
@@ -377,15 +453,10 @@ def test_subscriptions_go_on_across_alter_table_and_end_saying_why(tmp_path):
 
 
 REFUSED = [  # (statement, words of the message, the text the error points into)
-    ("ALTER TABLE t ALTER COLUMN a TYPE BIGINT", "ALTER TABLE ... ALTER COLUMN", "ALTER COLUMN a TYPE BIGINT"),
-    (
-        "ALTER TABLE t ALTER COLUMN a SET DEFAULT 3",
-        "ALTER TABLE ... ALTER COLUMN",
-        "ALTER COLUMN a SET DEFAULT 3",
-    ),
-    ("ALTER TABLE t ADD CONSTRAINT k UNIQUE (a)", "ALTER TABLE ... ADD CONSTRAINT", "k UNIQUE (a)"),
-    ("ALTER TABLE t ADD PRIMARY KEY (a)", "ALTER TABLE ... ADD CONSTRAINT", "PRIMARY KEY (a)"),
-    ("ALTER TABLE t DROP CONSTRAINT t_pkey", "ALTER TABLE ... DROP CONSTRAINT", "t_pkey"),
+    ('ALTER TABLE t ALTER COLUMN a TYPE TEXT COLLATE "C"', "COLLATE", None),
+    ("ALTER TABLE t ADD FOREIGN KEY (a) REFERENCES u (k)", "FOREIGN KEY", "FOREIGN KEY (a) REFERENCES u (k)"),
+    ("ALTER TABLE t ADD COLUMN q INTEGER, ALTER COLUMN a SET NOT NULL", "separate statements", "q INTEGER"),
+    ("ALTER TABLE t ALTER COLUMN a SET STATISTICS 100", "ALTER COLUMN a SET STATISTICS 100", None),
     ("ALTER TABLE t SET UNLOGGED", "ALTER TABLE ... SET", "t"),
     ("ALTER TABLE t RENAME CONSTRAINT a TO b", "ALTER TABLE t RENAME CONSTRAINT a TO b", "ALTER"),
     ("ALTER TABLE t OWNER TO someone", "ALTER TABLE t OWNER TO someone", "ALTER"),
