@@ -51,6 +51,11 @@ class Ivm(Postgres):
                     )
             return self.expression(exp.Interval(this=this, unit=unit))
 
+        def _parse_alter(self):
+            if self._curr is not None and self._curr.text.upper() == "MATERIALIZED":
+                self._advance()  # ALTER MATERIALIZED VIEW: every view of ivm's is materialized
+            return super()._parse_alter()
+
         def _parse_function_call(self, *args, **kwargs):
             token = self._curr
             out = super()._parse_function_call(*args, **kwargs)

@@ -1,5 +1,5 @@
-"""ALTER TABLE, DROP (of several relations, with CASCADE) and TRUNCATE: the statements that change relations
-other relations depend on, with PostgreSQL's semantics.
+"""ALTER TABLE, ALTER VIEW ... RENAME TO, DROP (of several relations, with CASCADE; of an index) and TRUNCATE:
+the statements that change relations other relations depend on, with PostgreSQL's semantics.
 
 A table whose columns or name change is made again: a new engine input holding its rows (with an added
 column's DEFAULT, NULL, or its sequence's values), its constraints checked against them. The views that read
@@ -33,7 +33,7 @@ from ivm.engine.strings import POOL
 from ivm.errors import DataError, IntegrityError, InternalError
 from planner.canon import arranged_form
 from planner.compile import compile_view
-from sql.catalog import Table, View
+from sql.catalog import Catalog, Table, View
 from sql.ddl import add_columns, drop_columns, rename_column, rename_table, table_from_create, table_sql
 from sql.dependencies import (
     catalog_with,
@@ -110,11 +110,11 @@ class _Closure:
     indexes: list[str] = field(default_factory=list)
 
 
-def _closure(db: Connection, tables: set[str]) -> _Closure:
-    """Everything that reads ``tables``, or an arrangement of a dataflow that does (see the module's
-    docstring)."""
+def _closure(db: Connection, tables: set[str], dataflows: Iterable = ()) -> _Closure:
+    """Everything that reads ``tables``, or an arrangement of a dataflow that does or of ``dataflows`` (see
+    the module's docstring)."""
     relations = set(tables)
-    hit: set[int] = set()  # the dataflows taken down
+    hit: set[int] = {id(df) for df in dataflows}  # the dataflows taken down
     out = _Closure()
     index_dfs = {df.name: df for df in db.engine.dataflows if df.name.startswith("index:")}
     live = {name: _reads(st, live=True) for name, st in db.views.items()}
@@ -370,6 +370,8 @@ def alter_table(db: Connection, stmt: exp.Alter) -> None:
     """ALTER TABLE [IF EXISTS] [ONLY] name: ADD [COLUMN] [IF NOT EXISTS] ..., DROP [COLUMN] [IF EXISTS] ...
     [CASCADE | RESTRICT] (any number of these), RENAME [COLUMN] a TO b, or RENAME TO new_name."""
     kind = (stmt.args.get("kind") or "").upper()
+    if kind == "VIEW":
+        return _alter_view(db, stmt)
     if kind != "TABLE":
         raise error_at(stmt, f"ALTER {kind} is not supported", unsupported=True)
     name = stmt.this.name
@@ -786,10 +788,96 @@ def _replace(
 # -- DROP --------------------------------------------------------------------------------------------------
 
 
+def _alter_view(db: Connection, stmt: exp.Alter) -> None:
+    """ALTER [MATERIALIZED] VIEW [IF EXISTS] name RENAME TO new_name: the view, the views reading it (their
+    definitions reading it by its new name) and the indexes on them made again."""
+    name = stmt.this.name
+    if name not in db.views:
+        if name in db.tables:
+            raise error_at(stmt.this, f"{name!r} is not a view")
+        if stmt.args.get("exists"):
+            return
+        raise error_at(stmt.this, f"relation {name!r} does not exist")
+    actions = stmt.args.get("actions") or []
+    if len(actions) != 1 or not isinstance(actions[0], exp.AlterRename):
+        what = "RENAME COLUMN" if isinstance(actions[0], exp.RenameColumn) else actions[0].key.upper()
+        raise error_at(actions[0], f"ALTER VIEW ... {what} is not supported", unsupported=True)
+    target = actions[0].this
+    if target.args.get("db") or target.args.get("catalog"):
+        raise error_at(target, "a schema-qualified new name is not supported", unsupported=True)
+    new_name = target.name
+    if db.catalog.exists(new_name):
+        raise error_at(target, f"relation {new_name!r} already exists")
+    if db.in_transaction:
+        raise error_at(stmt, "ALTER VIEW inside a transaction is not supported: run it alone", unsupported=True)
+    renamed_catalog = Catalog()
+    renamed_catalog.tables = db.catalog.tables
+    renamed_catalog.views = {new_name if n == name else n: v for n, v in db.catalog.views.items()}
+    sql = {}
+    for v, (query, fixed) in _carried(db, name, list(db.views), stmt).items():
+        renamed = rename_relation(fixed, name, new_name)
+        try:
+            ok = same_plan(query, db.catalog, renamed, renamed_catalog, lambda n: new_name if n == name else n)
+        except Exception:  # a definition that does not plan (or not in this shape): not carried over
+            ok = False
+        if not ok:
+            raise _refuse_changed(stmt, name, v)
+        sql[v] = query_sql(renamed)
+    closure = _closure(db, {name})
+    closure.views = sorted({name, *closure.views}, key=lambda v: db.views[v].created)
+    made = _Made()
+    for v in closure.views:
+        made.items.append(
+            (db.views[v].created, "view", new_name if v == name else v, sql.get(v, db.views[v].view.sql))
+        )
+    for i in closure.indexes:
+        rel, key = db.catalog.indexes[i]
+        seq, text = db.index_sql.get(i, (0, None))
+        if rel == name:
+            names = [c.name for c in db.views[name].view.columns]
+            text = _index_sql(i, new_name, [names[p] for p in key])
+        if text is not None:
+            made.items.append((seq, "index", i, text))
+    made.items.sort()
+    _restructure(db, set(), closure, made)
+
+
+def _drop_index(db: Connection, stmt: exp.Drop) -> None:
+    """DROP INDEX [IF EXISTS] name [CASCADE | RESTRICT]: the name goes; so does the arrangement it built,
+    the views that read it made again with arrangements of their own."""
+    names = [t.name for t in stmt.args.get("tables") or ([stmt.this] if stmt.this is not None else [])]
+    node = (stmt.args.get("tables") or [stmt.this])[0]
+    gone = [n for n in names if n in db.catalog.indexes]
+    for n in names:
+        if n not in db.catalog.indexes:
+            if db.catalog.exists(n):
+                raise error_at(node, f"{n!r} is not an index")
+            if not stmt.args.get("exists"):
+                raise error_at(node, f"index {n!r} does not exist")
+    if not gone:
+        return
+    if db.in_transaction:
+        raise error_at(stmt, "DROP INDEX inside a transaction is not supported: run it alone", unsupported=True)
+    own = [df for df in db.engine.dataflows if df.name in {f"index:{n}" for n in gone}]
+    closure = _closure(db, set(), own)
+    made = _Made()
+    for v in closure.views:
+        made.items.append((db.views[v].created, "view", v, db.views[v].view.sql))
+    for i in closure.indexes:
+        seq, text = db.index_sql.get(i, (0, None))
+        if i not in gone and text is not None:
+            made.items.append((seq, "index", i, text))
+    made.items.sort()
+    closure.indexes = sorted({*closure.indexes, *gone})
+    _restructure(db, set(), closure, made)
+
+
 def drop(db: Connection, stmt: exp.Drop) -> None:
     """DROP TABLE | VIEW | MATERIALIZED VIEW [IF EXISTS] name [, ...] [CASCADE | RESTRICT]: without CASCADE,
     refused while another view reads one of them; with it, those views go too (and the views reading them)."""
     kind = (stmt.args.get("kind") or "").upper()
+    if kind == "INDEX":
+        return _drop_index(db, stmt)
     if kind not in ("TABLE", "VIEW", "MATERIALIZED VIEW"):
         raise error_at(stmt, f"DROP {kind} is not supported", unsupported=True)
     is_view = kind != "TABLE"

@@ -271,6 +271,53 @@ def test_alter_column_and_constraints_as_in_postgresql(pg, tmp_path, mode):
     both.close()
 
 
+RENAME_SCRIPT = [
+    "CREATE TABLE r (a INTEGER PRIMARY KEY, b INTEGER)",
+    "INSERT INTO r VALUES (1, 10), (2, 20), (3, 10), (4, NULL)",
+    "CREATE INDEX r_b ON r (b)",
+    "CREATE VIEW rv AS SELECT b, COUNT(*) AS n FROM r GROUP BY b",
+    "CREATE VIEW rw AS SELECT r.a, rv.n FROM r JOIN rv ON r.b = rv.b",
+    ("ivm", "CREATE INDEX rv_b ON rv (b)"),  # ivm alone: PostgreSQL indexes no view
+    "CREATE VIEW rx AS SELECT * FROM rw WHERE n > 1",
+    "DROP INDEX r_b",
+    ("DROP INDEX r_b", "does not exist"),
+    "DROP INDEX IF EXISTS r_b",
+    ("DROP INDEX r", "is not an index"),
+    "INSERT INTO r VALUES (5, 20), (6, 30)",
+    "ALTER VIEW rv RENAME TO rv2",
+    ("SELECT * FROM rv", "does not exist"),
+    "ALTER VIEW rw RENAME TO rw2",
+    ("ALTER VIEW r RENAME TO r2", "is not a view"),
+    ("ALTER VIEW rx RENAME TO r", "already exists"),
+    "ALTER VIEW IF EXISTS nope RENAME TO z",
+    "UPDATE r SET b = 30 WHERE a = 1",
+    "CREATE VIEW ry AS SELECT rv2.b, rw2.a FROM rv2 JOIN rw2 ON rv2.n = rw2.n",
+    ("ivm", "DROP INDEX rv_b CASCADE"),
+    "DELETE FROM r WHERE a = 2",
+    "ALTER VIEW rx RENAME TO rx2",
+    "INSERT INTO r VALUES (7, 10)",
+    ("DROP VIEW rv2", "depends on it"),
+]
+
+
+@pytest.mark.parametrize("mode", ["memory", "reopen"])
+def test_drop_index_and_rename_view_as_in_postgresql(pg, tmp_path, mode):
+    both = Both(pg, mode, str(tmp_path / "db"))
+    for step in RENAME_SCRIPT:
+        if step[0] == "ivm":
+            both.db.execute(step[1])
+        else:
+            both.script([step])
+    db = both.db
+    assert db.catalog.indexes == {} and not [d for d in db.engine.dataflows if d.name.startswith("index:")]
+    assert '"rw2"' in db.views["rx2"].view.sql
+    db.execute("ALTER MATERIALIZED VIEW rx2 RENAME TO rx3")  # PostgreSQL's views are not materialized
+    assert same_rows(
+        db.execute("SELECT * FROM rx3").fetchall(), both.pg.execute("SELECT * FROM rx2").fetchall()
+    )
+    both.close()
+
+
 IDENTITY_SCRIPT = [
     "CREATE TABLE s (id SERIAL PRIMARY KEY, v TEXT)",
     "CREATE TABLE g (id BIGINT GENERATED ALWAYS AS IDENTITY (START WITH 10 INCREMENT BY 5), "
@@ -460,7 +507,8 @@ REFUSED = [  # (statement, words of the message, the text the error points into)
     ("ALTER TABLE t SET UNLOGGED", "ALTER TABLE ... SET", "t"),
     ("ALTER TABLE t RENAME CONSTRAINT a TO b", "ALTER TABLE t RENAME CONSTRAINT a TO b", "ALTER"),
     ("ALTER TABLE t OWNER TO someone", "ALTER TABLE t OWNER TO someone", "ALTER"),
-    ("ALTER VIEW v RENAME TO w", "ALTER VIEW", "v"),
+    ("ALTER VIEW v RENAME COLUMN a TO b", "ALTER VIEW ... RENAME COLUMN", "a"),
+    ("ALTER INDEX i RENAME TO j", "ALTER INDEX", "i"),
     ("ALTER TABLE t ADD COLUMN r INTEGER REFERENCES u (k)", "REFERENCES", "REFERENCES u (k)"),
     ("ALTER TABLE t DROP COLUMN a, DROP COLUMN b", "dropping every column", "t"),
     ("ALTER TABLE t RENAME TO public.w", "schema-qualified", "public.w"),
@@ -482,7 +530,6 @@ REFUSED = [  # (statement, words of the message, the text the error points into)
         None,
     ),
     ("TRUNCATE ONLY t", "ONLY", None),
-    ("DROP INDEX i", "DROP INDEX", None),
     ("BEGIN; DROP TABLE u", "inside a transaction", "u"),
 ]
 
