@@ -312,10 +312,13 @@ _ARG_NAMES: dict[tuple[type[exp.Expression], str], str] = {
 }
 
 
-def check(node: exp.Expression) -> None:
+def check(node: exp.Expression, parameters: bool = False) -> None:
     """Refuse, by name and position, the first node or set argument of ``node``'s tree that is not in
-    ``ALLOWED``."""
+    ``ALLOWED`` (with ``parameters``, ``$n`` placeholders pass: the constants bound to them are checked
+    then)."""
     for n in node.walk():
+        if parameters and isinstance(n, (exp.Parameter, exp.Placeholder)):
+            continue
         allowed = ALLOWED.get(type(n))
         if isinstance(n, exp.Anonymous) and str(n.this).lower() in _ANONYMOUS:
             allowed = frozenset({"this", "expressions"})

@@ -66,26 +66,21 @@ def parse(
             raise ProgrammingError(f"no value given for the parameter %({name})s")
     statements = [s.copy() for s in parsed]
     if params is not None:
-        statements = _bind(statements, [params[n] for n in names] if names is not None else list(params))
-    else:
-        for s in statements:
-            for node in s.find_all(exp.Placeholder, exp.Parameter):
-                raise error_at(node, "a parameter placeholder, but no parameters were given")
-    statements = [_time_zone(s, sql, i) for i, s in enumerate(statements)]
+        return _bind(statements, [params[n] for n in names] if names is not None else list(params))
     for s in statements:
-        _rename_column_shorthand(s)
-        allow.check(s)
-        for node in s.walk():
-            node.comments = None  # comments mean nothing, and must not make equal expressions differ
-    return [normalize_identifiers(s, dialect="postgres") for s in statements]
+        for node in s.find_all(exp.Placeholder, exp.Parameter):
+            raise error_at(node, "a parameter placeholder, but no parameters were given")
+    return statements
 
 
 @functools.lru_cache(maxsize=512)
 def _parsed(sql: str, named: bool | None) -> tuple[tuple[exp.Expression, ...], tuple[str, ...] | None]:
-    """The syntax trees of ``sql`` (its placeholders numbered when ``named`` is not None: see ``_numbered``) and
-    the parameter names in their numbers' order; kept for the text's next use, as a prepared statement, since
-    parsing costs more than the rest of a small statement."""
+    """The syntax trees of ``sql`` (its placeholders numbered when ``named`` is not None: see ``_numbered``),
+    checked against the allow-list and their names normalized, and the parameter names in their numbers'
+    order; kept for the text's next use, as a prepared statement, since parsing and checking cost more than the
+    rest of a small statement. Binding parameters only puts constants in place of placeholders."""
     names = None
+    original = sql
     if named is not None:
         sql, names = _numbered(sql, named)
     sql, mutual = rewrite_mutually_recursive(sql)
@@ -104,6 +99,13 @@ def _parsed(sql: str, named: bool | None) -> tuple[tuple[exp.Expression, ...], t
         raise ProgrammingError(f"syntax error: {what}", e.get("line"), e.get("col")) from err
     except TokenError:
         raise _token_error(sql) from None
+    statements = [_time_zone(s, original, i) for i, s in enumerate(statements)]
+    for s in statements:
+        _rename_column_shorthand(s)
+        allow.check(s, parameters=True)
+        for node in s.walk():
+            node.comments = None  # comments mean nothing, and must not make equal expressions differ
+    statements = [normalize_identifiers(s, dialect="postgres") for s in statements]
     return tuple(statements), (tuple(names) if names is not None else None)
 
 
@@ -331,7 +333,9 @@ def _bind(statements: list[exp.Expression], values: list) -> list[exp.Expression
             if not 1 <= n <= len(values):
                 raise ProgrammingError(f"the statement uses parameter ${n}, but {len(values)} were given")
             used.add(n)
-            return _constant(values[n - 1])
+            value = _constant(values[n - 1])
+            allow.check(value)
+            return value
         if isinstance(node, exp.Placeholder):
             raise error_at(node, "parameter placeholders need parameters")
         return node
