@@ -243,7 +243,7 @@ def _make(db: Connection, made: _Made) -> None:
         if kind == "view":
             _view(db, name, sql)
         else:
-            ddl.create_index(db, parsing.parse(sql)[0])
+            ddl.create_index(db, parsing.parse(sql)[0], undoable=False)
 
 
 def _view(db: Connection, name: str, sql: str) -> None:
@@ -260,7 +260,8 @@ def _view(db: Connection, name: str, sql: str) -> None:
 
 def _restructure(db: Connection, tables: set[str], closure: _Closure, new: _Made) -> None:
     """Replace ``tables`` and the closure of their change by what ``new`` makes, whole or not at all: should
-    making it fail, what was is made again and the error raised."""
+    making it fail, what was is made again and the error raised. Inside a transaction, its rollback makes
+    again what was."""
     old = _as_made(db, tables, closure)
     followed = [(sub, sub.arranged) for sub in db.subscriptions if sub.ended is None]
     _take_down(db, tables, closure)
@@ -269,23 +270,45 @@ def _restructure(db: Connection, tables: set[str], closure: _Closure, new: _Made
         _resubscribe(db, followed, tables)
     except BaseException as err:
         try:
-            made = {t.name for t, _, _, _ in new.tables if t.name in db.tables}
-            undone = _closure(db, made)
-            for _, kind, name, _ in new.items:  # what was made without reading the tables
-                if kind == "view" and name in db.views and name not in undone.views:
-                    undone.views.append(name)
-                elif kind == "index" and name in db.catalog.indexes and name not in undone.indexes:
-                    undone.indexes.append(name)
-            undone.views.sort(key=lambda v: db.views[v].created)
-            _take_down(db, made, undone)
-            _make(db, old)
-            _resubscribe(db, followed, ())
+            _made_again(db, new, old, followed)
         except BaseException as again:
             db.broken = (
                 f"{type(again).__name__} while putting back the relations a failed statement changed: {again}"
             )
             raise InternalError(f"{db.broken}; the database cannot be used any more") from err
         raise
+    if db.in_transaction:
+        db.undo.append(lambda: _made_again(db, new, old))
+
+
+def _made_again(db: Connection, new: _Made, old: _Made, followed: list | None = None) -> None:
+    """Take down what ``new`` made (and what reads it) and make ``old`` again."""
+    if followed is None:
+        followed = [(sub, sub.arranged) for sub in db.subscriptions if sub.ended is None]
+    made = {t.name for t, _, _, _ in new.tables if t.name in db.tables}
+    undone = _closure(db, made)
+    for _, kind, name, _ in new.items:  # what was made without reading the tables
+        if kind == "view" and name in db.views and name not in undone.views:
+            undone.views.append(name)
+        elif kind == "index" and name in db.catalog.indexes and name not in undone.indexes:
+            undone.indexes.append(name)
+    undone.views.sort(key=lambda v: db.views[v].created)
+    _take_down(db, made, undone)
+    _make(db, old)
+    _resubscribe(db, followed, ())
+
+
+def _unwritten(db: Connection, stmt: exp.Expression, tables: Iterable[str]) -> None:
+    """Inside a transaction, a table it has written to cannot be altered or dropped (its changes wait in the
+    table's old shape)."""
+    for t in tables:
+        if db.pending.get(t):
+            raise error_at(
+                stmt,
+                f"table {t!r} has changes in this transaction: altering or dropping it after them is not "
+                "supported (COMMIT them first)",
+                unsupported=True,
+            )
 
 
 def _resubscribe(db: Connection, followed: list, tables: Iterable[str]) -> None:
@@ -399,10 +422,7 @@ def alter_table(db: Connection, stmt: exp.Alter) -> None:
             "run them as separate statements",
             unsupported=True,
         )
-    if db.in_transaction:
-        raise error_at(
-            stmt, "ALTER TABLE inside a transaction is not supported: run it alone", unsupported=True
-        )
+    _unwritten(db, stmt, [name])
     st = db.tables[name]
     if isinstance(actions[0], exp.RenameColumn):
         return _rename_column(db, stmt, st, actions[0])
@@ -808,8 +828,6 @@ def _alter_view(db: Connection, stmt: exp.Alter) -> None:
     new_name = target.name
     if db.catalog.exists(new_name):
         raise error_at(target, f"relation {new_name!r} already exists")
-    if db.in_transaction:
-        raise error_at(stmt, "ALTER VIEW inside a transaction is not supported: run it alone", unsupported=True)
     renamed_catalog = Catalog()
     renamed_catalog.tables = db.catalog.tables
     renamed_catalog.views = {new_name if n == name else n: v for n, v in db.catalog.views.items()}
@@ -856,8 +874,11 @@ def _drop_index(db: Connection, stmt: exp.Drop) -> None:
                 raise error_at(node, f"index {n!r} does not exist")
     if not gone:
         return
-    if db.in_transaction:
-        raise error_at(stmt, "DROP INDEX inside a transaction is not supported: run it alone", unsupported=True)
+    drop_indexes(db, gone)
+
+
+def drop_indexes(db: Connection, gone: list[str]) -> None:
+    """Drop indexes ``gone``: the arrangements they built go, and the views reading them are made again."""
     own = [df for df in db.engine.dataflows if df.name in {f"index:{n}" for n in gone}]
     closure = _closure(db, set(), own)
     made = _Made()
@@ -906,15 +927,24 @@ def drop(db: Connection, stmt: exp.Drop) -> None:
         raise error_at(
             stmt, f"cannot drop {what} {on!r}: view {v!r} depends on it (DROP ... CASCADE drops it too)"
         )
-    if db.in_transaction:
-        raise error_at(
-            stmt, f"DROP {kind} inside a transaction is not supported: run it alone", unsupported=True
-        )
+    if not is_view:
+        _unwritten(db, stmt, names)
     views = dependents + ([n for n in names if n not in dependents] if is_view else [])
     if is_view:
-        for v in sorted(views, key=lambda v: db.views[v].created, reverse=True):
+        views = sorted(views, key=lambda v: db.views[v].created)
+        again = _Made()
+        for v in views:
+            again.items.append((db.views[v].created, "view", v, db.views[v].view.sql))
+            for i, (rel, _) in db.catalog.indexes.items():
+                seq, text = db.index_sql.get(i, (0, None))
+                if rel == v and text is not None:
+                    again.items.append((seq, "index", i, text))
+        again.items.sort()
+        for v in reversed(views):
             _drop_indexes(db, v)
             ddl._drop_view(db, v)
+        if db.in_transaction:  # a rollback makes them again
+            db.undo.append(lambda: _make(db, again))
         return
     closure = _closure(db, set(names))
     made = _Made()

@@ -186,8 +186,6 @@ def create_view(db: Connection, stmt: exp.Create) -> None:
     if replace and name in db.catalog.tables:
         raise error_at(stmt, f"{name!r} is not a view")
     replacing = replace and name in db.views
-    if replacing and db.in_transaction:
-        raise error_at(stmt, "CREATE OR REPLACE VIEW inside a transaction is not supported", unsupported=True)
     query = stmt.expression
     with statement_time("a view"):  # a view is not maintained as time passes
         plan = db._plan(query)
@@ -202,6 +200,13 @@ def create_view(db: Connection, stmt: exp.Create) -> None:
             if name not in db.views:
                 _new_view(db, stmt, name, None, old.plan, old.sql)
             raise
+        if db.in_transaction:  # a rollback puts the view replaced back
+
+            def put_back() -> None:
+                _drop_view(db, name)
+                _new_view(db, stmt, name, None, old.plan, old.sql)
+
+            db.undo.append(put_back)
         return
     _new_view(db, stmt, name, query, plan)
     if db.in_transaction:
@@ -265,11 +270,10 @@ def _new_view(
     transactions.stop_failed(db, failed)
 
 
-def create_index(db: Connection, stmt: exp.Create) -> None:
+def create_index(db: Connection, stmt: exp.Create, undoable: bool = True) -> None:
     """CREATE INDEX name ON relation (columns): an arrangement of the relation by those columns, which
-    views created later reuse."""
-    if db.in_transaction:
-        raise error_at(stmt, "CREATE INDEX inside a transaction is not supported: run it alone", True)
+    views created later reuse. Inside a transaction its rollback drops it (unless not ``undoable``: made again
+    by a statement whose own rollback takes care of it)."""
     index = stmt.this
     name = index.name
     rel = index.args["table"].name
@@ -292,6 +296,10 @@ def create_index(db: Connection, stmt: exp.Create) -> None:
         transactions.stop_failed(db, db.engine.failed)
     db.catalog.indexes[name] = (rel, tuple(key))
     db.index_sql[name] = (state.changed(db), stmt.sql(dialect="postgres"))
+    if db.in_transaction and undoable:
+        from ivm.db.alter import drop_indexes  # (alter builds on this module)
+
+        db.undo.append(lambda: drop_indexes(db, [name]) if name in db.catalog.indexes else None)
 
 
 def _drop_view(db: Connection, name: str) -> None:
