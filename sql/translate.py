@@ -301,7 +301,7 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
     where = select.args.get("where")
     if from_ is None:  # one row without columns (held as one unnamed column), kept where WHERE holds
         return Scope({}, Values(((0,),), (Column("?", INT, False),))), _conjuncts(where.this) if where else []
-    sources = [(from_.this, "inner", None)]
+    groups = [[(from_.this, "inner", None)]]  # FROM's comma-separated items, each a chain of joins
     for j in select.args.get("joins") or []:
         if j.args.get("using"):
             raise error_at(j, "JOIN ... USING is not supported yet", unsupported=True)
@@ -309,7 +309,10 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
         kind = j.kind.lower() if j.kind else ""
         if kind in ("semi", "anti", "lateral") or j.method:
             raise error_at(j, f"{kind or j.method} joins are not supported", unsupported=True)
-        sources.append((j.this, side or "inner", j.args.get("on")))
+        if not side and not kind and j.args.get("on") is None:  # a comma: the next item of FROM
+            groups.append([])
+        groups[-1].append((j.this, side or "inner", j.args.get("on")))
+    sources = [s for g in _padded_first(groups) for s in g]
     pending = _conjuncts(where.this) if where is not None else []
     k = next((i for i, (_, kind, _) in enumerate(sources) if kind != "inner"), len(sources))
     if k == len(sources):
@@ -353,6 +356,21 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
             both.plan = _outer_join(kind, scope, right, both, conds)
             scope = both
     return scope, pending
+
+
+def _padded_first(groups: list[list]) -> list[list]:
+    """FROM's items in an order whose left-deep chain of joins means what the items cross-joined mean: a
+    comma binds looser than any JOIN, so an item holding a RIGHT or FULL join (which pads the rows before it
+    with NULLs) goes first; LEFT and inner joins of an item read only that item, so they may join the items
+    before it too. Two such items are refused by name."""
+    padding = [n for n, g in enumerate(groups) if any(kind in ("right", "full") for _, kind, _ in g[1:])]
+    if not padding or padding == [0]:
+        return groups
+    if len(padding) > 1:
+        src = groups[padding[1]][0][0]
+        raise error_at(src, "several items of FROM holding RIGHT or FULL joins are not supported", True)
+    n = padding[0]
+    return [groups[n], *groups[:n], *groups[n + 1 :]]
 
 
 def _outer_join(kind: str, left: Scope, right: Scope, both: Scope, conds: list[exp.Expression]) -> Plan:

@@ -68,14 +68,15 @@ def _select(stmt: exp.Expression, target: exp.Table, alias: str, items: list[exp
         item.set("joins", None)
         joins.append(exp.Join(this=item))
         joins.extend(j.copy() for j in more)
+    padding = False  # a RIGHT or FULL join of FROM's, which pads FROM's rows with NULLs
     for j in joins:
         src = j.this
         if src.alias_or_name == alias:
             raise error_at(src, f"table name {alias!r} specified more than once")
-        if j.args.get("side") in ("RIGHT", "FULL") or (j.args.get("kind") or "").upper() == "FULL":
-            what = "UPDATE ... FROM" if isinstance(stmt, exp.Update) else "DELETE ... USING"
-            side = j.args.get("side") or j.args.get("kind")
-            raise error_at(j, f"{side} JOIN in {what} is not supported", unsupported=True)
+        padding = padding or j.args.get("side") in ("RIGHT", "FULL") or (j.args.get("kind") or "") == "FULL"
+    if padding:  # FROM's items first, as PostgreSQL joins them, then the table written, as another item
+        sel.set("from_", exp.From(this=joins[0].this))
+        joins = [*joins[1:], exp.Join(this=target.copy())]
     if joins:
         sel.set("joins", joins)
     if stmt.args.get("where") is not None:

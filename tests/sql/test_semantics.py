@@ -203,6 +203,11 @@ OUTER = [
     "SELECT t.a, count(u.y) AS n FROM t LEFT JOIN u ON t.c <= u.y OR t.a = u.x GROUP BY t.a",
     "SELECT t.a, u.y, w.a AS wa FROM t LEFT JOIN u ON t.a < u.x LEFT JOIN t w ON w.b = u.y AND w.c > t.c",
     "SELECT t.a, u.y FROM t LEFT JOIN u ON t.a = u.x AND u.y > (SELECT count(*) FROM u v WHERE v.x = t.c)",
+    # a comma binds looser than JOIN: an item holding a RIGHT or FULL join pads only its own rows
+    "SELECT t.a, u.x, w.y AS wy FROM t, u RIGHT JOIN u AS w ON w.x = u.y",
+    "SELECT t.a, u.x, w.a AS wa FROM t, u FULL JOIN t AS w ON w.c = u.x WHERE t.b = 1",
+    "SELECT t.a, w.y AS wy, z.a AS za FROM t, u RIGHT JOIN u AS w ON w.x = u.y, t AS z LEFT JOIN u AS q ON "
+    "q.x = z.c WHERE z.b = t.c",
 ]
 
 
@@ -236,6 +241,13 @@ def test_outer_joins_with_conditions_on_one_side_equal_duckdb(seed):
             else:
                 stmts.append(f"DELETE FROM u WHERE y = {value()}")
         commit_and_compare(db, oracle, stmts, OUTER)
+
+
+def test_two_items_of_from_holding_right_or_full_joins_are_refused():
+    db, _ = with_views(DDL, [])
+    with pytest.raises(UnsupportedError, match="several items of FROM holding RIGHT or FULL joins") as info:
+        db.execute("SELECT 1 FROM t RIGHT JOIN u ON u.c = t.a, t AS w FULL JOIN u AS z ON z.c = w.a")
+    assert (info.value.line, info.value.col) == (1, 44)  # "t AS w"
 
 
 def test_keys_of_different_numeric_types_are_join_keys():

@@ -273,8 +273,9 @@ def test_13_unimplemented_clauses_are_refused_by_name_and_or_replace_works(db):
             "data-modifying statements in WITH (DELETE in WITH) are not supported",
         ),
         (
-            "UPDATE t SET g = 0 FROM t AS u FULL JOIN t AS w ON u.id = w.id WHERE t.id = u.id",
-            "FULL JOIN in UPDATE ... FROM is not supported",
+            "UPDATE t SET g = 0 FROM t AS u FULL JOIN t AS w ON u.id = w.id, "
+            "t AS x RIGHT JOIN t AS y ON x.id = y.id",
+            "several items of FROM holding RIGHT or FULL joins are not supported",
         ),
     ]:
         with pytest.raises(NotSupportedError, match=re.escape(words)):
