@@ -131,11 +131,13 @@ def _next(tree: exp.Expression):
 def _unnest(select: exp.Select, node: exp.Expression, n: int) -> None:
     """Replace ``node``, a subquery ``select`` uses as a value, by a read of a derived table joined to it."""
     clause = _clause(select, node)
-    if clause == "joins" and (_on_to_where(select, node) or _into_source(select, node, n)):
+    if clause == "joins" and (
+        _on_to_where(select, node) or _into_source(select, node, n) or _beside_left_values(select, node, n)
+    ):
         return  # taken up next from WHERE, or from the SELECT list of the source it reads
     if clause not in ("expressions", "where", "having"):
         where = {
-            "joins": "the ON condition of an outer join that reads several of the joined relations",
+            "joins": "the ON condition of a RIGHT or FULL join that reads several of the joined relations",
             "order": "ORDER BY",
             "group": "GROUP BY",
         }.get(clause, clause)
@@ -230,6 +232,59 @@ def _into_source(select: exp.Select, node: exp.Expression, n: int) -> bool:
     node.replace(exp.column(f"_on{n}", alias))
     inner.append("expressions", exp.Alias(this=node, alias=exp.to_identifier(f"_on{n}")))
     holder.set("this", _named(inner, alias))
+    return True
+
+
+def _beside_left_values(select: exp.Select, node: exp.Expression, n: int) -> bool:
+    """A subquery in a LEFT join's ON that reads the joined relation and relations joined before it: the
+    joined relation becomes ``(SELECT its columns, the distinct values it reads of the others (_l<i>), the
+    subquery over both AS _on<n> FROM it CROSS JOIN those values) AS alias``, and the condition reads
+    ``alias._on<n>`` where ``alias._l<i>`` are the left row's values (NULL meeting NULL). Each left row then
+    meets each right row once, with the subquery's value for the two. Whether it could (a LEFT join only: the
+    right rows unmatched would come once per value)."""
+    joins = select.args.get("joins") or []
+    at = next(i for i, j in enumerate(joins) if _inside(node, j))
+    join = joins[at]
+    alias = join.this.alias_or_name
+    free = _free_columns(select, node)
+    if (join.side or "").upper() != "LEFT" or not isinstance(join.this, (exp.Table, exp.Subquery)):
+        return False
+    if not _inside(node, join.args.get("on")):
+        return False
+    left = [(t, c) for t, c in free if t != alias]
+    before = {(select.args.get("from_") or select.args.get("from")).this.alias_or_name}
+    before |= {j.this.alias_or_name for j in joins[:at]}
+    if not left or any(t not in before for t, _ in left):
+        return False
+    values = exp.select(*(exp.alias_(exp.column(c, t), f"_l{i}") for i, (t, c) in enumerate(left)))
+    values.set("from_", (select.args.get("from_") or select.args.get("from")).copy())
+    for j in joins[:at]:
+        values.append("joins", j.copy())
+    values.set("distinct", exp.Distinct())
+    domain = f"_dom{n}"
+    names = []
+    for col in select.find_all(exp.Column):
+        if col.table == alias and col.name not in names and _binding(col) is select:
+            names.append(col.name)
+    subquery = node.copy()
+    for col in list(subquery.find_all(exp.Column)):
+        key = (col.table, col.name)
+        if key in left and col.table != alias:
+            col.replace(exp.column(f"_l{left.index(key)}", domain))
+    inner = exp.select(
+        *(exp.alias_(exp.column(c, alias), c) for c in names),
+        *(exp.alias_(exp.column(f"_l{i}", domain), f"_l{i}") for i in range(len(left))),
+        exp.Alias(this=subquery, alias=exp.to_identifier(f"_on{n}")),
+    )
+    inner.set("from_", exp.From(this=join.this.copy()))
+    inner.append("joins", exp.Join(this=_named(values, domain), kind="CROSS"))
+    node.replace(exp.column(f"_on{n}", alias))
+    match = [
+        exp.NullSafeEQ(this=exp.column(f"_l{i}", alias), expression=exp.column(c, t))
+        for i, (t, c) in enumerate(left)
+    ]
+    join.set("on", exp.and_(join.args["on"], *match))
+    join.set("this", _named(inner, alias))
     return True
 
 
