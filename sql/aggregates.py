@@ -370,16 +370,7 @@ def _array_agg(
     the order given, then in the order of ``x`` (PostgreSQL leaves that to how rows arrive)."""
     if x.type == NULL_TYPE:
         raise error_at(node, "ARRAY_AGG of NULL needs a type: CAST it")
-    order = []
-    for o in order_nodes:
-        k = translate_scalar(o.this, resolve)
-        desc = bool(o.args.get("desc"))
-        first = o.args.get("nulls_first")
-        if distinct and k != x:
-            raise error_at(
-                o, "in an aggregate with DISTINCT, ORDER BY expressions must appear in argument list"
-            )
-        order.append((k, desc, desc if first is None else bool(first)))
+    order = _ordering(order_nodes, resolve, x if distinct else None)
     if distinct and x.type.kind == "float":  # -0 and 0 are one value: 0
         x = Call("add", (x, Const(0.0, x.type)), x.type)
         order = [(x, d, f) for _, d, f in order]
@@ -428,14 +419,22 @@ def _string_agg(node: exp.Expression, e: Expr, distinct: bool, order_nodes, reso
         raise error_at(node, f"STRING_AGG needs text, got {e.type} (CAST it to TEXT)")
     if e.type == NULL_TYPE:
         e = Const(None, TEXT)
+    return _Call(
+        "string_agg", e, distinct, TEXT, sep, tuple(_ordering(order_nodes, resolve, e if distinct else None))
+    )
+
+
+def _ordering(order_nodes, resolve: Resolver, distinct_arg: Expr | None) -> list[tuple[Expr, bool, bool]]:
+    """An aggregate's ORDER BY as (expression, descending, NULLs first); with DISTINCT, each expression must
+    be the aggregate's argument ``distinct_arg``, as PostgreSQL requires."""
     order = []
     for o in order_nodes:
         k = translate_scalar(o.this, resolve)
         desc = bool(o.args.get("desc"))
         first = o.args.get("nulls_first")
-        if distinct and k != e:
+        if distinct_arg is not None and k != distinct_arg:
             raise error_at(
                 o, "in an aggregate with DISTINCT, ORDER BY expressions must appear in argument list"
             )
         order.append((k, desc, desc if first is None else bool(first)))
-    return _Call("string_agg", e, distinct, TEXT, sep, tuple(order))
+    return order

@@ -426,20 +426,14 @@ def _matched_and_unmatched(
     filtering the pairs), and the rows of each side kept whole that no pair holds, padded with NULLs. Such a
     row is found by an antijoin with the distinct rows of that side among the pairs, so duplicates of a row
     share its fate, as they must."""
-    lk: list = []
-    rk: list = []
-    types: list[SqlType] = []
-    rest = []
-    for c in conds:
-        pair = None
-        if not isinstance(c, exp.NullSafeEQ):
-            pair = _equi(c, left, right, widen=True) or _expression_equality(c, left, right)
-        if pair is None:
-            rest.append(c)
-        else:
-            lk.append(pair[0])
-            rk.append(pair[1])
-            types.append(pair[2])
+    lk, rk, types, rest = _keys_and_rest(
+        conds,
+        lambda c: (
+            None
+            if isinstance(c, exp.NullSafeEQ)
+            else _equi(c, left, right, widen=True) or _expression_equality(c, left, right)
+        ),
+    )
     lplan, rplan = left.plan, right.plan
     pairs = _filtered(Scope(both.names, _keyed_join("inner", lplan, rplan, lk, rk, types)), rest).plan
     nl = len(lplan.columns)
@@ -456,6 +450,24 @@ def _matched_and_unmatched(
         exprs = (*mine, *nulls) if side == "left" else (*nulls, *mine)
         parts.append(Project(alone, exprs, columns))
     return UnionAll(tuple(parts), columns)
+
+
+def _keys_and_rest(conds: list[exp.Expression], pair_of) -> tuple[list, list, list[SqlType], list]:
+    """The conditions ``pair_of`` makes a pair of join keys (left key, right key, type) of, as three lists,
+    and the others."""
+    lk: list = []
+    rk: list = []
+    types: list[SqlType] = []
+    rest = []
+    for c in conds:
+        pair = pair_of(c)
+        if pair is None:
+            rest.append(c)
+        else:
+            lk.append(pair[0])
+            rk.append(pair[1])
+            types.append(pair[2])
+    return lk, rk, types, rest
 
 
 def _null_safe_join(kind: str, left: Scope, right: Scope, conds: list[exp.Expression]) -> Plan:
@@ -602,16 +614,13 @@ def _inner_joins(sources, conds: list[exp.Expression], catalog: Catalog) -> tupl
         alias, plan = rel
         names = {(alias, c.name): i for i, c in enumerate(plan.columns)}
         right = Scope(names, plan)
-        lk, rk, types, keep = [], [], [], []
-        for c in rest:
-            pair = _equi(c, scope, right, widen=True) if _tables_of(c) <= joined | {alias} else None
-            if pair is None:
-                keep.append(c)
-            else:
-                lk.append(pair[0])
-                rk.append(pair[1])
-                types.append(pair[2])
-        rest = keep
+        reach = joined | {alias}
+        lk, rk, types, rest = _keys_and_rest(
+            rest,
+            lambda c, s=scope, r=right, reach=reach: (
+                _equi(c, s, r, widen=True) if _tables_of(c) <= reach else None
+            ),
+        )
         offset = len(scope.plan.columns)
         join = _keyed_join("inner", scope.plan, plan, lk, rk, types)
         scope = Scope({**scope.names, **{k: v + offset for k, v in names.items()}}, join)
@@ -689,16 +698,12 @@ def _exists_by_join(scope: Scope, node: exp.Exists, negated: bool, catalog: Cata
     inner_plan = inner_scope.plan
     outer_plan = scope.plan
     width = len(outer_plan.columns)
-    lk, rk, types, residual = [], [], [], []
-    for d in correlated:
+
+    def pair_of(d: exp.Expression):
         pair = _equi(d, scope, inner_scope, widen=True) if _is_column_equality(d) else None
-        pair = pair or _expression_equality(d, scope, inner_scope)
-        if pair is None:
-            residual.append(d)
-        else:
-            lk.append(pair[0])
-            rk.append(pair[1])
-            types.append(pair[2])
+        return pair or _expression_equality(d, scope, inner_scope)
+
+    lk, rk, types, residual = _keys_and_rest(correlated, pair_of)
     if not lk:
         raise error_at(node, "a correlated EXISTS needs an equality with the outer query", unsupported=True)
     joined = _keyed_join("inner", outer_plan, inner_plan, lk, rk, types)
