@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import ivm
@@ -766,6 +766,17 @@ def _two_relation_fixpoint(e1: Multiset, e2: Multiset, roots: Multiset) -> tuple
 
 @SETTINGS
 @given(histories([edge_rows, edge_rows, root_rows], max_ops=6))
+@example(  # a count over rows that are their whole key, at one epoch per key: read once per key
+    [
+        Step(
+            times=[(0, [(0, (0, 1), 1), (2, (0,), 1)]), (1, [(1, (0, 2), 1)]), (2, [(0, (1, 2), 1)])],
+            advance=3,
+            staging="together",
+            ahead=False,
+            idle=False,
+        )
+    ]
+)
 def test_nested_loops(history):
     """Outer loop: T = roots | succ2(C); inner loop: C = closure of T under the first edge relation."""
     engine = ivm.Engine()

@@ -840,7 +840,8 @@ def _accumulate(
             acc = np.zeros(len(cstart), dtype=np.int64)
             np.add.at(acc, q, ds)
             nz = acc.nonzero()[0]
-            return Groups(cstart[nz], (), (), acc[nz]) if len(nz) else None
+            g = Groups(cstart[nz], (), (), acc[nz]) if len(nz) else None
+            return (g, None) if share else g
         order, starts = sort_groups([q, *sort_keys(vcols, vvalid, None)])
         sidx = starts.nonzero()[0]
         acc = np.add.reduceat(ds[order], sidx)
