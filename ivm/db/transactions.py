@@ -121,6 +121,8 @@ def stop_failed(db: Connection, failed: list[Dataflow], report: bool = True) -> 
     this is no error of the statement: a warning (``ivm.Warning``) names them (without ``report``, only the
     returned names do)."""
     names = []
+    if not failed:
+        return names
     for st in db.views.values():
         if st.df in failed:
             st.error = str(st.df.error)

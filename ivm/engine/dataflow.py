@@ -88,6 +88,9 @@ class Engine:
                 failed.append(df)
                 continue
             try:
+                if self.sharding is None and df.follows_only and not df.scope.active:
+                    df.follow()  # idle: nothing reached it, its frontier follows its sources'
+                    continue
                 if self.sharding is None:
                     df.step()
                 elif not df.dropped:
@@ -234,6 +237,20 @@ class Dataflow:
         return f
 
     # -- running --------------------------------------------------------------------------------
+    @property
+    def follows_only(self) -> bool:
+        """Whether the dataflow has no inputs and no loop variables of its own: it reads only other dataflows'
+        arrangements, so when nothing reached it a step only moves its frontier (``follow``)."""
+        return not self.inputs and not self.variables and not self.dropped
+
+    def follow(self) -> None:
+        """The step of an idle dataflow that reads only other dataflows: its frontier moves up to theirs."""
+        if self.imports:
+            target = min(max(df.frontier, df.target) for _, df in self.imports)
+            self.target = target
+            if target > self.frontier:
+                self.frontier = target
+
     def step(self) -> None:
         """Retire every epoch below the least input frontier, all in one physical step."""
         self.prepare()

@@ -59,6 +59,9 @@ def test_dataflows_whose_inputs_did_not_change_run_no_operator():
         inp.advance_to(1)
     engine.step()
     runs = _count_runs(engine)
+    prepared: Counter = Counter()
+    for df in engine.dataflows:
+        df.prepare = (lambda inner, name: lambda: (prepared.update([name]), inner()))(df.prepare, df.name)
     a_rows: list[tuple[int, int]] = []
     for t in range(1, 30):
         row = (int(rng.integers(0, 10)), t)
@@ -69,6 +72,7 @@ def test_dataflows_whose_inputs_did_not_change_run_no_operator():
         engine.step()
     ran = {name for name, _ in runs}
     assert ran == {"base", "a0"}, ran  # none of the 40 dataflows reading only b ran an operator
+    assert set(prepared) == {"base", "a0"}, prepared  # nor began a step: their frontiers only followed b's
     assert all(df.frontier == 30 for df in engine.dataflows)  # yet every frontier moved
     for df in engine.dataflows:  # and the handles they hold with it: b's trace may compact up to there
         for h in df.handles:
