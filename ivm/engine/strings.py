@@ -407,11 +407,12 @@ class StringPool:
         return both[..., 0], both[..., 1]
 
     def strings(self, codes: np.ndarray) -> pa.Array:
-        """The strings of ``codes`` as an Arrow large_string array (taken chunk by chunk)."""
-        self._flush()
+        """The strings of ``codes`` as an Arrow large_string array (taken chunk by chunk; a handful one by one,
+        so that reading the strings a small transaction just added does not cut its own chunk of them)."""
         codes = np.asarray(codes, dtype=np.int64)
-        if len(codes) == 0:
-            return pa.array([], pa.large_string())
+        if len(codes) <= FEW:
+            return pa.array([self._string(c) for c in codes.tolist()], pa.large_string())
+        self._flush()
         if len(self._chunks) == 1:
             return self._chunks[0].take(pa.array(codes))
         chunk = np.searchsorted(np.asarray(self._starts), codes, side="right") - 1
