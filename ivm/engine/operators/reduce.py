@@ -409,7 +409,6 @@ class ReduceOp(Operator):
         else:
             es = epochs[order]
             last_of_epoch = np.concatenate((key_start[1:] | (es[1:] != es[:-1]), _TRUE))
-        kid = np.cumsum(key_start) - 1
         starts = np.flatnonzero(key_start)
         vcols, vvalid = delta.select(range(nk, delta.arity))
         contrib = self.reducer.contributions(
@@ -423,38 +422,48 @@ class ReduceOp(Operator):
             if kvalid[i] is not None:
                 negative &= kvalid[i]
             contrib.append(delta.diffs[order] * negative[order])
-        ends = np.flatnonzero(last_of_epoch)
-        q = kid[ends]
+        if one_epoch:
+            q = np.arange(len(starts))  # the key of each (key, epoch)
+        else:
+            kid = np.cumsum(key_start) - 1
+            ends = np.flatnonzero(last_of_epoch)
+            q = kid[ends]
         reps = order[starts]
         qh = h[reps]
         qcols = tuple(c[reps] for c in kcols)
         qvalid = tuple(None if m is None else m[reps] for m in kvalid)
         self.state.writes += 1
         slots = self.state.find(qh, qcols, qvalid)
-        seen = slots >= 0
-        step = q[1:] != q[:-1]
-        first = np.concatenate((_TRUE, step))  # first new epoch of its key
-        last = np.concatenate((step, _TRUE))  # last new epoch of its key: the state it leaves
-        later = np.flatnonzero(~first)
-        fresh = np.flatnonzero(~seen)
+        fresh = np.flatnonzero(slots < 0)
         if len(fresh):
             slots[fresh] = self.state.add(
                 qh[fresh], [c[fresh] for c in qcols], [None if m is None else m[fresh] for m in qvalid]
             )
+        if one_epoch:  # each key at one epoch: its state moves once, by the sum of its contributions
+            first = last = None
+        else:
+            step = q[1:] != q[:-1]
+            first = np.concatenate((_TRUE, step))  # first new epoch of its key
+            last = np.concatenate((step, _TRUE))  # last new epoch of its key: the state it leaves
+            later = np.flatnonzero(~first)
         new_states: list = [None] * len(contrib)
         prev_states: list = [None] * len(contrib)
         # the state columns of one dtype as the rows of one array, so each step is one numpy call for all
         for dtype in dict.fromkeys(c.dtype for c in contrib):
             js = [j for j, c in enumerate(contrib) if c.dtype == dtype]
             c = contrib[js[0]][None] if len(js) == 1 else np.stack([contrib[j] for j in js])
-            cs = np.cumsum(c, axis=1)
-            within = cs - (cs[:, starts] - c[:, starts])[:, kid]
             gathered = [self.state.states[j][slots] for j in js]
             base = (gathered[0][None] if len(js) == 1 else np.stack(gathered)).astype(dtype, copy=False)
-            before = base[:, q]
-            now = before + within[:, ends]
-            before[:, later] = now[:, later - 1]
-            final = now[:, last]
+            if one_epoch:
+                before = base
+                now = final = before + np.add.reduceat(c, starts, axis=1)
+            else:
+                cs = np.cumsum(c, axis=1)
+                within = cs - (cs[:, starts] - c[:, starts])[:, kid]
+                before = base[:, q]
+                now = before + within[:, ends]
+                before[:, later] = now[:, later - 1]
+                final = now[:, last]
             for t, j in enumerate(js):
                 new_states[j] = now[t]
                 prev_states[j] = before[t]
@@ -463,7 +472,7 @@ class ReduceOp(Operator):
         wide = {}
         if self.wide_layout:
             seg = np.cumsum(last_of_epoch) - last_of_epoch  # the (key, epoch) of each row, as ``ends`` counts
-            fidx = np.flatnonzero(first)
+            fidx = q if first is None else np.flatnonzero(first)
             diffs = delta.diffs[order]
             for i, pos in enumerate(self.wide_layout):
                 x, mask = vcols[pos][order], None if vvalid[pos] is None else vvalid[pos][order]
@@ -518,7 +527,7 @@ class ReduceOp(Operator):
         cols = tuple(keys) + tuple(v[sel] for v in values)
         valid = tuple(None if v is None else k[held] for v, k in zip(qvalid, self.state.valid, strict=True))
         valid += tuple(None if v is None else v[sel] for v in masks)
-        times = epochs[order][ends][row].reshape(-1, 1)
+        times = np.full((len(row), 1), epochs[0]) if one_epoch else epochs[order][ends][row].reshape(-1, 1)
         return Batch.build(cols, valid, times, np.where(now, 1, -1))
 
     def _wide(self, j, rows, lowest, parts, seg, q, fidx, slots, carry: bool) -> np.ndarray:
