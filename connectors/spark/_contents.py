@@ -7,6 +7,13 @@ Layout of a ``ParquetContentsSet`` folder::
     ByCust/batch-000000000007.parquet  a view's whole contents, written at the micro-batch that changed it
     top/batch-000000000003.parquet
 
+With shards (``view_sink(..., shards=N)``) a view's contents are in parts, one per task, each written by
+the task that hosts those shards when its part changed; the manifest names the list of parts that make the
+view's contents at that micro-batch (a part unchanged keeps its older file)::
+
+    ByCust/batch-000000000007/part-00000.parquet
+    ByCust/batch-000000000005/part-00001.parquet
+
 After each micro-batch that changed some views, their new contents go to new files named by batch id; once
 all are written, the manifest is replaced in one piece (a rename locally, one object elsewhere), naming for
 every view the file that holds its contents at that micro-batch (an unchanged view keeps its older file). A
@@ -33,12 +40,13 @@ from connectors.spark._state import (
     read_bytes,
     read_parquet,
     remove,
+    remove_tree,
     write_atomically,
     write_bytes_atomically,
 )
 from sql.errors import SqlError
 
-__all__ = ["ParquetContentsSet", "read_contents", "MANIFEST"]
+__all__ = ["ParquetContentsSet", "read_contents", "MANIFEST", "contents_part", "part_folder"]
 
 MANIFEST = "manifest.json"
 _EMPTY = {"batch_id": -1, "views": {}}
@@ -60,8 +68,38 @@ class ParquetContentsSet(Output):
         self.batch_id: int | None = None  # the micro-batch being written
         self.base: dict = _EMPTY  # the manifest it follows (batch_id, views)
         self.seen: set[str] = set()  # views written to in this micro-batch, changed or not
-        self.staged: dict[str, str] = {}  # view -> file written in this micro-batch
+        self.staged: dict[str, str | list[str]] = {}  # view -> file (or parts) written in this micro-batch
         self.written: set[str] = set()  # views whose files this process wrote into a manifest
+
+    def parts_to_write(self, view: str, tasks: int) -> bool:
+        """With shards, at the micro-batch begun by ``start``: whether every part of ``view`` must be written
+        (this process has not written the view yet, or the manifest has no ``tasks`` parts of it to keep)."""
+        held = self.base["views"].get(view)
+        return view not in self.written or not isinstance(held, list) or len(held) != tasks
+
+    def write_parts(self, view: str, written: list[bool | None]) -> None:
+        """With shards: the tasks wrote the parts of ``view`` marked True into ``part_folder`` (by part number),
+        left those marked False as they were; None marks a part whose shards hold the view in error, and then
+        the view's last contents computed whole stay named."""
+        self.seen.add(view)
+        folder = part_folder(view, self.batch_id)
+        if None in written:  # parts that changed meanwhile go unnamed: the next micro-batch writes them all
+            self.written.discard(view)
+            if not any(n.startswith(folder + "/") for n in _named((self.manifest or _EMPTY)["views"])):
+                remove_tree(str(joined(self.folder, folder)), whole=True)  # what this micro-batch wrote
+            return
+        if not any(written):
+            return
+        held = self.base["views"].get(view)
+        parts = []
+        for k, new in enumerate(written):
+            if new:
+                parts.append(f"{folder}/{contents_part(k)}")
+            elif isinstance(held, list) and len(held) == len(written):
+                parts.append(held[k])
+            else:
+                raise RuntimeError(f"part {k} of view {view!r} was neither written nor held")
+        self.staged[view] = parts
 
     def start(self, batch_id: int) -> None:
         """Start writing micro-batch ``batch_id`` (again, after a failure): find the manifest it follows."""
@@ -77,7 +115,7 @@ class ParquetContentsSet(Output):
         if current["batch_id"] == batch_id:  # a micro-batch whose manifest was written, applied again
             self.base = current["previous"]
             # the files it named are written again, so that the manifest comes out the same
-            self.written -= {v for v, name in current["views"].items() if name == _file(v, batch_id)}
+            self.written -= {v for v, name in current["views"].items() if _of_batch(v, name, batch_id)}
         else:
             self.base = {"batch_id": current["batch_id"], "views": current["views"]}
         self.batch_id, self.seen, self.staged = batch_id, set(), {}
@@ -106,19 +144,45 @@ class ParquetContentsSet(Output):
         if current["batch_id"] == batch_id:
             obsolete = current["obsolete"]  # written before, then the micro-batch failed: the same again
         else:
-            older = set(current.get("previous", _EMPTY)["views"].values())
-            obsolete = sorted(older - set(views.values()) - set(self.base["views"].values()))
+            older = _named(current.get("previous", _EMPTY)["views"])
+            obsolete = sorted(older - _named(views) - _named(self.base["views"]))
         manifest = {"batch_id": batch_id, "views": views, "previous": self.base, "obsolete": obsolete}
         write_bytes_atomically(json.dumps(manifest, indent=1).encode(), joined(self.folder, MANIFEST))
         self.manifest = manifest
         self.written.update(self.staged)
         for name in obsolete:
             remove(joined(self.folder, name))
+        kept = {name.rsplit("/", 1)[0] for name in _named(views) | _named(self.base["views"])}
+        for folder in sorted({name.rsplit("/", 1)[0] for name in obsolete if name.count("/") > 1} - kept):
+            remove_tree(str(joined(self.folder, folder)), whole=True)  # a micro-batch's parts, all gone
 
 
 def _file(view: str, batch_id: int) -> str:
     """The file of ``view``'s contents written at micro-batch ``batch_id``, relative to the folder."""
     return f"{view}/batch-{batch_id:012d}.parquet"
+
+
+def contents_part(task: int) -> str:
+    """With shards: the name of task ``task``'s part of a view's contents, in its ``part_folder``."""
+    return f"part-{task:05d}.parquet"
+
+
+def part_folder(view: str, batch_id: int) -> str:
+    """With shards: the folder of the parts of ``view``'s contents written at ``batch_id``, relative to the
+    contents folder."""
+    return f"{view}/batch-{batch_id:012d}"
+
+
+def _of_batch(view: str, entry: str | list[str], batch_id: int) -> bool:
+    """Whether a manifest's entry for ``view`` names files written at ``batch_id``."""
+    if isinstance(entry, list):
+        return any(name.startswith(part_folder(view, batch_id) + "/") for name in entry)
+    return entry == _file(view, batch_id)
+
+
+def _named(views: dict) -> set[str]:
+    """The files a manifest's views name (a view's whole contents, or its parts)."""
+    return {name for entry in views.values() for name in (entry if isinstance(entry, list) else [entry])}
 
 
 def _load(folder: Path | str) -> dict | None:
@@ -139,10 +203,17 @@ def read_contents(folder: str | os.PathLike, attempts: int = 5) -> tuple[int, di
         if manifest is None:
             raise FileNotFoundError(f"no {MANIFEST} in {os.fspath(folder)!r}: no micro-batch was written there")
         try:
-            tables = {v: read_parquet(joined(where, name)) for v, name in manifest["views"].items()}
+            tables = {v: _read(where, entry) for v, entry in manifest["views"].items()}
         except OSError:
             if attempt == attempts - 1 or (_load(where) or _EMPTY)["batch_id"] == manifest["batch_id"]:
                 raise  # not a file deleted by a newer micro-batch
             continue
         return manifest["batch_id"], tables
     raise AssertionError("unreachable")
+
+
+def _read(folder, entry: str | list[str]) -> pa.Table:
+    """A view's contents: its one file, or its parts together."""
+    if not isinstance(entry, list):
+        return read_parquet(joined(folder, entry))
+    return pa.concat_tables([read_parquet(joined(folder, name)).replace_schema_metadata() for name in entry])

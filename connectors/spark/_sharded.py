@@ -5,8 +5,13 @@ the views are kept in N shards by the tasks of a barrier stage per micro-batch
 (``connectors.spark.distributed.DistributedViews``): the change rows never come to the driver, each source
 commit is one transaction in every shard, and the diffs leave as Spark DataFrames read from the Parquet the
 tasks wrote. ``ParquetDiffs`` are written by the tasks themselves, one file per task and micro-batch that has
-some; ``DiffsTo`` gets each changed view's diffs as a DataFrame. Both happen before the micro-batch is
-recorded, so a micro-batch Spark replays after a failure writes the same files and calls the function again.
+some; ``DiffsTo`` gets each changed view's diffs as a DataFrame. ``ParquetContentsSet`` keeps the views'
+contents in parts, one per task: a task writes its part of a view when that part changed, and the driver then
+names the parts of the micro-batch in the folder's manifest (see ``connectors.spark._contents``). With
+``dead_letters``, each task writes its change rows of the commits the shards refused there, a file per task and
+micro-batch (``batch-<id>-task-<k>.parquet``), and the other commits proceed. All happens
+before the micro-batch is recorded, so a micro-batch Spark replays after a failure writes the same files and
+calls the function again.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 
 from connectors.spark._changes import ChangeShape, delta_cdf, plain
+from connectors.spark._contents import ParquetContentsSet, part_folder
 from connectors.spark._outputs import DiffsTo, Output, ParquetDiffs
 from connectors.spark._sink import ViewSink
 from connectors.spark._state import joined
@@ -43,14 +49,15 @@ class ShardedSink(ViewSink):
         ignore_columns: Sequence[str] = (),
         dialect: str = "spark",
         time_zone: str | None = None,
+        dead_letters: str | os.PathLike | None = None,
     ) -> None:
         if shards < 1:
             raise SqlError("shards counts the parts each view is kept in: at least 1")
         for out in outputs:
-            if not isinstance(out, (DiffsTo, ParquetDiffs)):
+            if not isinstance(out, (DiffsTo, ParquetDiffs, ParquetContentsSet)):
                 raise SqlError(
                     f"{type(out).__name__} is not available with shards: a view's contents are spread over the "
-                    "executors (use DiffsTo or ParquetDiffs, or the sink without shards)"
+                    "executors (use DiffsTo, ParquetDiffs or ParquetContentsSet, or the sink without shards)"
                 )
         if shape is not None and not shape.whole:
             raise SqlError(
@@ -66,6 +73,7 @@ class ShardedSink(ViewSink):
             ignore_columns=ignore_columns,
             dialect=dialect,
             time_zone=time_zone,
+            dead_letters=dead_letters,
         )
         self.kept: DistributedViews | None = None
 
@@ -87,8 +95,13 @@ class ShardedSink(ViewSink):
                 files.setdefault(self.names[self._spelling(out.views[0])], []).append(out.path)
         spelled = {name: v for v, name in self.names.items()}
         functions = [out for out in self.outputs if isinstance(out, DiffsTo)]
+        contents = self._contents_files(int(batch_id), kept.tasks)
 
         def emit(frames: dict) -> None:
+            for folder, (out, view, _) in contents.items():
+                out.write_parts(view, kept.contents_written[folder])
+            for out in {id(out): out for out, _, _ in contents.values()}.values():
+                out.finish(int(batch_id))
             for name in frames:
                 view = spelled[name]
                 if not kept.counts[name] or not any(out.wants(view) for out in functions):
@@ -98,8 +111,26 @@ class ShardedSink(ViewSink):
                     if out.wants(view):
                         out.fn(view, diffs.toArrow() if out.arrow else diffs, int(batch_id))
 
-        kept.apply_changes(int(batch_id), df.drop(*unread), shape, {"query": query}, files, emit)
+        to_write = {folder: (self.names[view], every) for folder, (_, view, every) in contents.items()}
+        dead = None if self.dead_letters is None else str(self.dead_letters)
+        kept.apply_changes(
+            int(batch_id), df.drop(*unread), shape, {"query": query}, files, emit, to_write, dead
+        )
         self.last_batch, self.query = int(batch_id), query or self.query
+
+    def _contents_files(self, batch_id: int, tasks: int) -> dict[str, tuple[ParquetContentsSet, str, bool]]:
+        """For every view a ``ParquetContentsSet`` keeps: the folder its parts of micro-batch ``batch_id`` go
+        to, with the output, the view, and whether every task writes its part (else only those that
+        changed)."""
+        out: dict[str, tuple[ParquetContentsSet, str, bool]] = {}
+        for o in self.outputs:
+            if isinstance(o, ParquetContentsSet):
+                o.start(batch_id)
+                for view in o.views if o.views is not None else self.views:
+                    view = self._spelling(view)
+                    folder = str(joined(o.folder, part_folder(view, batch_id)))
+                    out[folder] = (o, view, o.parts_to_write(view, tasks))
+        return out
 
     def apply(self, changes, batch_id: int, spark=None, query: str | None = None):
         raise SqlError("a sink with shards takes micro-batches as Spark DataFrames, as foreachBatch gives them")

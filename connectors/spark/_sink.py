@@ -497,15 +497,14 @@ def view_sink(
     tasks of one barrier stage per micro-batch (at most the cluster's cores; by default its default
     parallelism), and the change rows never come to the driver. Each shard checkpoints its state under
     ``state_dir`` every ``checkpoint_every`` micro-batches; a restart loads the newest and replays the
-    micro-batches after it. The outputs are ``DiffsTo`` and ``ParquetDiffs`` (written by the tasks, a file per
-    task); ``dead_letters`` and ``whole_commits=False`` are not available there, and ``checkpoint_bytes``
-    does not apply. See docs/design/sharding.md.
+    micro-batches after it. The outputs are ``DiffsTo``, ``ParquetDiffs`` (written by the tasks, a file per
+    task) and ``ParquetContentsSet`` (each view's contents in parts written by the tasks); ``dead_letters``
+    get a file per task and micro-batch with refused commits; ``whole_commits=False`` is not available there,
+    and ``checkpoint_bytes`` does not apply. See docs/design/sharding.md.
     """
     if shards is not None:
         from connectors.spark._sharded import ShardedSink
 
-        if dead_letters is not None:
-            raise SqlError("dead_letters is not available with shards: a refused commit fails the micro-batch")
         return ShardedSink(
             schema,
             views,
@@ -516,6 +515,7 @@ def view_sink(
             shape=shape,
             outputs=outputs,
             ignore_columns=ignore_columns,
+            dead_letters=dead_letters,
             dialect=dialect,
             time_zone=time_zone,
         )

@@ -38,6 +38,7 @@ __all__ = [
     "write_bytes_atomically",
     "read_bytes",
     "read_parquet",
+    "remove_tree",
     "remove",
 ]
 
@@ -114,6 +115,16 @@ def read_parquet(path: Path | str) -> pa.Table:
 def remove(path: Path | str) -> None:
     """Delete the file ``path`` if it is there."""
     files.remove(str(path))
+
+
+def remove_tree(path: str, whole: bool = False) -> None:
+    """Delete what the directory ``path`` holds (and the directory too, if ``whole``)."""
+    fs, local = resolve(path)
+    if whole:
+        if fs.get_file_info(local).type != pafs.FileType.NotFound:
+            fs.delete_dir(local)
+    else:
+        fs.delete_dir_contents(local, missing_dir_ok=True)
 
 
 class StateDir:

@@ -49,6 +49,8 @@ from connectors.spark._changes import (
     require_table_columns,
     split_commits,
 )
+from connectors.spark._contents import contents_part
+from connectors.spark._state import remove_tree
 from ivm.db.shards import Shards, portable_error, shards_of_rows
 from ivm.db.storage import Versions
 from ivm.engine.collective import Meeting, Rendezvous, SocketCollective
@@ -156,13 +158,25 @@ class DistributedViews:
         note: object = None,
         diff_files: Mapping[str, list] | None = None,
         emit: Callable[[dict], None] | None = None,
+        contents_files: Mapping[str, tuple[str, bool]] | None = None,
+        dead_letters: str | None = None,
     ) -> dict | None:
         """Apply one micro-batch of change rows (a DataFrame in ``shape``, as ``connectors.spark``'s sink takes
         them), each source commit as one transaction; returns each view's diffs as a DataFrame (its columns,
         ``time`` = the source commit, ``diff``), or None for a batch id applied before. ``note`` (JSON) is
         kept in the record with the batch (the sink keeps its streaming query's id there). The tasks also
         write each view's diffs into the folders ``diff_files[view]`` names, one Parquet file per task that
-        has some (``batch-<id>-task-<k>.parquet``); ``emit(diffs)`` runs before the batch is recorded."""
+        has some (``batch-<id>-task-<k>.parquet``); ``emit(diffs)`` runs before the batch is recorded.
+
+        For each folder of ``contents_files`` (folder -> (view, every)), each task writes its shards' part of
+        the view's contents there (``part-<k>.parquet``) when the part changed in this micro-batch, when
+        ``every`` is true, or when the tasks loaded their state afresh; ``contents_written`` then says, per
+        folder, which parts were written (``True``), which are in error (``None``: a view in error has no
+        contents) and which were left as they were (``False``), by part number.
+
+        A commit the shards refuse fails the micro-batch, naming it; with ``dead_letters`` (a folder) each task
+        writes its change rows of such commits there instead, with the error (``_ivm_batch_id``,
+        ``_ivm_error``; ``batch-<id>-task-<k>.parquet``), and the other commits proceed."""
         rec = self._next(batch_id)
         if rec is None:
             return None
@@ -183,7 +197,8 @@ class DistributedViews:
         write_bytes(json.dumps(dataclasses.asdict(shape)).encode(), join(directory, "input", _SHAPE))
         write_bytes(schema.serialize(), join(directory, "input", _SCHEMA))
         time_type = pa.int64() if shape.commit is None else to_arrow_type(df.schema[shape.commit].dataType)
-        return self._run(batch_id, rec, time_type, df, (shape, schema), note, diff_files or {}, emit)
+        outputs = (diff_files or {}, contents_files or {}, None if dead_letters is None else str(dead_letters))
+        return self._run(batch_id, rec, time_type, df, (shape, schema), note, outputs, emit)
 
     def _next(self, batch_id: int) -> dict | None:
         """The record, if ``batch_id`` is to be applied now; None if it was applied."""
@@ -202,25 +217,29 @@ class DistributedViews:
         source,
         changes: tuple[ChangeShape, pa.Schema] | None,
         note: object = None,
-        diff_files: Mapping[str, list] | None = None,
+        outputs: tuple = ({}, {}, None),
         emit: Callable[[dict], None] | None = None,
     ) -> dict[str, object]:
         """Run micro-batch ``batch_id`` as one barrier stage over ``source`` (change rows in the shape and
-        schema ``changes``, or packed tables' rows), and record it."""
+        schema ``changes``, or packed tables' rows), and record it. ``outputs``: what the tasks write
+        (``apply_changes``' diff files, contents files and dead letters)."""
+        diff_files, contents_files, dead_letters = outputs
         directory = _batch_dir(self.state, batch_id)
         remove_tree(join(directory, "output"))  # what an attempt with another layout of tasks left
         diff_files = {v: [str(f) for f in folders] for v, folders in (diff_files or {}).items()}
-        for folders in diff_files.values():  # an earlier attempt's files, maybe of more tasks (at most shards)
-            for folder in folders:
-                for task in range(self.shards):
-                    remove(join(folder, _diff_file(batch_id, task)))
+        # an earlier attempt's files, maybe of more tasks (at most shards)
+        folders = [f for fs in diff_files.values() for f in fs] + ([dead_letters] if dead_letters else [])
+        for folder in folders:
+            for task in range(self.shards):
+                remove(join(folder, _diff_file(batch_id, task)))
         if source is None:
             source = self.spark.createDataFrame([], _PACKED)
         stage = source.repartition(self.tasks)  # the rows spread evenly: each task routes its part
         meet = _rendezvous(self.spark)
         for attempt in range(1, _ATTEMPTS + 1):
             token = meet.open(self.tasks)
-            job = _Job(self, batch_id, rec, time_type, changes, diff_files, meet, token)
+            written = (diff_files, contents_files, dead_letters)
+            job = _Job(self, batch_id, rec, time_type, changes, meet, token, written)
             try:
                 # a barrier stage whose results go to the driver is not run again by Spark: a failed one is
                 # run again here, under a new token, once every task of the failed one is gone
@@ -237,8 +256,12 @@ class DistributedViews:
         for r in reported:
             if isinstance(r, Error):
                 raise type(r)(f"micro-batch {batch_id} was not applied: {r}")
-        self.counts = {v: sum(counts[v] for _, counts in reported) for v in self.views}
-        self.afresh = sum(afresh for afresh, _ in reported)
+        self.counts = {v: sum(r[1][v] for r in reported) for v in self.views}
+        self.afresh = sum(r[0] for r in reported)
+        self.contents_written = {folder: [False] * self.tasks for folder in contents_files or {}}
+        for _, _, role, written in reported:
+            for folder, status in written.items():
+                self.contents_written[folder][role] = status
         frames = _Frames(self.spark, join(directory, "output"), list(self.views))
         if emit is not None:
             emit(frames)
@@ -383,11 +406,13 @@ class _Job:
         rec: dict,
         time_type: pa.DataType,
         changes: tuple[ChangeShape, pa.Schema] | None,
-        diff_files: Mapping[str, list[str]],
         meet: Rendezvous,
         token: str,
+        outputs: tuple,
     ) -> None:
+        diff_files, contents_files, self.dead_letters = outputs
         self.diff_files = dict(diff_files)
+        self.contents_files = {str(folder): (v, every) for folder, (v, every) in contents_files.items()}
         self.state, self.schema, self.views = views.state, views.schema, views.views
         self.dialect, self.tables = views.dialect, views.tables
         self.shards, self.tasks, self.batch_id = views.shards, views.tasks, batch_id
@@ -400,6 +425,7 @@ class _Job:
         self.authkey = os.urandom(16)  # the tasks' connections to one another prove they are of this job
         extra = [pa.field("time", time_type), pa.field("diff", pa.int64())]
         self.diff_schemas = {v: pa.schema([*views.columns[v], *extra]) for v in self.views}
+        self.contents_schemas = {v: pa.schema(list(views.columns[v])) for v, _ in self.contents_files.values()}
 
     def run(self, batches):
         from pyspark import BarrierTaskContext
@@ -482,11 +508,30 @@ class _Job:
                 for folder in self.diff_files.get(view, ()):
                     makedirs(folder)
                     pq.write_table(stamped, join(folder, _diff_file(self.batch_id, role)))
+        written = {
+            folder: self._write_contents(db, view, role, folder)
+            for folder, (view, every) in self.contents_files.items()
+            if every or afresh or counts[view]
+        }
         if self.checkpoint:
             db.save(versions, self.batch_id)
         collective.close()
         _HELD[key] = (role, self.batch_id, db, subs, versions)
-        return pickle.dumps((afresh, counts))
+        return pickle.dumps((afresh, counts, role, written))
+
+    def _write_contents(self, db: Shards, view: str, role: int, folder: str) -> bool | None:
+        """Write this task's part of ``view``'s contents into ``folder``: True, or None if the view is in
+        error in one of the hosted shards (it has no contents to write)."""
+        try:
+            rows = db.contents(view)
+        except Error:
+            return None
+        schema = self.contents_schemas[view]
+        meta = {b"ivm.view": view.encode(), b"ivm.batch_id": str(self.batch_id).encode()}
+        part = pa.table(rows.columns, names=schema.names).cast(schema).replace_schema_metadata(meta)
+        makedirs(folder)
+        pq.write_table(part, join(folder, contents_part(role)))
+        return True
 
     def _exchange(self, collective: SocketCollective, role: int, rows: list[pa.RecordBatch]) -> dict:
         """Send each of this task's ``rows`` to the task hosting its shard, and keep those that come here
@@ -569,6 +614,7 @@ class _Job:
             parts = [v for v, _ in every if v is not None and len(v)]
             values = pc.unique(pa.concat_arrays(parts)).sort() if parts else pa.array([], pa.int64())
             mine = {c.value.as_py(): c for c in commits}
+            applied, dead = [], []
             for i in range(len(values)):
                 c = mine.get(values[i].as_py())
                 writes = []
@@ -577,10 +623,15 @@ class _Job:
                     writes += [(t, "insert", r) for t, r in c.inserts.items()]
                 try:
                     db.change(writes, whole=False)
-                except Error as err:
-                    message = f"commit {values[i].as_py()}, {err}"
-                    raise _Refused(type(err)(message), intact=i == 0) from err
-            return t0, values
+                    applied.append(i)
+                except Error as err:  # rolled back in every shard, and raised in every process alike
+                    if self.dead_letters is None:
+                        message = f"commit {values[i].as_py()}, {err}"
+                        raise _Refused(type(err)(message), intact=not applied) from err
+                    dead.append((values[i], err))
+            if dead and received is not None:  # (a replay of a recorded batch wrote them then)
+                self._write_dead_letters(data, shape, dead, batch_id, db.hosted.start)
+            return t0, values.take(pa.array(applied, pa.int64()))
         writes = []
         if received is None:
             for table in sorted(listdir(base) if _exists(base) else []):
@@ -596,6 +647,20 @@ class _Job:
         except Error as err:
             raise _Refused(err, intact=True) from err
         return t0, pa.array([batch_id], pa.int64())
+
+    def _write_dead_letters(
+        self, data: pa.Table, shape: ChangeShape, dead: list, batch_id: int, part: int
+    ) -> None:
+        """This task's change rows of the refused commits, with why, as one Parquet file (named by batch and
+        ``part``, the task's first shard, so a micro-batch applied again replaces it)."""
+        parts = []
+        for value, error in dead:
+            rows = data.filter(pc.equal(data.column(shape.commit), value)) if shape.commit else data
+            n = rows.num_rows
+            rows = rows.append_column("_ivm_batch_id", pa.array(np.full(n, batch_id, np.int64)))
+            parts.append(rows.append_column("_ivm_error", pa.array([str(error)] * n, pa.string())))
+        makedirs(self.dead_letters)
+        pq.write_table(pa.concat_tables(parts), join(self.dead_letters, _diff_file(batch_id, part)))
 
 
 class _Refused(Exception):
@@ -617,16 +682,6 @@ def _hosted_rows(path: str, hosted: range, schema: pa.Schema | None = None) -> p
     )
     data = data.drop_columns([_SHARD])
     return data if schema is None or data.num_rows else schema.empty_table()
-
-
-def remove_tree(path: str, whole: bool = False) -> None:
-    """Delete what the directory ``path`` holds (and the directory too, if ``whole``)."""
-    fs, local = resolve(path)
-    if whole:
-        if fs.get_file_info(local).type != pafs.FileType.NotFound:
-            fs.delete_dir(local)
-    else:
-        fs.delete_dir_contents(local, missing_dir_ok=True)
 
 
 def _exists(path: str) -> bool:

@@ -6,9 +6,12 @@ change rows per micro-batch (the plain shape, two tables, a commit column). ``..
 and SIGKILLs its own driver inside micro-batch N, after the tasks applied it and before it is recorded (from
 the sink's ``DiffsTo`` function; the shards had written their checkpoint of it, which is not recorded yet).
 ``... ROOT resume`` starts the query again from its checkpoint, runs it to
-the end and checks it: each micro-batch's diff files (``ParquetDiffs``, written by the tasks) equal the
-embedded sink's diffs of the same micro-batch, and there is one set of them per micro-batch. Prints one line
-of JSON: what was checked."""
+the end and checks it: the commit the shards refuse went to the dead letters as it does with the embedded sink;
+each micro-batch's diff files (``ParquetDiffs``, written by the tasks) equal the
+embedded sink's diffs of the same micro-batch, and there is one set of them per micro-batch; the views'
+contents (``ParquetContentsSet``, in parts written by the tasks), as read in each micro-batch's ``DiffsTo``
+call and at the end, equal the embedded sink's contents after that micro-batch. Prints one line of JSON: what
+was checked."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from connectors.spark import DiffsTo, ParquetDiffs, plain, view_sink
+from connectors.spark import DiffsTo, ParquetContentsSet, ParquetDiffs, plain, read_contents, view_sink
 from connectors.spark.local import cluster_session
 
 SCHEMA = (
@@ -46,7 +49,7 @@ COLUMNS.update({"src": pa.int32(), "dst": pa.int32(), "w": pa.int32()})
 
 def prepare(root: Path) -> None:
     """Random change rows: inserts, deletes and updates (as pre- and post-images) of both tables, a few
-    commits per micro-batch."""
+    commits per micro-batch, and one commit that cannot be applied."""
     rng = random.Random(7)
     nodes: dict[int, str] = {}
     edges: dict[tuple[int, int], int] = {}
@@ -54,6 +57,9 @@ def prepare(root: Path) -> None:
     (root / "source").mkdir(parents=True)
     for batch in range(BATCHES):
         rows = []
+        if batch == 2:  # a commit the sinks refuse (a key inserted twice): to the dead letters
+            lsn += 1
+            rows.append(("insert", lsn, "node", min(nodes), "dup", None, None, None))
         for _ in range(3 if batch else 1):
             lsn += 1
             for _ in range(40 if batch == 0 else rng.randrange(2, 8)):
@@ -88,10 +94,26 @@ def sink(root: Path, die_in: int | None = None):
             f.write(f"{batch_id} {view} {diffs.num_rows}\n")
         if batch_id == die_in:
             os.kill(os.getpid(), signal.SIGKILL)
+        # the contents the folder shows while the micro-batch's functions run: those of this micro-batch
+        at, tables = read_contents(root / "contents")
+        with open(root / "contents_seen", "a") as f:
+            f.write(json.dumps([batch_id, at, {v: _rows(t) for v, t in tables.items()}]) + "\n")
 
-    outputs = [DiffsTo(called, arrow=True), *(ParquetDiffs(v, root / "diffs" / v) for v in VIEWS)]
+    outputs = [
+        DiffsTo(called, arrow=True),
+        *(ParquetDiffs(v, root / "diffs" / v) for v in VIEWS),
+        ParquetContentsSet(root / "contents"),
+    ]
     return view_sink(
-        SCHEMA, VIEWS, root / "state", shape=SHAPE, outputs=outputs, shards=3, tasks=2, checkpoint_every=2
+        SCHEMA,
+        VIEWS,
+        root / "state",
+        shape=SHAPE,
+        outputs=outputs,
+        shards=3,
+        tasks=2,
+        checkpoint_every=2,
+        dead_letters=root / "dead",
     )
 
 
@@ -110,20 +132,35 @@ def run(root: Path, die_in: int | None) -> None:
     spark.stop()
 
 
+def _rows(t: pa.Table) -> list:
+    """A table's rows in a canonical order (None first), as JSON keeps them."""
+    rows = zip(*[t.column(i).to_pylist() for i in range(t.num_columns)], strict=True)
+    return sorted([[x is not None, x] for x in row] for row in rows)
+
+
 def bag(t: pa.Table) -> collections.Counter:
     return collections.Counter(zip(*[t.column(i).to_pylist() for i in range(t.num_columns)], strict=True))
 
 
 def check(root: Path) -> dict:
     """Each micro-batch's diff files against the embedded sink's diffs of the same change rows."""
-    embedded = view_sink(SCHEMA, VIEWS, root / "embedded", shape=SHAPE)
+    embedded = view_sink(SCHEMA, VIEWS, root / "embedded", shape=SHAPE, dead_letters=root / "embedded_dead")
     files = collections.defaultdict(list)
     for v in VIEWS:
         for f in sorted((root / "diffs" / v).glob("batch-*.parquet")):
             files[v, int(f.name.split("-")[1])].append(f)
     compared = 0
+    seen = collections.defaultdict(list)
+    for line in (root / "contents_seen").read_text().splitlines():
+        batch, at, tables = json.loads(line)
+        seen[batch].append((at, tables))
+    contents_compared = 0
     for batch in range(BATCHES):
         want = embedded.apply(pq.read_table(root / "source" / f"{batch:03d}.parquet"), batch)
+        whole = {v: json.loads(json.dumps(_rows(embedded.contents(v)))) for v in VIEWS}
+        for at, tables in seen[batch]:
+            assert at == batch and tables == whole, (batch, at, tables, whole)
+            contents_compared += 1
         for v in VIEWS:
             parts = files.get((v, batch), [])
             assert len(parts) <= 2, parts  # a file per task at most: a micro-batch's files are written once
@@ -139,8 +176,27 @@ def check(root: Path) -> dict:
         assert sorted(n for n in names if n.startswith("manifest-")) == [
             f"manifest-{b:012d}.json" for b in (3, 5)
         ], names
+    dead = collections.Counter()  # the refused commit's rows, from the files of the tasks that hold them
+    for f in sorted((root / "dead").glob("*.parquet")):
+        t = pq.read_table(f)
+        assert all("already" in e or "duplicate" in e for e in t.column("_ivm_error").to_pylist()), f
+        dead += bag(t.drop_columns(["_ivm_error"]))
+    want_dead = collections.Counter()
+    for f in sorted((root / "embedded_dead").glob("*.parquet")):
+        want_dead += bag(pq.read_table(f).drop_columns(["_ivm_error"]))
+    assert dead == want_dead and sum(dead.values()) == 1, (dead, want_dead)
+    at, tables = read_contents(root / "contents")
+    assert at == BATCHES - 1 and {v: json.loads(json.dumps(_rows(t))) for v, t in tables.items()} == whole
+    for v in VIEWS:  # the parts of the newest two manifests are kept, no more
+        folders = sorted(p.name for p in (root / "contents" / v).iterdir())
+        assert 1 <= len(folders) <= 4, (v, folders)
     calls = [line.split() for line in (root / "calls").read_text().splitlines()]
-    return {"compared": compared, "batches_called": sorted({int(c[0]) for c in calls})}
+    return {
+        "compared": compared,
+        "batches_called": sorted({int(c[0]) for c in calls}),
+        "contents_checked": sorted(seen) == sorted({int(c[0]) for c in calls}) and contents_compared > 0,
+        "dead_letters": sum(dead.values()),
+    }
 
 
 def main(root: str, mode: str, arg: int | None = None) -> None:

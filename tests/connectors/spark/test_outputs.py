@@ -251,3 +251,64 @@ def test_a_contents_set_on_a_pyarrow_file_system(tmp_path):
     assert files_in(tmp_path / "contents") == named_files(tmp_path / "contents")
     with pytest.raises(FileNotFoundError):
         _contents.read_parquet(f"{folder}/regions/batch-000000000001.parquet")  # deleted
+
+
+def test_a_contents_set_in_parts_keeps_unchanged_parts_and_only_the_files_two_manifests_name(tmp_path):
+    """The protocol a sink with shards follows (``_sharded``), driven by hand: each task writes its part of a
+    view when it changed (every part at first), the manifest names each task's newest part, a part in error
+    keeps the view's last manifest entry, and files and folders no manifest of the newest two names go."""
+    folder = tmp_path / "contents"
+    out = ParquetContentsSet(folder)
+    parts = {0: [], 1: []}  # each task's rows of view v
+
+    def batch(batch_id: int, changed: dict, error: bool = False) -> None:
+        out.start(batch_id)
+        every = out.parts_to_write("v", 2)
+        written = []
+        for task in (0, 1):
+            parts[task] += changed.get(task, [])
+            if every or task in changed:
+                place = folder / _contents.part_folder("v", batch_id)
+                place.mkdir(parents=True, exist_ok=True)
+                table = pa.table({"x": pa.array(parts[task], pa.int64())})
+                pq.write_table(table, place / _contents.contents_part(task))
+                written.append(None if error and task == 1 else True)
+            else:
+                written.append(False)
+        out.write_parts("v", written)
+        out.finish(batch_id)
+
+    def shown() -> tuple[int, list]:
+        at, tables = read_contents(folder)
+        return at, sorted(tables["v"].column("x").to_pylist())
+
+    def named() -> set:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        return {p for m in (manifest, manifest["previous"]) for entry in m["views"].values() for p in entry}
+
+    batch(0, {0: [1], 1: [2]})
+    assert shown() == (0, [1, 2])
+    batch(1, {1: [3]})  # task 0's part is unchanged: the manifest keeps its file of micro-batch 0
+    assert json.loads((folder / "manifest.json").read_text())["views"]["v"] == [
+        "v/batch-000000000000/part-00000.parquet",
+        "v/batch-000000000001/part-00001.parquet",
+    ]
+    assert shown() == (1, [1, 2, 3])
+    batch(2, {0: [4], 1: [5]}, error=True)  # in error in task 1's shards: the last contents stay named
+    assert shown() == (1, [1, 2, 3])
+    parts[1].remove(5)
+    batch(3, {1: []})  # (the row at fault left)
+    assert shown() == (3, [1, 2, 3, 4])
+    for b in range(4, 8):
+        batch(b, {b % 2: [10 * b]})
+        assert shown() == (b, sorted(parts[0] + parts[1]))
+        assert files_in(folder) == named(), b  # a folder whose parts are all gone goes too
+        assert {p.name for p in (folder / "v").iterdir()} == {n.split("/")[1] for n in named()}, b
+    # a new process writes every part at its first micro-batch; applied again, a micro-batch shows the same
+    out = ParquetContentsSet(folder)
+    batch(8, {0: [80]})
+    again = shown()
+    out = ParquetContentsSet(folder)
+    batch(8, {})
+    assert shown() == again == (8, sorted(parts[0] + parts[1]))
+    assert files_in(folder) == named()
