@@ -59,10 +59,6 @@ class ShardedSink(ViewSink):
                     f"{type(out).__name__} is not available with shards: a view's contents are spread over the "
                     "executors (use DiffsTo, ParquetDiffs or ParquetContentsSet, or the sink without shards)"
                 )
-        if shape is not None and not shape.whole:
-            raise SqlError(
-                "a sink with shards takes whole commits only: whole_commits=False needs the sink without shards"
-            )
         self.shard_count, self.tasks, self.checkpoint_every = shards, tasks, checkpoint_every
         super().__init__(
             schema,

@@ -499,8 +499,9 @@ def view_sink(
     ``state_dir`` every ``checkpoint_every`` micro-batches; a restart loads the newest and replays the
     micro-batches after it. The outputs are ``DiffsTo``, ``ParquetDiffs`` (written by the tasks, a file per
     task) and ``ParquetContentsSet`` (each view's contents in parts written by the tasks); ``dead_letters``
-    get a file per task and micro-batch with refused commits; ``whole_commits=False`` is not available there,
-    and ``checkpoint_bytes`` does not apply. See docs/design/sharding.md.
+    get a file per task and micro-batch with refused commits; with ``whole_commits=False`` each task keeps its
+    rows of the last commit for the next micro-batch; ``checkpoint_bytes`` does not apply. See
+    docs/design/sharding.md.
     """
     if shards is not None:
         from connectors.spark._sharded import ShardedSink

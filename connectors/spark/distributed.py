@@ -55,7 +55,7 @@ from ivm.db.shards import Shards, portable_error, shards_of_rows
 from ivm.db.storage import Versions
 from ivm.engine.collective import Meeting, Rendezvous, SocketCollective
 from ivm.engine.files import join, listdir, makedirs, read_whole, remove, resolve, write_bytes
-from ivm.errors import Error, NotSupportedError, ProgrammingError
+from ivm.errors import Error, ProgrammingError
 from sql.errors import SqlError
 
 __all__ = ["DistributedViews"]
@@ -64,6 +64,7 @@ _SHARD = "ivm_shard"  # (a partition directory named with a leading _ would be i
 _DONE = "done.json"
 _SCHEMA = "schema.arrow"  # the change rows' Arrow schema
 _CHANGES, _SHAPE = "changes", "shape.json"  # a micro-batch of change rows, and their shape
+_HELD_ROWS = "held"  # under a batch's directory: the rows of its last commit, when commits may be cut
 
 
 class DistributedViews:
@@ -180,8 +181,6 @@ class DistributedViews:
         rec = self._next(batch_id)
         if rec is None:
             return None
-        if not shape.whole:
-            raise NotSupportedError("a distributed sink takes whole commits only (whole_commits=False)")
         require_control_columns(df.columns, shape)
         if shape.table is not None:
             if shape.table not in self.tables:
@@ -226,6 +225,7 @@ class DistributedViews:
         diff_files, contents_files, dead_letters = outputs
         directory = _batch_dir(self.state, batch_id)
         remove_tree(join(directory, "output"))  # what an attempt with another layout of tasks left
+        remove_tree(join(directory, _HELD_ROWS))
         diff_files = {v: [str(f) for f in folders] for v, folders in (diff_files or {}).items()}
         # an earlier attempt's files, maybe of more tasks (at most shards)
         folders = [f for fs in diff_files.values() for f in fs] + ([dead_letters] if dead_letters else [])
@@ -270,8 +270,8 @@ class DistributedViews:
 
     def _record(self, rec: dict, batch_id: int, checkpointed: bool, note: object) -> None:
         """Record micro-batch ``batch_id`` as applied (and its checkpoint as written in every shard); then
-        delete what no longer serves: the batches' directories up to the older of the two newest
-        checkpoints."""
+        delete what no longer serves: the batches' directories before the older of the two newest checkpoints
+        (whose own directory keeps the rows it held for the next batch, if any)."""
         batches, checkpoints = [*rec["batches"], batch_id], list(rec["checkpoints"])
         if checkpointed:
             checkpoints = [*checkpoints, batch_id][-2:]
@@ -281,7 +281,7 @@ class DistributedViews:
         write_bytes(json.dumps(new).encode(), join(self.state, _DONE))
         if len(checkpoints) == 2:
             for name in listdir(join(self.state, "batches")):
-                if name.isdigit() and int(name) <= checkpoints[0]:
+                if name.isdigit() and int(name) < checkpoints[0]:
                     remove_tree(join(self.state, "batches", name), whole=True)
 
 
@@ -418,6 +418,10 @@ class _Job:
         self.shards, self.tasks, self.batch_id = views.shards, views.tasks, batch_id
         self.changes = changes
         self.done, self.last = list(rec["batches"]), rec["last"]
+        # the batch applied before each recorded one (the first kept follows the older checkpoint, if the
+        # batches up to it were dropped from the record)
+        first = rec["checkpoints"][0] if len(rec["checkpoints"]) == 2 else -1
+        self.before = dict(zip(self.done, [first, *self.done], strict=False))
         since = rec["checkpoints"][-1] if rec["checkpoints"] else None
         applied = len([b for b in self.done if since is None or b > since])  # batches since the last one
         self.checkpoint = applied + 1 >= views.checkpoint_every  # after this batch, in every shard
@@ -478,7 +482,7 @@ class _Job:
                     db.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}", dialect=self.dialect)
             for b in self.done:
                 if loaded is None or b > loaded:
-                    self._apply(db, b)
+                    self._apply(db, b, before=self.before[b])
             # the first micro-batch's diffs start from nothing: they hold what a view has on creation too
             first = last < 0
             subs = {v: [s.subscribe(v, snapshot=first) for s in db.shards] for v in self.views}
@@ -486,7 +490,7 @@ class _Job:
             _, _, db, subs, versions = held
             db.group.collective = collective
         try:
-            t0, values = self._apply(db, self.batch_id, received)
+            t0, values = self._apply(db, self.batch_id, received, before=last)
         except _Refused as refused:  # in every task alike (the shards agree on errors)
             collective.close()
             if refused.intact:  # rolled back: the shards still hold the state before this batch
@@ -586,11 +590,15 @@ class _Job:
         """Where the hosted shards' checkpoints are, each shard's own (any layout of tasks finds them)."""
         return [Versions(join(self.state, "shards", f"{i:05d}")) for i in db.hosted]
 
-    def _apply(self, db: Shards, batch_id: int, received: dict | None = None) -> tuple[int, pa.Array]:
+    def _apply(
+        self, db: Shards, batch_id: int, received: dict | None = None, before: int = -1
+    ) -> tuple[int, pa.Array]:
         """Make batch ``batch_id``'s rows for the hosted shards (``received`` now, or else those kept under its
         input), a transaction per source commit: the engine time of the first, and the commits' values
         (engine time ``t0 + i`` is commit ``i``). Raises ``_Refused`` if a commit is refused (in every
-        process alike)."""
+        process alike). Where commits may be cut across micro-batches, the rows of the last commit wait for
+        the next micro-batch, kept under this batch's directory: the batch applied ``before`` this one
+        left its own there."""
         base = join(_batch_dir(self.state, batch_id), "input")
         t0 = db.shards[0].time
         if _exists(join(base, _SHAPE)):
@@ -602,6 +610,10 @@ class _Job:
             else:
                 data = received.get((_CHANGES, None), schema.empty_table())
             columns = {t: [c.name for c in table.columns] for t, table in self.tables.items()}
+            if not shape.whole:
+                waiting = _hosted_rows(join(_batch_dir(self.state, before), _HELD_ROWS), db.hosted, schema)
+                if waiting.num_rows:
+                    data = pa.concat_tables([waiting, data], promote_options="permissive")
             try:
                 values, commits = split_commits(data, shape, columns, batch_id)
                 local = (values, None)
@@ -613,6 +625,9 @@ class _Job:
                 raise _Refused(errors[0], intact=True)
             parts = [v for v, _ in every if v is not None and len(v)]
             values = pc.unique(pa.concat_arrays(parts)).sort() if parts else pa.array([], pa.int64())
+            if not shape.whole and len(values):  # the last commit may go on in the next micro-batch
+                self._hold(data, shape, values[len(values) - 1], batch_id, received is not None)
+                values = values.slice(0, len(values) - 1)
             mine = {c.value.as_py(): c for c in commits}
             applied, dead = [], []
             for i in range(len(values)):
@@ -647,6 +662,22 @@ class _Job:
         except Error as err:
             raise _Refused(err, intact=True) from err
         return t0, pa.array([batch_id], pa.int64())
+
+    def _hold(self, data: pa.Table, shape: ChangeShape, value, batch_id: int, live: bool) -> None:
+        """Keep this task's change rows of commit ``value`` for the next micro-batch, a file per shard under
+        the batch's directory (a replay finds them there)."""
+        if not live:
+            return
+        rows = data.filter(pc.equal(data.column(shape.commit), value))
+        if not rows.num_rows:
+            return
+        shard = _shard_of_changes(rows, shape, self.tables, self.shards)
+        for k in np.unique(shard).tolist():  # the hosted shards, a few
+            folder = join(_batch_dir(self.state, batch_id), _HELD_ROWS, f"{_SHARD}={k}")
+            makedirs(folder)
+            buf = pa.BufferOutputStream()
+            pq.write_table(rows.take(pa.array(np.flatnonzero(shard == k))), buf)
+            write_bytes(buf.getvalue(), join(folder, "rows.parquet"))
 
     def _write_dead_letters(
         self, data: pa.Table, shape: ChangeShape, dead: list, batch_id: int, part: int

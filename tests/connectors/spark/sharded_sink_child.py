@@ -42,19 +42,22 @@ VIEWS = {
     "lonely": "SELECT id, upper(grp) AS g FROM node WHERE id NOT IN (SELECT src FROM edge)",
 }
 SHAPE = plain(operation="op", commit="lsn", table_column="tbl")
+CUT = plain(operation="op", commit="lsn", table_column="tbl", whole_commits=False)
 BATCHES = 6
 COLUMNS = {"op": pa.string(), "lsn": pa.int64(), "tbl": pa.string(), "id": pa.int32(), "grp": pa.string()}
 COLUMNS.update({"src": pa.int32(), "dst": pa.int32(), "w": pa.int32()})
 
 
-def prepare(root: Path) -> None:
+def prepare(root: Path, cut: bool = False) -> None:
     """Random change rows: inserts, deletes and updates (as pre- and post-images) of both tables, a few
-    commits per micro-batch, and one commit that cannot be applied."""
+    commits per micro-batch, and one commit that cannot be applied. With ``cut``, the files cut the rows
+    inside commits, and the sinks read them with ``whole_commits=False``."""
     rng = random.Random(7)
     nodes: dict[int, str] = {}
     edges: dict[tuple[int, int], int] = {}
     lsn = 0
     (root / "source").mkdir(parents=True)
+    tables = []
     for batch in range(BATCHES):
         rows = []
         if batch == 2:  # a commit the sinks refuse (a key inserted twice): to the dead letters
@@ -83,9 +86,22 @@ def prepare(root: Path) -> None:
                         edges[e] = rng.randrange(1, 9)
                         rows.append(("insert", lsn, "edge", None, None, *e, edges[e]))
         table = pa.table({c: [r[i] for r in rows] for i, c in enumerate(COLUMNS)}, schema=pa.schema(COLUMNS))
+        tables.append(table)
+    if cut:  # the same rows in files cut inside commits: a commit's rows may come in two micro-batches
+        whole = pa.concat_tables(tables)
+        ends = [round(whole.num_rows * (b + 1) / BATCHES) - (b % 2) * 2 for b in range(BATCHES - 1)]
+        ends.append(whole.num_rows)
+        tables = [whole.slice(lo, hi - lo) for lo, hi in zip([0, *ends[:-1]], ends, strict=True)]
+    for batch, table in enumerate(tables):
         path = root / "source" / f"{batch:03d}.parquet"
         pq.write_table(table, path)
         os.utime(path, (1_700_000_000 + batch, 1_700_000_000 + batch))  # the stream takes files by age
+    if cut:
+        (root / "cut").touch()
+
+
+def _shape(root: Path):
+    return CUT if (root / "cut").exists() else SHAPE
 
 
 def sink(root: Path, die_in: int | None = None):
@@ -108,7 +124,7 @@ def sink(root: Path, die_in: int | None = None):
         SCHEMA,
         VIEWS,
         root / "state",
-        shape=SHAPE,
+        shape=_shape(root),
         outputs=outputs,
         shards=3,
         tasks=2,
@@ -144,7 +160,8 @@ def bag(t: pa.Table) -> collections.Counter:
 
 def check(root: Path) -> dict:
     """Each micro-batch's diff files against the embedded sink's diffs of the same change rows."""
-    embedded = view_sink(SCHEMA, VIEWS, root / "embedded", shape=SHAPE, dead_letters=root / "embedded_dead")
+    shape = _shape(root)
+    embedded = view_sink(SCHEMA, VIEWS, root / "embedded", shape=shape, dead_letters=root / "embedded_dead")
     files = collections.defaultdict(list)
     for v in VIEWS:
         for f in sorted((root / "diffs" / v).glob("batch-*.parquet")):
@@ -158,7 +175,7 @@ def check(root: Path) -> dict:
     for batch in range(BATCHES):
         want = embedded.apply(pq.read_table(root / "source" / f"{batch:03d}.parquet"), batch)
         whole = {v: json.loads(json.dumps(_rows(embedded.contents(v)))) for v in VIEWS}
-        for at, tables in seen[batch]:
+        for at, tables in seen.get(batch, []):
             assert at == batch and tables == whole, (batch, at, tables, whole)
             contents_compared += 1
         for v in VIEWS:
@@ -190,6 +207,12 @@ def check(root: Path) -> dict:
     for v in VIEWS:  # the parts of the newest two manifests are kept, no more
         folders = sorted(p.name for p in (root / "contents" / v).iterdir())
         assert 1 <= len(folders) <= 4, (v, folders)
+    if shape is CUT:  # some commit did come in two micro-batches
+        lsns = [
+            pq.read_table(root / "source" / f"{b:03d}.parquet").column("lsn").to_pylist()
+            for b in range(BATCHES)
+        ]
+        assert any(a[-1] == b[0] for a, b in zip(lsns, lsns[1:], strict=False))
     calls = [line.split() for line in (root / "calls").read_text().splitlines()]
     return {
         "compared": compared,
@@ -202,7 +225,7 @@ def check(root: Path) -> dict:
 def main(root: str, mode: str, arg: int | None = None) -> None:
     path = Path(root)
     if mode == "prepare":
-        prepare(path)
+        prepare(path, cut=bool(arg))
         said = {}
     elif mode == "die":
         run(path, arg)

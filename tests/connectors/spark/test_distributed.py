@@ -13,6 +13,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
@@ -52,7 +54,8 @@ def test_tpch_and_recursive_views_kept_by_spark_in_shards_equal_the_embedded_eng
     assert {f"q{i:02d}" for i in range(1, 23)} | {"tc", "sssp", "components"} == set(said["views"])
 
 
-def test_a_sink_with_shards_whose_driver_dies_mid_batch_resumes_from_its_checkpoint(tmp_path):
+@pytest.mark.parametrize("cut", [False, True], ids=["whole_commits", "cut_commits"])
+def test_a_sink_with_shards_whose_driver_dies_mid_batch_resumes_from_its_checkpoint(tmp_path, cut):
     """``view_sink(..., shards=3)`` under a streaming query of change rows (two tables, several commits per
     micro-batch, updates as pre- and post-images; Spark SQL views: grouped, joined, recursive, NOT IN, a
     mixed-case name): the driver is SIGKILLed in micro-batch 3 after the tasks applied it and checkpointed,
@@ -60,13 +63,16 @@ def test_a_sink_with_shards_whose_driver_dies_mid_batch_resumes_from_its_checkpo
     micro-batch 1, replays 2 (whose refused commit goes to the dead letters, as the embedded sink's does) and
     applies 3 again; every micro-batch's diff files equal the embedded sink's
     diffs of the same change rows, written once, and the views' contents in parts (``ParquetContentsSet``)
-    equal the embedded sink's after each micro-batch."""
-    _run("sharded_sink_child", tmp_path, "prepare")
+    equal the embedded sink's after each micro-batch. With ``cut``, the files cut commits in two and both sinks
+    read them with ``whole_commits=False``: each micro-batch's last commit waits for the next (in the shards,
+    each task keeps its rows of it under the batch's directory, where a replay finds them)."""
+    _run("sharded_sink_child", tmp_path, "prepare", int(cut))
     _run("sharded_sink_child", tmp_path, "die", 3, killed=True)
     said = _run("sharded_sink_child", tmp_path, "resume")
     assert said == {
         "compared": 24,
-        "batches_called": [0, 1, 2, 3, 4, 5],
+        # cut: the first two files hold only parts of the first commit (a long one): nothing changes before 2
+        "batches_called": [2, 3, 4, 5] if cut else [0, 1, 2, 3, 4, 5],
         "contents_checked": True,
         "dead_letters": 1,
     }
@@ -84,16 +90,12 @@ def test_tasks_keep_the_shards_their_workers_hold_whichever_partitions_spark_giv
 
 
 def test_a_sink_with_shards_refuses_what_it_cannot_do(tmp_path):
-    import pytest
-
-    from connectors.spark import ParquetContents, ParquetDiffs, plain, view_sink
+    from connectors.spark import ParquetContents, ParquetDiffs, view_sink
     from sql.errors import SqlError
 
     schema, views = "CREATE TABLE t (k INT PRIMARY KEY, v INT)", {"s": "SELECT sum(v) AS s FROM t"}
     with pytest.raises(SqlError, match="ParquetContents is not available with shards"):
         view_sink(schema, views, tmp_path / "a", shards=2, outputs=[ParquetContents("s", tmp_path / "c")])
-    with pytest.raises(SqlError, match="whole commits only"):
-        view_sink(schema, views, tmp_path / "c", shards=2, shape=plain(commit="c", whole_commits=False))
     with pytest.raises(SqlError, match="at least 1"):
         view_sink(schema, views, tmp_path / "d", shards=0)
     sink = view_sink(schema, views, tmp_path / "e", shards=2, outputs=[ParquetDiffs("S", tmp_path / "f")])
