@@ -270,8 +270,8 @@ class DistributedViews:
 
     def _record(self, rec: dict, batch_id: int, checkpointed: bool, note: object) -> None:
         """Record micro-batch ``batch_id`` as applied (and its checkpoint as written in every shard); then
-        delete what no longer serves: the batches' directories before the older of the two newest checkpoints
-        (whose own directory keeps the rows it held for the next batch, if any)."""
+        delete what no longer serves: the batches' directories up to the older of the two newest checkpoints,
+        but for the rows that one held for the next batch (when commits may be cut), which a replay reads."""
         batches, checkpoints = [*rec["batches"], batch_id], list(rec["checkpoints"])
         if checkpointed:
             checkpoints = [*checkpoints, batch_id][-2:]
@@ -281,8 +281,14 @@ class DistributedViews:
         write_bytes(json.dumps(new).encode(), join(self.state, _DONE))
         if len(checkpoints) == 2:
             for name in listdir(join(self.state, "batches")):
-                if name.isdigit() and int(name) < checkpoints[0]:
-                    remove_tree(join(self.state, "batches", name), whole=True)
+                if not name.isdigit() or int(name) > checkpoints[0]:
+                    continue
+                directory = join(self.state, "batches", name)
+                if int(name) == checkpoints[0] and _exists(join(directory, _HELD_ROWS)):
+                    for part in ("input", "output"):  # only the rows it held for the next batch still serve
+                        remove_tree(join(directory, part), whole=True)
+                else:
+                    remove_tree(directory, whole=True)
 
 
 def _packed(df, table: str, kind: str):

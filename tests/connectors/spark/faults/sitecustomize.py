@@ -11,7 +11,7 @@ if os.environ.get("IVM_FAULT_MARKER"):
 
     _apply = distributed._Job._apply
 
-    def _apply_or_die(self, db, batch_id, *args):
+    def _apply_or_die(self, db, batch_id, *args, **kwargs):
         if batch_id == self.batch_id == int(os.environ["IVM_FAULT_BATCH"]):
             try:
                 os.close(os.open(os.environ["IVM_FAULT_MARKER"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
@@ -19,6 +19,6 @@ if os.environ.get("IVM_FAULT_MARKER"):
                 pass
             else:
                 os.kill(os.getpid(), signal.SIGKILL)
-        return _apply(self, db, batch_id, *args)
+        return _apply(self, db, batch_id, *args, **kwargs)
 
     distributed._Job._apply = _apply_or_die
