@@ -22,7 +22,7 @@ from sql.allow import sql_name
 from sql.catalog import Catalog
 from sql.datetimes import unjustified
 from sql.decorrelate import decorrelate, skips_a_level, subquery_values
-from sql.errors import ProgrammingError, SqlError, UnsupportedError, error_at
+from sql.errors import ProgrammingError, SqlError, UnsupportedError, error_at, position
 from sql.hoist import hoist_select_subqueries
 from sql.logical import (
     AggCall,
@@ -114,9 +114,14 @@ def qualify_query(tree: exp.Expression, catalog: Catalog) -> exp.Expression:
     ``*`` expanded (sqlglot's ``qualify``), or the error naming what cannot be resolved."""
     _check_relations(tree, catalog)
     rewrite.check_using_star(tree, catalog.sqlglot_schema())
+    tree = tree.copy()
+    for node in tree.find_all(exp.Subquery, exp.CTE):
+        alias = node.args.get("alias")
+        if isinstance(alias, exp.TableAlias) and alias.columns:
+            node.meta["ivm_alias_columns"] = (len(alias.columns), alias.name, position(alias))
     try:
-        return qualify(
-            tree.copy(),
+        qualified = qualify(
+            tree,
             schema=MappingSchema(catalog.sqlglot_schema(), dialect="postgres", normalize=False),
             dialect="postgres",
             validate_qualify_columns=True,
@@ -126,6 +131,15 @@ def qualify_query(tree: exp.Expression, catalog: Catalog) -> exp.Expression:
         raise _locate(tree, str(err), catalog.sqlglot_schema()) from err
     except (AssertionError, KeyError, ValueError, TypeError) as err:  # sqlglot's own, on what it cannot resolve
         raise error_at(tree, f"the query cannot be resolved: {err}") from err
+    for node in qualified.find_all(exp.Subquery, exp.CTE):
+        named = node.meta.get("ivm_alias_columns")
+        if named is not None and named[0] > len(node.this.selects):  # (sqlglot drops the names left over)
+            count, alias, (line, col) = named
+            available = len(node.this.selects)
+            what = "WITH query" if isinstance(node, exp.CTE) else "table"  # (PostgreSQL's words)
+            message = f"{what} {alias!r} has {available} columns available but {count} columns specified"
+            raise ProgrammingError(message, line, col)
+    return qualified
 
 
 def _subqueries_by_shape(tree: exp.Expression) -> exp.Expression:

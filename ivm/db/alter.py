@@ -33,6 +33,7 @@ from ivm.engine.strings import POOL
 from ivm.errors import DataError, IntegrityError, InternalError
 from planner.canon import arranged_form
 from planner.compile import compile_view
+from sql.allow import sql_name
 from sql.catalog import Catalog, Table, View
 from sql.ddl import add_columns, drop_columns, rename_column, rename_table, table_from_create, table_sql
 from sql.dependencies import (
@@ -809,8 +810,9 @@ def _replace(
 
 
 def _alter_view(db: Connection, stmt: exp.Alter) -> None:
-    """ALTER [MATERIALIZED] VIEW [IF EXISTS] name RENAME TO new_name: the view, the views reading it (their
-    definitions reading it by its new name) and the indexes on them made again."""
+    """ALTER [MATERIALIZED] VIEW [IF EXISTS] name RENAME TO new_name, or RENAME [COLUMN] a TO b: the view, the
+    views reading it (their definitions reading it by its new name, or its column by the new one) and the
+    indexes on them made again."""
     name = stmt.this.name
     if name not in db.views:
         if name in db.tables:
@@ -819,9 +821,10 @@ def _alter_view(db: Connection, stmt: exp.Alter) -> None:
             return
         raise error_at(stmt.this, f"relation {name!r} does not exist")
     actions = stmt.args.get("actions") or []
+    if len(actions) == 1 and isinstance(actions[0], exp.RenameColumn):
+        return _rename_view_column(db, stmt, name, actions[0])
     if len(actions) != 1 or not isinstance(actions[0], exp.AlterRename):
-        what = "RENAME COLUMN" if isinstance(actions[0], exp.RenameColumn) else actions[0].key.upper()
-        raise error_at(actions[0], f"ALTER VIEW ... {what} is not supported", unsupported=True)
+        raise error_at(actions[0], f"ALTER VIEW ... {sql_name(actions[0])} is not supported", unsupported=True)
     target = actions[0].this
     if target.args.get("db") or target.args.get("catalog"):
         raise error_at(target, "a schema-qualified new name is not supported", unsupported=True)
@@ -858,6 +861,73 @@ def _alter_view(db: Connection, stmt: exp.Alter) -> None:
             made.items.append((seq, "index", i, text))
     made.items.sort()
     _restructure(db, set(), closure, made)
+
+
+def _rename_view_column(db: Connection, stmt: exp.Alter, name: str, action: exp.RenameColumn) -> None:
+    """ALTER VIEW name RENAME [COLUMN] old TO new: the view's definition names its columns
+    (``ddl.renamed_columns``), and the views reading the column read it by its new name."""
+    old, new_name = action.this.name, action.args["to"].name
+    names = [c.name for c in db.views[name].view.columns]
+    if old not in names:
+        if action.args.get("exists"):
+            return
+        raise error_at(action.this, f"column {old!r} does not exist")
+    if new_name in names:
+        raise error_at(action.args["to"], f"column {new_name!r} of relation {name!r} already exists")
+    query = _unnamed(_definition(name, db.views[name].view.sql), name)
+    own = ddl.renamed_columns(query, name, [new_name if n == old else n for n in names])
+    renamed_view = View(name, db._plan(own), query_sql(own))
+    new_catalog = Catalog()
+    new_catalog.tables = db.catalog.tables
+    new_catalog.views = {**db.catalog.views, name: renamed_view}
+    sql = {name: renamed_view.sql}
+    for v, (query, fixed) in _carried(db, name, [v for v in db.views if v != name], stmt).items():
+        renamed = rename_columns(fixed, name, {old: new_name})
+        try:
+            ok = same_plan(query, db.catalog, renamed, new_catalog)
+        except Exception:  # a definition that does not plan (or not in this shape): not carried over
+            ok = False
+        if not ok:
+            raise _refuse_changed(stmt, name, v)
+        sql[v] = query_sql(renamed)
+    closure = _closure(db, {name})
+    closure.views = sorted({name, *closure.views}, key=lambda v: db.views[v].created)
+    made = _Made()
+    for v in closure.views:
+        made.items.append((db.views[v].created, "view", v, sql.get(v, db.views[v].view.sql)))
+    new_names = [c.name for c in renamed_view.columns]
+    for i in closure.indexes:
+        rel, key = db.catalog.indexes[i]
+        seq, text = db.index_sql.get(i, (0, None))
+        if rel == name:
+            text = _index_sql(i, name, [new_names[p] for p in key])
+        if text is not None:
+            made.items.append((seq, "index", i, text))
+    made.items.sort()
+    _restructure(db, set(), closure, made)
+
+
+def _unnamed(query: exp.Expression, name: str) -> exp.Expression:
+    """A view's query without the renaming of its columns that ``ddl.renamed_columns`` put around it, if it
+    has one (so that renaming again does not nest)."""
+    key = "with_" if "with_" in query.args else "with"
+    source = query.args.get("from_") or query.args.get("from")
+    inner = source.this if source is not None else None
+    own = (
+        isinstance(query, exp.Select)
+        and len(query.expressions) == 1
+        and isinstance(query.expressions[0], exp.Star)
+        and isinstance(inner, exp.Subquery)
+        and inner.alias == name
+        and bool(inner.args["alias"].columns)
+        and not any(v for k, v in query.args.items() if k not in ("expressions", "from", "from_", key))
+    )
+    if not own:
+        return query
+    body = inner.this.copy()
+    if query.args.get(key) is not None:
+        body.set(key, query.args[key].copy())
+    return body
 
 
 def _drop_index(db: Connection, stmt: exp.Drop) -> None:

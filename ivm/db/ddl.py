@@ -174,9 +174,16 @@ def _forget_table(db: Connection, name: str) -> None:
 
 
 def create_view(db: Connection, stmt: exp.Create) -> None:
-    """CREATE [OR REPLACE] [MATERIALIZED] VIEW name AS query: a dataflow maintaining the query's rows."""
+    """CREATE [OR REPLACE] [MATERIALIZED] VIEW name [(column, ...)] AS query: a dataflow maintaining the
+    query's rows (under the names listed, the first columns of the query renamed in order)."""
+    names = None
     if isinstance(stmt.this, exp.Schema):
-        raise error_at(stmt.this, "CREATE VIEW with a column list is not supported", unsupported=True)
+        names = [c.name for c in stmt.this.expressions]
+        twice = next((c for c in stmt.this.expressions if names.count(c.name) > 1), None)
+        if twice is not None:
+            raise error_at(twice, f"column {twice.name!r} specified more than once")
+        stmt = stmt.copy()
+        stmt.set("this", stmt.this.this)
     name = stmt.this.name
     replace = bool(stmt.args.get("replace"))
     if db.catalog.exists(name) and not replace:
@@ -189,6 +196,11 @@ def create_view(db: Connection, stmt: exp.Create) -> None:
     query = stmt.expression
     with statement_time("a view"):  # a view is not maintained as time passes
         plan = db._plan(query)
+        if names is not None:
+            if len(names) > len(plan.columns):
+                raise error_at(stmt, "CREATE VIEW specifies more column names than columns")
+            query = renamed_columns(query, name, names)
+            plan = db._plan(query)
     queries.check_readable(db, plan)
     if replacing:
         _replaceable(db, stmt, name, plan)
@@ -332,3 +344,20 @@ def _release_unshared(db: Connection) -> None:
         for owner in unread:
             db.retained.pop(owner).df.drop()
             db.registry.forget(owner)
+
+
+def renamed_columns(query: exp.Expression, alias: str, names: list[str]) -> exp.Expression:
+    """``query`` with its first output columns named ``names`` in order: ``SELECT * FROM (query) AS
+    alias(names)``, its WITH clause kept in front (a recursive one must come first)."""
+    body = query.copy()
+    key = "with_" if "with_" in body.args else "with"
+    with_ = body.args.get(key)
+    body.set(key, None)
+    columns = [exp.to_identifier(n, quoted=True) for n in names]
+    source = exp.Subquery(
+        this=body, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True), columns=columns)
+    )
+    wrapped = exp.select(exp.Star()).from_(source)
+    if with_ is not None:
+        wrapped.set(key, with_)
+    return wrapped

@@ -267,8 +267,8 @@ REFUSED = [  # (statement, the words of the message, the construct the error poi
     ('ALTER TABLE t ALTER COLUMN g TYPE TEXT COLLATE "C"', "COLLATE", None),
     ("ALTER TABLE t ALTER COLUMN g RESTART", "ALTER TABLE t ALTER COLUMN g RESTART", None),
     (
-        "CREATE VIEW vr AS SELECT 1 AS a; ALTER VIEW vr RENAME COLUMN a TO b",
-        "ALTER VIEW ... RENAME COLUMN",
+        "CREATE VIEW vr AS SELECT 1 AS a; ALTER VIEW vr ALTER COLUMN a SET DEFAULT 1",
+        "ALTER VIEW ... ALTER COLUMN a SET DEFAULT 1",
         None,
     ),
     ("INSERT INTO u OVERRIDING SYSTEM VALUE VALUES (1, 'a')", "OVERRIDING SYSTEM VALUE", "OVERRIDING"),
