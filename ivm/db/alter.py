@@ -357,6 +357,31 @@ def _carried(
     return out
 
 
+def _rewritten(
+    db: Connection,
+    stmt: exp.Expression,
+    relation: str,
+    views: list[str],
+    rewrite,
+    catalog: Catalog,
+    renamed=None,
+) -> dict[str, str]:
+    """The new text of each view among ``views`` reading ``relation``: its pinned definition ``rewrite``-n,
+    which must plan against ``catalog`` as it did (``renamed`` naming the relations of the old plan anew), or
+    the statement is refused naming the view."""
+    sql = {}
+    for v, (query, fixed) in _carried(db, relation, views, stmt).items():
+        new = rewrite(fixed)
+        try:
+            ok = same_plan(query, db.catalog, new, catalog, renamed)
+        except Exception:  # a definition that does not plan (or not in this shape): not carried over
+            ok = False
+        if not ok:
+            raise _refuse_changed(stmt, relation, v)
+        sql[v] = query_sql(new)
+    return sql
+
+
 def _refuse_changed(stmt: exp.Expression, table: str, view: str) -> SqlError:
     return error_at(
         stmt,
@@ -734,16 +759,11 @@ def _rename_column(db: Connection, stmt: exp.Alter, st: state.TableState, action
         raise error_at(action.args["to"], f"column {new_name!r} of relation {table.name!r} already exists")
     new = rename_column(table, old, new_name)
     new_catalog = catalog_with(db.catalog, {table.name: new})
-    sql = {}
-    for v, (query, fixed) in _carried(db, table.name, list(db.views), stmt).items():
-        renamed = rename_columns(fixed, table.name, {old: new_name})
-        try:
-            ok = same_plan(query, db.catalog, renamed, new_catalog)
-        except Exception:  # a definition that does not plan (or not in this shape): not carried over
-            ok = False
-        if not ok:
-            raise _refuse_changed(stmt, table.name, v)
-        sql[v] = query_sql(renamed)
+
+    def rewrite(q: exp.Expression) -> exp.Expression:
+        return rename_columns(q, table.name, {old: new_name})
+
+    sql = _rewritten(db, stmt, table.name, list(db.views), rewrite, new_catalog)
     sequences = {new_name if c == old else c: v for c, v in st.sequences.items()}
     names = [c.name for c in new.columns]
     _replace(
@@ -834,16 +854,21 @@ def _alter_view(db: Connection, stmt: exp.Alter) -> None:
     renamed_catalog = Catalog()
     renamed_catalog.tables = db.catalog.tables
     renamed_catalog.views = {new_name if n == name else n: v for n, v in db.catalog.views.items()}
-    sql = {}
-    for v, (query, fixed) in _carried(db, name, list(db.views), stmt).items():
-        renamed = rename_relation(fixed, name, new_name)
-        try:
-            ok = same_plan(query, db.catalog, renamed, renamed_catalog, lambda n: new_name if n == name else n)
-        except Exception:  # a definition that does not plan (or not in this shape): not carried over
-            ok = False
-        if not ok:
-            raise _refuse_changed(stmt, name, v)
-        sql[v] = query_sql(renamed)
+    sql = _rewritten(
+        db,
+        stmt,
+        name,
+        list(db.views),
+        lambda q: rename_relation(q, name, new_name),
+        renamed_catalog,
+        lambda n: new_name if n == name else n,
+    )
+    _views_made_again(db, name, new_name, sql, [c.name for c in db.views[name].view.columns])
+
+
+def _views_made_again(db: Connection, name: str, new_name: str, sql: dict[str, str], names: list[str]) -> None:
+    """View ``name`` made again as ``new_name`` (with columns ``names``), with the views reading it and the
+    indexes on them; ``sql`` holds the new texts of the views whose definitions change."""
     closure = _closure(db, {name})
     closure.views = sorted({name, *closure.views}, key=lambda v: db.views[v].created)
     made = _Made()
@@ -855,7 +880,6 @@ def _alter_view(db: Connection, stmt: exp.Alter) -> None:
         rel, key = db.catalog.indexes[i]
         seq, text = db.index_sql.get(i, (0, None))
         if rel == name:
-            names = [c.name for c in db.views[name].view.columns]
             text = _index_sql(i, new_name, [names[p] for p in key])
         if text is not None:
             made.items.append((seq, "index", i, text))
@@ -880,31 +904,10 @@ def _rename_view_column(db: Connection, stmt: exp.Alter, name: str, action: exp.
     new_catalog = Catalog()
     new_catalog.tables = db.catalog.tables
     new_catalog.views = {**db.catalog.views, name: renamed_view}
-    sql = {name: renamed_view.sql}
-    for v, (query, fixed) in _carried(db, name, [v for v in db.views if v != name], stmt).items():
-        renamed = rename_columns(fixed, name, {old: new_name})
-        try:
-            ok = same_plan(query, db.catalog, renamed, new_catalog)
-        except Exception:  # a definition that does not plan (or not in this shape): not carried over
-            ok = False
-        if not ok:
-            raise _refuse_changed(stmt, name, v)
-        sql[v] = query_sql(renamed)
-    closure = _closure(db, {name})
-    closure.views = sorted({name, *closure.views}, key=lambda v: db.views[v].created)
-    made = _Made()
-    for v in closure.views:
-        made.items.append((db.views[v].created, "view", v, sql.get(v, db.views[v].view.sql)))
-    new_names = [c.name for c in renamed_view.columns]
-    for i in closure.indexes:
-        rel, key = db.catalog.indexes[i]
-        seq, text = db.index_sql.get(i, (0, None))
-        if rel == name:
-            text = _index_sql(i, name, [new_names[p] for p in key])
-        if text is not None:
-            made.items.append((seq, "index", i, text))
-    made.items.sort()
-    _restructure(db, set(), closure, made)
+    readers = [v for v in db.views if v != name]
+    sql = _rewritten(db, stmt, name, readers, lambda q: rename_columns(q, name, {old: new_name}), new_catalog)
+    sql[name] = renamed_view.sql
+    _views_made_again(db, name, name, sql, [c.name for c in renamed_view.columns])
 
 
 def _unnamed(query: exp.Expression, name: str) -> exp.Expression:
