@@ -278,7 +278,7 @@ def _restructure(db: Connection, tables: set[str], closure: _Closure, new: _Made
             )
             raise InternalError(f"{db.broken}; the database cannot be used any more") from err
         raise
-    if db.in_transaction:
+    if db.in_transaction or db.in_steps:
         db.undo.append(lambda: _made_again(db, new, old))
 
 
@@ -440,15 +440,9 @@ def alter_table(db: Connection, stmt: exp.Alter) -> None:
     if renames and len(actions) > 1:
         raise error_at(renames[0], "RENAME cannot be combined with other ALTER TABLE actions")
     changes = [a for a in actions if _changes_definition(a)]
-    if changes and len(changes) < len(actions):
-        column = next(a for a in actions if not _changes_definition(a))
-        raise error_at(
-            column,
-            "ADD COLUMN and DROP COLUMN in one ALTER TABLE with ALTER COLUMN or constraints are not supported: "
-            "run them as separate statements",
-            unsupported=True,
-        )
     _unwritten(db, stmt, [name])
+    if changes and len(changes) < len(actions):
+        return _in_passes(db, stmt, name, actions)
     st = db.tables[name]
     if isinstance(actions[0], exp.RenameColumn):
         return _rename_column(db, stmt, st, actions[0])
@@ -457,6 +451,46 @@ def alter_table(db: Connection, stmt: exp.Alter) -> None:
     if changes:
         return _change_definition(db, stmt, st, actions)
     return _add_drop(db, stmt, st, actions)
+
+
+def _in_passes(db: Connection, stmt: exp.Alter, name: str, actions: list) -> None:
+    """ADD or DROP COLUMN together with ALTER COLUMN or constraints, in PostgreSQL's passes: columns and
+    constraints dropped, defaults and NOT NULL dropped and types changed, columns added, then NOT NULL,
+    defaults and constraints set. Each pass makes the table again; should one fail, those before it are taken
+    back, so that the statement is whole or not at all."""
+    before = [a for a in actions if _changes_definition(a) and _before_adding(a)]
+    after = [a for a in actions if _changes_definition(a) and not _before_adding(a)]
+    drops = [a for a in actions if isinstance(a, exp.Drop) and not _changes_definition(a)]
+    adds = [a for a in actions if isinstance(a, exp.ColumnDef)]
+    passes = [(_add_drop, drops), (_change_definition, before), (_add_drop, adds), (_change_definition, after)]
+    mark, stepping = len(db.undo), db.in_steps
+    db.in_steps = True
+    try:
+        for change, part in passes:
+            if part:
+                change(db, stmt, db.tables[name], part)
+    except BaseException:
+        undo = db.undo[mark:]
+        del db.undo[mark:]
+        for u in reversed(undo):
+            u()
+        raise
+    finally:
+        db.in_steps = stepping
+        if not db.in_transaction and not stepping:
+            del db.undo[mark:]
+
+
+def _before_adding(action: exp.Expression) -> bool:
+    """Whether PostgreSQL takes an ALTER TABLE action before it adds columns: constraints dropped, types
+    changed, defaults and NOT NULL dropped."""
+    if isinstance(action, exp.AlterColumn):
+        return (
+            action.args.get("dtype") is not None
+            or action.args.get("allow_null") is True
+            or bool(action.args.get("drop"))
+        )
+    return isinstance(action, exp.Drop)
 
 
 def _changes_definition(action: exp.Expression) -> bool:

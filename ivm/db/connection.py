@@ -107,6 +107,7 @@ class Connection:
         self.started_at: dt.datetime | None = None  # when the open transaction began (``now()``)
         self.aborted = False  # a statement of the transaction block failed: it can only end
         self.undo: list = []  # what removes the relations the transaction created, should it roll back
+        self.in_steps = False  # a statement made of several changes is under way: each leaves its undo too
         self.statusmessage: str | None = None  # the last statement's command tag, as PostgreSQL's
         self.rowcount = -1  # the rows the last statement returned or changed (-1: not applicable)
         self.pending: dict[str, list[Batch]] = {}
