@@ -421,6 +421,8 @@ def alter_table(db: Connection, stmt: exp.Alter) -> None:
     kind = (stmt.args.get("kind") or "").upper()
     if kind == "VIEW":
         return _alter_view(db, stmt)
+    if kind == "INDEX":
+        return _alter_index(db, stmt)
     if kind != "TABLE":
         raise error_at(stmt, f"ALTER {kind} is not supported", unsupported=True)
     name = stmt.this.name
@@ -965,6 +967,45 @@ def _unnamed(query: exp.Expression, name: str) -> exp.Expression:
     if query.args.get(key) is not None:
         body.set(key, query.args[key].copy())
     return body
+
+
+def _alter_index(db: Connection, stmt: exp.Alter) -> None:
+    """ALTER INDEX [IF EXISTS] name RENAME TO new_name: the index and the arrangement it built take the new
+    name (nothing is built again; the views reading it keep reading it)."""
+    name = stmt.this.name
+    if name not in db.catalog.indexes:
+        if db.catalog.exists(name):
+            raise error_at(stmt.this, f"{name!r} is not an index")
+        if stmt.args.get("exists"):
+            return
+        raise error_at(stmt.this, f"relation {name!r} does not exist")
+    actions = stmt.args.get("actions") or []
+    if len(actions) != 1 or not isinstance(actions[0], exp.AlterRename):
+        raise error_at(actions[0], f"ALTER INDEX ... {sql_name(actions[0])} is not supported", unsupported=True)
+    target = actions[0].this
+    if target.args.get("db") or target.args.get("catalog"):
+        raise error_at(target, "a schema-qualified new name is not supported", unsupported=True)
+    new_name = target.name
+    if db.catalog.exists(new_name) or new_name in db.catalog.indexes:
+        raise error_at(target, f"relation {new_name!r} already exists")
+    _rename_index(db, name, new_name)
+    if db.in_transaction:
+        db.undo.append(lambda: _rename_index(db, new_name, name))
+
+
+def _rename_index(db: Connection, name: str, new_name: str) -> None:
+    rel, key = db.catalog.indexes.pop(name)
+    db.catalog.indexes[new_name] = (rel, key)
+    seq, _ = db.index_sql.pop(name)
+    names = [c.name for c in db.catalog.relation_plan(rel, None).columns]
+    db.index_sql[new_name] = (seq, _index_sql(new_name, rel, [names[p] for p in key]))
+    old, new = f"index:{name}", f"index:{new_name}"
+    for df in db.engine.dataflows:
+        if df.name == old:
+            df.name = new
+            db.engine.step_seconds[new] = db.engine.step_seconds.pop(old, 0.0)
+    db.registry.retire(old, new)
+    state.changed(db)
 
 
 def _drop_index(db: Connection, stmt: exp.Drop) -> None:

@@ -282,6 +282,13 @@ RENAME_SCRIPT = [
     "CREATE VIEW rw AS SELECT r.a, rv.n FROM r JOIN rv ON r.b = rv.b",
     ("ivm", "CREATE INDEX rv_b ON rv (b)"),  # ivm alone: PostgreSQL indexes no view
     "CREATE VIEW rx AS SELECT * FROM rw WHERE n > 1",
+    "ALTER INDEX r_b RENAME TO r_b2",
+    ("ALTER INDEX r_b RENAME TO x", "does not exist"),
+    ("ALTER INDEX r_b2 RENAME TO rw", "already exists"),
+    "ALTER INDEX IF EXISTS nope RENAME TO z",
+    ("ivm", "ALTER INDEX rv_b RENAME TO rv_b2"),  # the views reading it go on reading it
+    "INSERT INTO r VALUES (8, 10)",
+    "ALTER INDEX r_b2 RENAME TO r_b",
     "DROP INDEX r_b",
     ("DROP INDEX r_b", "does not exist"),
     "DROP INDEX IF EXISTS r_b",
@@ -295,7 +302,7 @@ RENAME_SCRIPT = [
     "ALTER VIEW IF EXISTS nope RENAME TO z",
     "UPDATE r SET b = 30 WHERE a = 1",
     "CREATE VIEW ry AS SELECT rv2.b, rw2.a FROM rv2 JOIN rw2 ON rv2.n = rw2.n",
-    ("ivm", "DROP INDEX rv_b CASCADE"),
+    ("ivm", "DROP INDEX rv_b2 CASCADE"),
     "DELETE FROM r WHERE a = 2",
     "ALTER VIEW rx RENAME TO rx2",
     "INSERT INTO r VALUES (7, 10)",
@@ -669,7 +676,7 @@ REFUSED = [  # (statement, words of the message, the text the error points into)
     ("ALTER TABLE t RENAME CONSTRAINT a TO b", "ALTER TABLE t RENAME CONSTRAINT a TO b", "ALTER"),
     ("ALTER TABLE t OWNER TO someone", "ALTER TABLE t OWNER TO someone", "ALTER"),
     ("ALTER VIEW v ALTER COLUMN a SET DEFAULT 1", "ALTER VIEW ... ALTER COLUMN a SET DEFAULT 1", "a"),
-    ("ALTER INDEX i RENAME TO j", "ALTER INDEX", "i"),
+    ("CREATE INDEX ti ON t (b); ALTER INDEX ti ALTER COLUMN 1 SET STATISTICS 10", "ALTER INDEX ti ALTER", None),
     ("ALTER TABLE t ADD COLUMN r INTEGER REFERENCES u (k)", "REFERENCES", "REFERENCES u (k)"),
     ("ALTER TABLE t DROP COLUMN a, DROP COLUMN b", "dropping every column", "t"),
     ("ALTER TABLE t RENAME TO public.w", "schema-qualified", "public.w"),
@@ -815,3 +822,30 @@ def test_after_ddl_a_reopened_database_loads_its_state_and_indexes_follow_their_
     db.execute("DROP TABLE tt CASCADE")
     assert set(db.catalog.indexes) == {"on_u"} and set(db.views) == set()
     db.close()
+
+
+def test_a_renamed_index_keeps_its_arrangement_and_its_readers():
+    db = ivm.connect()
+    db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, g INTEGER)")
+    db.execute("INSERT INTO t VALUES (1, 1), (2, 1), (3, 2)")
+    db.execute("CREATE INDEX t_g ON t (g)")
+    df = next(d for d in db.engine.dataflows if d.name == "index:t_g")
+    db.execute("CREATE VIEW v AS SELECT t.k, u.k AS j FROM t JOIN t AS u ON t.g = u.g")
+    db.execute("ALTER INDEX t_g RENAME TO by_g")
+    assert next(d for d in db.engine.dataflows if d.name == "index:by_g") is df
+    assert db.index_sql["by_g"][1] == 'CREATE INDEX "by_g" ON "t" ("g")' and "t_g" not in db.catalog.indexes
+    db.execute("BEGIN")
+    db.execute("ALTER INDEX by_g RENAME TO g_index")
+    db.execute("ROLLBACK")
+    assert set(db.catalog.indexes) == {"by_g"} and df.name == "index:by_g"
+    db.execute("INSERT INTO t VALUES (4, 2)")
+    assert sorted(db.execute("SELECT * FROM v").fetchall()) == [
+        (1, 1),
+        (1, 2),
+        (2, 1),
+        (2, 2),
+        (3, 3),
+        (3, 4),
+        (4, 3),
+        (4, 4),
+    ]
