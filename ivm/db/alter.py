@@ -879,14 +879,7 @@ def _alter_view(db: Connection, stmt: exp.Alter) -> None:
     actions = stmt.args.get("actions") or []
     if len(actions) == 1 and isinstance(actions[0], exp.RenameColumn):
         return _rename_view_column(db, stmt, name, actions[0])
-    if len(actions) != 1 or not isinstance(actions[0], exp.AlterRename):
-        raise error_at(actions[0], f"ALTER VIEW ... {sql_name(actions[0])} is not supported", unsupported=True)
-    target = actions[0].this
-    if target.args.get("db") or target.args.get("catalog"):
-        raise error_at(target, "a schema-qualified new name is not supported", unsupported=True)
-    new_name = target.name
-    if db.catalog.exists(new_name):
-        raise error_at(target, f"relation {new_name!r} already exists")
+    new_name = _new_name(db, actions, "VIEW")
     renamed_catalog = Catalog()
     renamed_catalog.tables = db.catalog.tables
     renamed_catalog.views = {new_name if n == name else n: v for n, v in db.catalog.views.items()}
@@ -979,18 +972,24 @@ def _alter_index(db: Connection, stmt: exp.Alter) -> None:
         if stmt.args.get("exists"):
             return
         raise error_at(stmt.this, f"relation {name!r} does not exist")
-    actions = stmt.args.get("actions") or []
-    if len(actions) != 1 or not isinstance(actions[0], exp.AlterRename):
-        raise error_at(actions[0], f"ALTER INDEX ... {sql_name(actions[0])} is not supported", unsupported=True)
-    target = actions[0].this
-    if target.args.get("db") or target.args.get("catalog"):
-        raise error_at(target, "a schema-qualified new name is not supported", unsupported=True)
-    new_name = target.name
-    if db.catalog.exists(new_name) or new_name in db.catalog.indexes:
-        raise error_at(target, f"relation {new_name!r} already exists")
+    new_name = _new_name(db, stmt.args.get("actions") or [], "INDEX")
     _rename_index(db, name, new_name)
     if db.in_transaction:
         db.undo.append(lambda: _rename_index(db, new_name, name))
+
+
+def _new_name(db: Connection, actions: list, kind: str) -> str:
+    """The name of ALTER ``kind`` ... RENAME TO new_name, refused if the actions are other, or the name is
+    taken (tables, views and indexes share names, as in PostgreSQL)."""
+    if len(actions) != 1 or not isinstance(actions[0], exp.AlterRename):
+        what = sql_name(actions[0])
+        raise error_at(actions[0], f"ALTER {kind} ... {what} is not supported", unsupported=True)
+    target = actions[0].this
+    if target.args.get("db") or target.args.get("catalog"):
+        raise error_at(target, "a schema-qualified new name is not supported", unsupported=True)
+    if db.catalog.exists(target.name) or target.name in db.catalog.indexes:
+        raise error_at(target, f"relation {target.name!r} already exists")
+    return target.name
 
 
 def _rename_index(db: Connection, name: str, new_name: str) -> None:
