@@ -31,6 +31,7 @@ __all__ = [
     "split_commits",
     "require_control_columns",
     "require_table_columns",
+    "dead_letter_rows",
     "OPERATIONS",
 ]
 
@@ -200,3 +201,15 @@ def _table_codes(
     if unknown:
         raise SqlError(f"change rows name table {unknown[0]!r}, which does not exist")
     return names, enc.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+
+
+def dead_letter_rows(changes: pa.Table, shape: ChangeShape, dead: list, batch_id: int) -> pa.Table:
+    """The change rows of the commits ``dead`` holds (commit value, error) that could not be applied, each
+    with the micro-batch (``_ivm_batch_id``) and why (``_ivm_error``), as dead letters keep them."""
+    parts = []
+    for value, error in dead:
+        rows = changes.filter(pc.equal(changes.column(shape.commit), value)) if shape.commit else changes
+        n = rows.num_rows
+        rows = rows.append_column("_ivm_batch_id", pa.array(np.full(n, batch_id, np.int64)))
+        parts.append(rows.append_column("_ivm_error", pa.array([str(error)] * n, pa.string())))
+    return pa.concat_tables(parts, promote_options="permissive")

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import ivm
-from connectors.spark._changes import ChangeShape, delta_cdf, plain, split_commits
+from connectors.spark._changes import ChangeShape, dead_letter_rows, delta_cdf, plain, split_commits
 from connectors.spark._outputs import Output, ViewBatch
 from connectors.spark._state import (
     RECORD,
@@ -375,13 +375,7 @@ class ViewSink:
     def _write_dead_letters(self, changes: pa.Table, shape: ChangeShape, dead: list, batch_id: int) -> None:
         """The change rows of the commits that could not be applied, with why, as one Parquet file per
         micro-batch (named by its id, so a replay replaces it)."""
-        parts = []
-        for c, error in dead:
-            rows = changes.filter(pc.equal(changes.column(shape.commit), c.value)) if shape.commit else changes
-            n = rows.num_rows
-            rows = rows.append_column("_ivm_batch_id", pa.array(np.full(n, batch_id, np.int64)))
-            parts.append(rows.append_column("_ivm_error", pa.array([str(error)] * n, pa.string())))
-        table = pa.concat_tables(parts, promote_options="permissive")
+        table = dead_letter_rows(changes, shape, [(c.value, error) for c, error in dead], batch_id)
         write_atomically(table, joined(self.dead_letters, f"batch-{batch_id:012d}.parquet"))
 
     def _refuse_extra_columns(self, names: Sequence[str], shape: ChangeShape) -> None:

@@ -34,6 +34,7 @@ import os
 import pickle
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Listener
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +46,7 @@ import pyarrow.parquet as pq
 import ivm
 from connectors.spark._changes import (
     ChangeShape,
+    dead_letter_rows,
     require_control_columns,
     require_table_columns,
     split_commits,
@@ -196,7 +198,11 @@ class DistributedViews:
         write_bytes(json.dumps(dataclasses.asdict(shape)).encode(), join(directory, "input", _SHAPE))
         write_bytes(schema.serialize(), join(directory, "input", _SCHEMA))
         time_type = pa.int64() if shape.commit is None else to_arrow_type(df.schema[shape.commit].dataType)
-        outputs = (diff_files or {}, contents_files or {}, None if dead_letters is None else str(dead_letters))
+        outputs = _Outputs(
+            {v: [str(f) for f in folders] for v, folders in (diff_files or {}).items()},
+            {str(folder): spec for folder, spec in (contents_files or {}).items()},
+            None if dead_letters is None else str(dead_letters),
+        )
         return self._run(batch_id, rec, time_type, df, (shape, schema), note, outputs, emit)
 
     def _next(self, batch_id: int) -> dict | None:
@@ -216,20 +222,18 @@ class DistributedViews:
         source,
         changes: tuple[ChangeShape, pa.Schema] | None,
         note: object = None,
-        outputs: tuple = ({}, {}, None),
+        outputs: _Outputs | None = None,
         emit: Callable[[dict], None] | None = None,
     ) -> dict[str, object]:
         """Run micro-batch ``batch_id`` as one barrier stage over ``source`` (change rows in the shape and
-        schema ``changes``, or packed tables' rows), and record it. ``outputs``: what the tasks write
-        (``apply_changes``' diff files, contents files and dead letters)."""
-        diff_files, contents_files, dead_letters = outputs
+        schema ``changes``, or packed tables' rows), and record it; the tasks write ``outputs``."""
+        outputs = outputs or _Outputs()
         directory = _batch_dir(self.state, batch_id)
         remove_tree(join(directory, "output"))  # what an attempt with another layout of tasks left
         remove_tree(join(directory, _HELD_ROWS))
-        diff_files = {v: [str(f) for f in folders] for v, folders in (diff_files or {}).items()}
         # an earlier attempt's files, maybe of more tasks (at most shards)
-        folders = [f for fs in diff_files.values() for f in fs] + ([dead_letters] if dead_letters else [])
-        for folder in folders:
+        folders = [f for fs in outputs.diffs.values() for f in fs]
+        for folder in folders + ([outputs.dead_letters] if outputs.dead_letters else []):
             for task in range(self.shards):
                 remove(join(folder, _diff_file(batch_id, task)))
         if source is None:
@@ -238,8 +242,7 @@ class DistributedViews:
         meet = _rendezvous(self.spark)
         for attempt in range(1, _ATTEMPTS + 1):
             token = meet.open(self.tasks)
-            written = (diff_files, contents_files, dead_letters)
-            job = _Job(self, batch_id, rec, time_type, changes, meet, token, written)
+            job = _Job(self, batch_id, rec, time_type, changes, meet, token, outputs)
             try:
                 # a barrier stage whose results go to the driver is not run again by Spark: a failed one is
                 # run again here, under a new token, once every task of the failed one is gone
@@ -258,7 +261,7 @@ class DistributedViews:
                 raise type(r)(f"micro-batch {batch_id} was not applied: {r}")
         self.counts = {v: sum(r[1][v] for r in reported) for v in self.views}
         self.afresh = sum(r[0] for r in reported)
-        self.contents_written = {folder: [False] * self.tasks for folder in contents_files or {}}
+        self.contents_written = {folder: [False] * self.tasks for folder in outputs.contents}
         for _, _, role, written in reported:
             for folder, status in written.items():
                 self.contents_written[folder][role] = status
@@ -402,6 +405,15 @@ class _Frames(Mapping):
         return len(self.views)
 
 
+class _Outputs(NamedTuple):
+    """What the tasks of a micro-batch write besides their shards: each view's diffs into folders, the parts
+    of views' contents (folder -> (view, whether every task writes its part)), and the commits refused."""
+
+    diffs: dict[str, list[str]] = {}
+    contents: dict[str, tuple[str, bool]] = {}
+    dead_letters: str | None = None
+
+
 class _Job:
     """What a task of a micro-batch's barrier stage runs (pickled to the executors)."""
 
@@ -414,11 +426,9 @@ class _Job:
         changes: tuple[ChangeShape, pa.Schema] | None,
         meet: Rendezvous,
         token: str,
-        outputs: tuple,
+        outputs: _Outputs,
     ) -> None:
-        diff_files, contents_files, self.dead_letters = outputs
-        self.diff_files = dict(diff_files)
-        self.contents_files = {str(folder): (v, every) for folder, (v, every) in contents_files.items()}
+        self.outputs = outputs
         self.state, self.schema, self.views = views.state, views.schema, views.views
         self.dialect, self.tables = views.dialect, views.tables
         self.shards, self.tasks, self.batch_id = views.shards, views.tasks, batch_id
@@ -435,7 +445,7 @@ class _Job:
         self.authkey = os.urandom(16)  # the tasks' connections to one another prove they are of this job
         extra = [pa.field("time", time_type), pa.field("diff", pa.int64())]
         self.diff_schemas = {v: pa.schema([*views.columns[v], *extra]) for v in self.views}
-        self.contents_schemas = {v: pa.schema(list(views.columns[v])) for v, _ in self.contents_files.values()}
+        self.contents_schemas = {v: pa.schema(list(views.columns[v])) for v, _ in outputs.contents.values()}
 
     def run(self, batches):
         from pyspark import BarrierTaskContext
@@ -515,12 +525,12 @@ class _Job:
             if diffs.num_rows:
                 meta = {b"ivm.view": view.encode(), b"ivm.batch_id": str(self.batch_id).encode()}
                 stamped = diffs.replace_schema_metadata(meta)
-                for folder in self.diff_files.get(view, ()):
+                for folder in self.outputs.diffs.get(view, ()):
                     makedirs(folder)
                     pq.write_table(stamped, join(folder, _diff_file(self.batch_id, role)))
         written = {
             folder: self._write_contents(db, view, role, folder)
-            for folder, (view, every) in self.contents_files.items()
+            for folder, (view, every) in self.outputs.contents.items()
             if every or afresh or counts[view]
         }
         if self.checkpoint:
@@ -581,14 +591,8 @@ class _Job:
             data = pa.concat_tables(tables)
             shard = data.column(_SHARD).to_numpy()
             data = data.drop_columns([_SHARD])
-            for k in _hosted(role, self.tasks, self.shards):
-                mine = np.flatnonzero(shard == k)
-                if len(mine):
-                    folder = join(base, *(p for p in name if p is not None), f"{_SHARD}={k}")
-                    makedirs(folder)
-                    buf = pa.BufferOutputStream()
-                    pq.write_table(data.take(pa.array(mine)), buf)
-                    write_bytes(buf.getvalue(), join(folder, "rows.parquet"), sync=False)
+            folder = join(base, *(p for p in name if p is not None))
+            _keep_by_shard(folder, data, shard, _hosted(role, self.tasks, self.shards), sync=False)
             received[name] = data
         return received
 
@@ -632,7 +636,8 @@ class _Job:
             parts = [v for v, _ in every if v is not None and len(v)]
             values = pc.unique(pa.concat_arrays(parts)).sort() if parts else pa.array([], pa.int64())
             if not shape.whole and len(values):  # the last commit may go on in the next micro-batch
-                self._hold(data, shape, values[len(values) - 1], batch_id, received is not None)
+                if received is not None:  # (a replay of a recorded batch kept them then)
+                    self._hold(data, shape, values[len(values) - 1], batch_id, db.hosted)
                 values = values.slice(0, len(values) - 1)
             mine = {c.value.as_py(): c for c in commits}
             applied, dead = [], []
@@ -646,12 +651,17 @@ class _Job:
                     db.change(writes, whole=False)
                     applied.append(i)
                 except Error as err:  # rolled back in every shard, and raised in every process alike
-                    if self.dead_letters is None:
+                    if self.outputs.dead_letters is None:
                         message = f"commit {values[i].as_py()}, {err}"
                         raise _Refused(type(err)(message), intact=not applied) from err
                     dead.append((values[i], err))
             if dead and received is not None:  # (a replay of a recorded batch wrote them then)
-                self._write_dead_letters(data, shape, dead, batch_id, db.hosted.start)
+                # a file per task, named by its first shard, so that a micro-batch applied again replaces it
+                makedirs(self.outputs.dead_letters)
+                pq.write_table(
+                    dead_letter_rows(data, shape, dead, batch_id),
+                    join(self.outputs.dead_letters, _diff_file(batch_id, db.hosted.start)),
+                )
             return t0, values.take(pa.array(applied, pa.int64()))
         writes = []
         if received is None:
@@ -669,35 +679,12 @@ class _Job:
             raise _Refused(err, intact=True) from err
         return t0, pa.array([batch_id], pa.int64())
 
-    def _hold(self, data: pa.Table, shape: ChangeShape, value, batch_id: int, live: bool) -> None:
+    def _hold(self, data: pa.Table, shape: ChangeShape, value, batch_id: int, hosted: range) -> None:
         """Keep this task's change rows of commit ``value`` for the next micro-batch, a file per shard under
         the batch's directory (a replay finds them there)."""
-        if not live:
-            return
         rows = data.filter(pc.equal(data.column(shape.commit), value))
-        if not rows.num_rows:
-            return
         shard = _shard_of_changes(rows, shape, self.tables, self.shards)
-        for k in np.unique(shard).tolist():  # the hosted shards, a few
-            folder = join(_batch_dir(self.state, batch_id), _HELD_ROWS, f"{_SHARD}={k}")
-            makedirs(folder)
-            buf = pa.BufferOutputStream()
-            pq.write_table(rows.take(pa.array(np.flatnonzero(shard == k))), buf)
-            write_bytes(buf.getvalue(), join(folder, "rows.parquet"))
-
-    def _write_dead_letters(
-        self, data: pa.Table, shape: ChangeShape, dead: list, batch_id: int, part: int
-    ) -> None:
-        """This task's change rows of the refused commits, with why, as one Parquet file (named by batch and
-        ``part``, the task's first shard, so a micro-batch applied again replaces it)."""
-        parts = []
-        for value, error in dead:
-            rows = data.filter(pc.equal(data.column(shape.commit), value)) if shape.commit else data
-            n = rows.num_rows
-            rows = rows.append_column("_ivm_batch_id", pa.array(np.full(n, batch_id, np.int64)))
-            parts.append(rows.append_column("_ivm_error", pa.array([str(error)] * n, pa.string())))
-        makedirs(self.dead_letters)
-        pq.write_table(pa.concat_tables(parts), join(self.dead_letters, _diff_file(batch_id, part)))
+        _keep_by_shard(join(_batch_dir(self.state, batch_id), _HELD_ROWS), rows, shard, hosted)
 
 
 class _Refused(Exception):
@@ -719,6 +706,19 @@ def _hosted_rows(path: str, hosted: range, schema: pa.Schema | None = None) -> p
     )
     data = data.drop_columns([_SHARD])
     return data if schema is None or data.num_rows else schema.empty_table()
+
+
+def _keep_by_shard(path: str, data: pa.Table, shard: np.ndarray, hosted: range, sync: bool = True) -> None:
+    """Write the rows of ``data`` under ``path``, a folder per shard of ``hosted`` that has some (``shard``:
+    each row's), as ``_hosted_rows`` reads them."""
+    for k in hosted:
+        mine = np.flatnonzero(shard == k)
+        if len(mine):
+            folder = join(path, f"{_SHARD}={k}")
+            makedirs(folder)
+            buf = pa.BufferOutputStream()
+            pq.write_table(data.take(pa.array(mine)), buf)
+            write_bytes(buf.getvalue(), join(folder, "rows.parquet"), sync=sync)
 
 
 def _exists(path: str) -> bool:
