@@ -43,6 +43,7 @@ __all__ = [
     "attach_mutually_recursive",
     "query_sql",
     "translate_recursive",
+    "with_key",
 ]
 
 DEFAULT_RECURSION_LIMIT = 10_000
@@ -92,6 +93,11 @@ def attach_mutually_recursive(statements: list[exp.Expression], specs: dict[int,
             start = first.this.meta.get("start") if first is not None else None
             if start in specs:
                 with_.meta["ivm_mutual"] = specs[start]
+
+
+def with_key(query: exp.Expression) -> str:
+    """The name of the argument holding a query's WITH clause (sqlglot's versions spell it differently)."""
+    return "with_" if "with_" in query.args else "with"
 
 
 def query_sql(query: exp.Expression) -> str:
@@ -274,8 +280,7 @@ class _Bound:
 
 def translate_recursive(tree: exp.Expression, catalog, translate: Translate) -> Plan:
     """The plan of a query whose top-level WITH is recursive; ``translate`` translates its other parts."""
-    key = "with_" if "with_" in tree.args else "with"
-    with_ = tree.args[key]
+    with_ = tree.args[with_key(tree)]
     bound = _Bound(catalog)
     spec = with_.meta.get("ivm_mutual")
     if spec is not None:
@@ -283,7 +288,7 @@ def translate_recursive(tree: exp.Expression, catalog, translate: Translate) -> 
     else:
         _standard(with_, bound, translate)
     rest = tree.copy()
-    rest.set(key, None)
+    rest.set(with_key(tree), None)
     return translate(rest, bound)
 
 

@@ -44,7 +44,7 @@ from sql.logical import (
     UnionAll,
     Values,
 )
-from sql.recursive import translate_recursive
+from sql.recursive import translate_recursive, with_key
 from sql.scalar import NULL_TYPE, boolean, coerce, common_type, translate_scalar, value_refused
 from sql.types import BOOL, INT, TEXT, SqlType
 from sql.windows import check_no_windows, check_placement, is_window_function, translate_windows
@@ -223,8 +223,8 @@ class _WithCatalog:
 
 
 def _query(node: exp.Expression, catalog: Catalog) -> Plan:
-    with_key = "with_" if "with_" in node.args else "with"
-    with_ = node.args.get(with_key)
+    key = with_key(node)
+    with_ = node.args.get(key)
     if with_ is not None:
         if with_.args.get("recursive"):
             raise error_at(
@@ -237,7 +237,7 @@ def _query(node: exp.Expression, catalog: Catalog) -> Plan:
         for cte in with_.expressions:
             ctes[cte.alias_or_name] = _query(cte.this, scoped)
         node = node.copy()
-        node.set(with_key, None)
+        node.set(key, None)
         catalog = scoped
     if isinstance(node, exp.Subquery):
         return _query(node.this, catalog)

@@ -47,7 +47,7 @@ from sql.dependencies import (
 )
 from sql.errors import SqlError, error_at
 from sql.logical import Column, Plan, Scan, children
-from sql.recursive import query_sql
+from sql.recursive import query_sql, with_key
 
 if TYPE_CHECKING:
     from ivm.db.connection import Connection
@@ -942,7 +942,7 @@ def _rename_view_column(db: Connection, stmt: exp.Alter, name: str, action: exp.
 def _unnamed(query: exp.Expression, name: str) -> exp.Expression:
     """A view's query without the renaming of its columns that ``ddl.renamed_columns`` put around it, if it
     has one (so that renaming again does not nest)."""
-    key = "with_" if "with_" in query.args else "with"
+    key = with_key(query)
     source = query.args.get("from_") or query.args.get("from")
     inner = source.this if source is not None else None
     own = (

@@ -26,7 +26,7 @@ from sql.datetimes import statement_now, statement_time
 from sql.ddl import table_from_create, table_sql
 from sql.errors import SqlError, error_at
 from sql.logical import Call, Column, Plan, Scan
-from sql.recursive import query_sql
+from sql.recursive import query_sql, with_key
 from sql.scalar import NULL_TYPE, boolean, translate_scalar
 from sql.types import TEXT, domain_of
 
@@ -350,7 +350,7 @@ def renamed_columns(query: exp.Expression, alias: str, names: list[str]) -> exp.
     """``query`` with its first output columns named ``names`` in order: ``SELECT * FROM (query) AS
     alias(names)``, its WITH clause kept in front (a recursive one must come first)."""
     body = query.copy()
-    key = "with_" if "with_" in body.args else "with"
+    key = with_key(body)
     with_ = body.args.get(key)
     body.set(key, None)
     columns = [exp.to_identifier(n, quoted=True) for n in names]
