@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ivm
+from ivm.engine.operators import ordered
 from ivm.engine.operators.window import Bound, Call, Frame, Window
 from tests.ivm.test_properties import I64, SETTINGS, Check, Multiset, _add, _approx, _groups, drive, histories
 
@@ -168,6 +169,18 @@ def test_window_functions_equal_a_recompute(history):
             )
         )
     drive(engine, [x], checks, history)
+
+
+def test_window_functions_in_slices_equal_a_recompute():
+    """The same with blocks of two rows and every partition past two rows recomputed in slices (see
+    ``ivm.engine.operators.ordered``): each change reaches only the rows its functions' frames say, the rest
+    keep the values emitted before."""
+    saved = ordered.CAP, ordered.BIG
+    ordered.CAP, ordered.BIG = 2, 2
+    try:
+        test_window_functions_equal_a_recompute()
+    finally:
+        ordered.CAP, ordered.BIG = saved
 
 
 def test_ntile_splits_as_postgresql():

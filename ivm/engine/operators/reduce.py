@@ -31,8 +31,10 @@ import numpy as np
 from ivm.engine.batch import Batch, group_starts, key_hash, lexsort, sort_groups, sort_keys
 from ivm.engine.operators import exact
 from ivm.engine.operators.arrange import ArrangeOp
+from ivm.engine.operators.ordered import OrderedWindow
 from ivm.engine.operators.reducers import Aggregate, Groups, Reducer, Shared
 from ivm.engine.operators.running import RunningStates
+from ivm.engine.operators.window import Window
 from ivm.engine.scope import Operator, Point, Scope, split_by_point
 from ivm.engine.trace import Spine, TraceBatch
 from ivm.engine.trace.batch import expand_ranges, identity_hash
@@ -129,6 +131,10 @@ class ReduceOp(Operator):
             self.state = RunningStates(key_dtypes, state_dtypes, wide=2 * len(self.wide_layout))
         elif trace is None:
             raise ValueError("only a linear aggregate outside loops reduces a collection that is not arranged")
+        # window functions outside loops keep their rows in order, and recompute only the rows a change reaches
+        self.ordered: OrderedWindow | None = None
+        if isinstance(reducer, Window) and scope.dim == 1:
+            self.ordered = OrderedWindow(reducer, self.nkey, in_dtypes)
 
     def pending_points(self):
         yield from super().pending_points()
@@ -142,6 +148,7 @@ class ReduceOp(Operator):
             self.error_handle = None
         self.output.release()
         self.state = None
+        self.ordered = None
 
     def make_error_trace(self) -> Spine:
         """The trace of the errors emitted, keyed as the output, with the error's code as its one value (made
@@ -165,8 +172,10 @@ class ReduceOp(Operator):
 
     @property
     def state_bytes(self) -> int:
-        """Bytes of the running states (held outside any trace)."""
-        return 0 if self.state is None else self.state.nbytes
+        """Bytes of the running states and ordered window rows (held outside any trace)."""
+        return (0 if self.state is None else self.state.nbytes) + (
+            0 if self.ordered is None else self.ordered.nbytes
+        )
 
     def run(self, point: Point) -> None:
         deltas = self.input.take(point)
@@ -197,6 +206,16 @@ class ReduceOp(Operator):
             self.latest = max(self.latest, int(np.maximum.reduce(epochs)))
 
     def _run(self, point: Point, deltas: list, pending: list) -> None:
+        if self.ordered is not None:
+            if not self.ordered.loaded:  # (the output's arrangement may have been loaded from a checkpoint)
+                batches = [b.updates for b in self.output.trace.batches()]
+                self.ordered.load(Batch.concat(batches) if batches else Batch.empty(self.output.dtypes))
+            out = self.ordered.apply(
+                Batch.concat([d.updates if isinstance(d, TraceBatch) else d for d in deltas])
+            )
+            if out is not None:
+                self.output.insert(out)
+            return
         if self.state is not None:
             out = self._evaluate_linear(
                 Batch.concat([d.updates if isinstance(d, TraceBatch) else d for d in deltas])

@@ -124,13 +124,39 @@ class Window:
         s = _Sorted(g.group[rows], [k[rows] for k in order_keys])
         cols = tuple(c[rows] for c in g.columns)
         valid = tuple(None if m is None else m[rows] for m in g.valid)
+        out_cols, out_valid = self._evaluate(s, cols, valid)
+        return s.gid, cols + out_cols, valid + out_valid, np.ones(n, dtype=np.int64)
+
+    def evaluate_sorted(
+        self,
+        gid: np.ndarray,
+        cols: tuple,
+        valid: tuple,
+        base: np.ndarray,
+        size: np.ndarray,
+        keys: list | None = None,
+    ) -> tuple[tuple[np.ndarray, ...], tuple[Mask, ...]]:
+        """The calls' values for rows already in order (value columns ``cols``), each run of equal ``gid`` a
+        slice of one partition: run ``i`` starts at the partition's row ``base[i]``, which holds ``size[i]``
+        rows. A slice gives right values for the rows whose frames, peers and offsets lie within it (or
+        beyond the partition's end where it ends the partition); see ``ivm.engine.operators.ordered``. ``keys``:
+        the rows' ``_order_keys``, when at hand."""
+        if not len(gid):
+            dtypes = self.out_dtypes([c.dtype for c in cols])[len(cols) :]
+            return tuple(np.zeros(0, dtype=d) for d in dtypes), (None,) * len(dtypes)
+        s = _Sorted(gid, self._order_keys(cols, valid) if keys is None else keys, base, size)
+        return self._evaluate(s, cols, valid)
+
+    def _evaluate(
+        self, s: _Sorted, cols: tuple, valid: tuple
+    ) -> tuple[tuple[np.ndarray, ...], tuple[Mask, ...]]:
         out_cols: list[np.ndarray] = []
         out_valid: list[Mask] = []
         for c in self.calls:
             value, mask = self._call(c, s, cols, valid)
             out_cols.append(value)
             out_valid.append(mask)
-        return s.gid, cols + tuple(out_cols), valid + tuple(out_valid), np.ones(n, dtype=np.int64)
+        return tuple(out_cols), tuple(out_valid)
 
     def _empty(self, g: Groups) -> tuple[np.ndarray, ...]:
         dtypes = self.out_dtypes([c.dtype for c in g.columns])[len(g.columns) :]
@@ -155,14 +181,14 @@ class Window:
         if f == "row_number":
             return s.pos + 1, None
         if f == "rank":
-            return s.peer_start - s.first + 1, None
+            return s.peer_start - s.first + s.base + 1, None
         if f == "dense_rank":
             return s.peer_id - s.peer_id[s.first] + 1, None
         if f == "percent_rank":
-            rank = s.peer_start - s.first
+            rank = s.peer_start - s.first + s.base
             return np.where(s.size > 1, rank / np.maximum(s.size - 1, 1), 0.0), None
         if f == "cume_dist":
-            return (s.peer_end - s.first) / s.size, None
+            return (s.peer_end - s.first + s.base) / s.size, None
         if f == "ntile":
             return _ntile(s.pos, s.size, int(c.param)), None
         if f in OFFSET:
@@ -202,9 +228,17 @@ class Window:
 
 
 class _Sorted:
-    """The sorted rows of the partitions being computed: per row, its partition's bounds and its peers'."""
+    """The sorted rows of the partitions being computed: per row, its partition's bounds and its peers'. With
+    ``base`` and ``size`` (per run of equal ``gid``), a run is a slice of a partition: ``first`` and ``last``
+    are the slice's bounds, ``pos`` and ``size`` the partition's."""
 
-    def __init__(self, gid: np.ndarray, keys: list[np.ndarray]) -> None:
+    def __init__(
+        self,
+        gid: np.ndarray,
+        keys: list[np.ndarray],
+        base: np.ndarray | None = None,
+        size: np.ndarray | None = None,
+    ) -> None:
         n = len(gid)
         self.gid = gid
         self.index = np.arange(n)
@@ -216,8 +250,9 @@ class _Sorted:
         ends = np.append(starts[1:], n)
         self.first = starts[self.pid]
         self.last = ends[self.pid]
-        self.size = self.last - self.first
-        self.pos = self.index - self.first
+        self.size = self.last - self.first if size is None else size[self.pid]
+        self.base = 0 if base is None else base[self.pid]  # the partition's rows before the slice
+        self.pos = self.index - self.first + self.base
         peer = new.copy()
         for k in keys:
             peer[1:] |= k[1:] != k[:-1]
@@ -386,7 +421,7 @@ def _frame_extreme(
     key = rank if m is None else np.where(m, rank, -1)  # -1: no value
     empty = fe <= fs
     if (fs == s.first).all() and (fe == s.last).all():
-        best = np.maximum.reduceat(key, np.flatnonzero(s.pos == 0))[s.pid]
+        best = np.maximum.reduceat(key, np.flatnonzero(s.index == s.first))[s.pid]
     elif (fs == s.first).all():
         best = _running_max(key, s.pid)[np.maximum(fe - 1, 0)] - _lift(key, s.pid)
     elif (fe == s.last).all():
