@@ -450,19 +450,21 @@ class OrderedWindow:
         b = b.take(order)
         self.rows.splice([(0, 0)], list(b.columns), list(b.valid), h[order], [len(b)])
 
-    def apply(self, delta: Batch) -> Batch | None:
-        """The output updates for input updates ``delta`` (every epoch of it, in order)."""
+    def apply(self, delta: Batch, consolidated: bool = False) -> Batch | None:
+        """The output updates for input updates ``delta`` (every epoch of it, in order; ``consolidated``: its
+        equal rows at equal times summed already)."""
         epochs = delta.times[:, 0]
         if not len(delta):
             return None
         if np.count_nonzero(epochs != epochs[0]) == 0:
-            return self._apply(delta, int(epochs[0]))
-        outs = [self._apply(delta.take(epochs == e), int(e)) for e in np.unique(epochs).tolist()]
+            return self._apply(delta if consolidated else consolidate(delta)[0], int(epochs[0]))
+        outs = [
+            self._apply(consolidate(delta.take(epochs == e))[0], int(e)) for e in np.unique(epochs).tolist()
+        ]
         outs = [o for o in outs if o is not None]
         return Batch.concat(outs) if outs else None
 
-    def _apply(self, delta: Batch, epoch: int) -> Batch | None:
-        d, _ = consolidate(delta)
+    def _apply(self, d: Batch, epoch: int) -> Batch | None:
         if not len(d):
             return None
         k = self.nkey
@@ -472,24 +474,32 @@ class OrderedWindow:
         lo, hi = self.rows.hash_ranges(uh)
         # segments, in order: rows [sa, sb), the rows the changes reach [ra, rb), the place in its partition of
         # the segment's first row (after the changes before it) and the partition's size (-1: the segment is
-        # its partitions, whole); and the segment of each change
-        segs: list[tuple[int, int, int, int, int, int]] = []
-        seg_of = np.zeros(len(d), dtype=np.int64)
-        big = set() if self.reach.whole else set(np.flatnonzero(hi - lo > BIG).tolist())
-        for i in range(len(uh)):
-            f, end = int(lo[i]), int(hi[i])
-            sel = np.flatnonzero(part_of == i) if len(uh) > 1 else np.arange(len(d))
-            found = self._slice(f, end, d, sel) if i in big else None
-            if found is None:
-                seg_of[sel] = len(segs)
-                segs.append((f, end, f, end, 0, -1))
-                continue
-            cuts, parts = found
-            size = end - f + int(d.diffs[sel].sum())
-            for c, (sa, sb, ra, rb, before) in enumerate(parts):
-                seg_of[sel[cuts == c]] = len(segs)
-                segs.append((sa, sb, ra, rb, sa - f + before, size))
-        sa, sb, ra, rb, base, size = (np.array(c, dtype=np.int64) for c in zip(*segs, strict=True))
+        # its partitions, whole); one per partition, or the slices of a large one
+        per = np.ones(len(uh), dtype=np.int64)
+        sliced = {}
+        big = [] if self.reach.whole else np.flatnonzero(hi - lo > BIG).tolist()
+        if big:
+            by_part = np.argsort(part_of, kind="stable")
+            first = np.searchsorted(part_of[by_part], np.arange(len(uh) + 1))
+            for i in big:
+                sel = by_part[first[i] : first[i + 1]]
+                found = self._slice(int(lo[i]), int(hi[i]), d, sel)
+                if found is not None:
+                    sliced[i] = (sel, *found)
+                    per[i] = len(found[1])
+        at = np.concatenate(([0], np.cumsum(per)[:-1]))
+        seg_of = at[part_of]
+        sa, sb = np.repeat(lo, per), np.repeat(hi, per)
+        ra, rb = sa.copy(), sb.copy()
+        base = np.zeros(len(sa), dtype=np.int64)
+        size = np.full(len(sa), -1, dtype=np.int64)
+        for i, (sel, cuts, parts) in sliced.items():
+            seg_of[sel] += cuts
+            f = int(lo[i])
+            for c, (a, b, x, y, before) in enumerate(parts):
+                sa[at[i] + c], sb[at[i] + c], ra[at[i] + c], rb[at[i] + c] = a, b, x, y
+                base[at[i] + c] = a - f + before
+                size[at[i] + c] = int(hi[i]) - f + int(d.diffs[sel].sum())
         return self._recompute(d, h, seg_of, sa, sb, ra, rb, base, size, epoch)
 
     def _slice(self, f: int, end: int, d: Batch, sel: np.ndarray):

@@ -210,8 +210,9 @@ class ReduceOp(Operator):
             if not self.ordered.loaded:  # (the output's arrangement may have been loaded from a checkpoint)
                 batches = [b.updates for b in self.output.trace.batches()]
                 self.ordered.load(Batch.concat(batches) if batches else Batch.empty(self.output.dtypes))
+            whole = len(deltas) == 1 and isinstance(deltas[0], TraceBatch)  # a trace's batch is consolidated
             out = self.ordered.apply(
-                Batch.concat([d.updates if isinstance(d, TraceBatch) else d for d in deltas])
+                Batch.concat([d.updates if isinstance(d, TraceBatch) else d for d in deltas]), whole
             )
             if out is not None:
                 self.output.insert(out)
