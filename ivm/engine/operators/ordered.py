@@ -10,7 +10,9 @@ A change to a partition of at most ``BIG`` rows recomputes it whole, all such pa
 In a larger one, the calls' frames say how far a change reaches (``reach``): ``ROW_NUMBER`` and ``RANK``
 from the change to the partition's end, ``LAG``/``LEAD`` and ``ROWS`` frames of bounded offsets a few rows
 around it, ``RANGE`` frames of ``CURRENT ROW`` its peers, while ``DENSE_RANK``, ``PERCENT_RANK``,
-``CUME_DIST``, ``NTILE`` and ``RANGE`` offsets reach the whole partition. Only the slice holding the rows
+``CUME_DIST``, ``NTILE`` and ``RANGE`` offsets reach the whole partition. A frame from ``UNBOUNDED PRECEDING``
+to the row reaches every row after a change but reads, for COUNT, SUM, MIN, MAX, FIRST_VALUE and LAST_VALUE,
+only the slice and the value emitted for the row before it (``anchored``). Only the slice holding the rows
 reached, and what their values read, is taken out, merged with the change, computed and put back; the
 values of the rows reached are compared with those emitted, and only what differs goes out. Appending to
 a long ordered partition (``LAG`` over a time series, a moving average over ``ROWS`` frames, ``ROW_NUMBER``)
@@ -72,8 +74,38 @@ def _offset(b: Bound, is_start: bool) -> int:
     return int(b.offset) if b.kind == "following" else -int(b.offset)
 
 
-def _call_reach(c: Call) -> Reach:
+# functions over frames from the partition's start that a slice computes from the value of the row before it
+# (its anchor, which no change reaches), and how: the anchor's count added, or the anchor's value put in as a
+# row of its own at the slice's start (SUM of integers and decimals, MIN, MAX, FIRST_VALUE), or neither
+# (LAST_VALUE reads the frame's end alone)
+_ADDED = ("count_star", "count")
+_AS_ROW = ("sum", "min", "max", "first_value")
+_ANCHORED = _ADDED + _AS_ROW + ("last_value",)
+
+
+def anchored(c: Call, dtype: np.dtype) -> bool:
+    """Whether a slice computes ``c`` (over values of ``dtype``) from its anchor's value (see ``_ANCHORED``):
+    a frame from UNBOUNDED PRECEDING to the row (or its peers: the anchor's frame ends where the slice starts);
+    not a SUM of doubles, whose anchor holds a rounded sum."""
+    if c.func not in _ANCHORED or c.frame.start.kind != "unbounded":
+        return False
+    if c.func == "sum" and np.dtype(dtype).kind == "f":
+        return False
+    end = c.frame.end
+    return (
+        end.kind != "unbounded"
+        and (c.frame.mode == "range" or _offset(end, False) == 0)
+        and (c.frame.mode == "rows" or end.kind == "current")
+    )
+
+
+def _call_reach(c: Call, dtype: np.dtype | None = None) -> Reach:
     f = c.func
+    if dtype is not None and anchored(c, dtype):
+        # a change reaches every row after it; a row reads its frame's end and the anchor
+        if c.frame.mode == "rows":
+            return Reach(before=1, after=_INF, still_after=_INF)
+        return Reach(after=_INF, still_after=_INF, peer_lo=True, align_lo=True, align_hi=True)
     if f == "row_number":
         return Reach(after=_INF)
     if f == "rank":
@@ -114,9 +146,13 @@ def _call_reach(c: Call) -> Reach:
     )
 
 
-def reach(window: Window) -> Reach:
-    """The reach of all of a window's calls together."""
-    parts = [_call_reach(c) for c in window.calls]
+def reach(window: Window, dtypes: tuple | None = None) -> Reach:
+    """The reach of all of a window's calls together (over value columns of ``dtypes``, when known: see
+    ``anchored``)."""
+    parts = [
+        _call_reach(c, None if dtypes is None else np.dtype(np.int64) if c.arg is None else dtypes[c.arg])
+        for c in window.calls
+    ]
     if any(r.whole for r in parts):
         return _WHOLE
     return Reach(
@@ -371,7 +407,15 @@ class OrderedWindow:
         out = window.out_dtypes([np.dtype(d) for d in in_dtypes[nkey:]])
         self.out_dtypes = [np.dtype(d) for d in in_dtypes] + list(out[self.nin - nkey :])
         self.rows = _Blocks(self.out_dtypes)
-        self.reach = reach(window)
+        values = tuple(np.dtype(d) for d in in_dtypes[nkey:])
+        self.reach = reach(window, values)
+        # the calls computed from their slice's anchor
+        self.anchored = [
+            i
+            for i, c in enumerate(window.calls)
+            if anchored(c, np.dtype(np.int64) if c.arg is None else values[c.arg])
+        ]
+        self.alone = {i: Window(window.order, (window.calls[i],)) for i in self.anchored}
         self.loaded = False  # whether the rows were taken from the output's arrangement (see ``load``)
 
     @property
@@ -500,7 +544,8 @@ class OrderedWindow:
                 sa[at[i] + c], sb[at[i] + c], ra[at[i] + c], rb[at[i] + c] = a, b, x, y
                 base[at[i] + c] = a - f + before
                 size[at[i] + c] = int(hi[i]) - f + int(d.diffs[sel].sum())
-        return self._recompute(d, h, seg_of, sa, sb, ra, rb, base, size, epoch)
+        anchor = np.where(sa > np.repeat(lo, per), sa - 1, -1)  # the row before a slice inside its partition
+        return self._recompute(d, h, seg_of, sa, sb, ra, rb, base, size, anchor, epoch)
 
     def _slice(self, f: int, end: int, d: Batch, sel: np.ndarray):
         """For changes ``d[sel]`` to the partition at ``[f, end)`` (larger than ``BIG``): the slices to compute,
@@ -577,7 +622,7 @@ class OrderedWindow:
         cuts[order] = which
         return cuts, parts
 
-    def _recompute(self, d, h, seg_of, sa, sb, ra, rb, base, size, epoch) -> Batch | None:
+    def _recompute(self, d, h, seg_of, sa, sb, ra, rb, base, size, anchor, epoch) -> Batch | None:
         """Merge each segment's rows with its changes, compute them, emit what differs and put them back."""
         nin, nseg = self.nin, len(sa)
         lengths = sb - sa
@@ -627,9 +672,22 @@ class OrderedWindow:
         gsize = np.where(size[gseg] >= 0, size[gseg], natural)
         vcols = tuple(ucols[j][src] for j in range(self.nkey, nin))
         vvalid = tuple(None if m is None else m[src] for m in uvalid[self.nkey : nin])
-        new_cols, new_valid = self.window.evaluate_sorted(
-            gid, vcols, vvalid, base[gseg], gsize, [k[src] for k in uorder]
-        )
+        okeys = [k[src] for k in uorder]
+        new_cols, new_valid = self.window.evaluate_sorted(gid, vcols, vvalid, base[gseg], gsize, okeys)
+        if self.anchored and np.count_nonzero(anchor >= 0):
+            new_cols, new_valid = self._from_anchors(
+                anchor,
+                sseg,
+                nseg_new,
+                gid,
+                vcols,
+                vvalid,
+                okeys,
+                base[gseg],
+                gsize,
+                list(new_cols),
+                list(new_valid),
+            )
         # the rows the changes reach, by their place in their segment
         seg_first = np.concatenate(([0], np.cumsum(nseg_new)[:-1]))
         j = np.arange(len(src)) - seg_first[sseg]
@@ -691,6 +749,59 @@ class OrderedWindow:
             return None
         diffs = np.concatenate((-np.ones(len(minus_src), dtype=np.int64), np.ones(len(plus), dtype=np.int64)))
         return Batch.build(out_cols, out_valid, np.full((nm_out, 1), epoch, dtype=np.int64), diffs)
+
+    def _from_anchors(self, anchor, sseg, counts, gid, vcols, vvalid, okeys, base, size, new_cols, new_valid):
+        """The anchored calls' values (see ``anchored``) in the slices that start inside their partitions, from
+        the values of the rows before them (``anchor``, per segment; -1 for none)."""
+        held = np.flatnonzero((anchor >= 0) & (counts > 0))
+        if not len(held):
+            return tuple(new_cols), tuple(new_valid)
+        acols, avalid, _ = self.rows.take(anchor[held])
+        firsts = np.concatenate(([0], np.cumsum(counts)[:-1]))[held]  # each such slice's first new row
+        per_row = np.full(len(counts), -1, dtype=np.int64)
+        per_row[held] = np.arange(len(held))
+        row_anchor = per_row[sseg]  # the anchor of each new row (-1: none)
+        inside = np.flatnonzero(row_anchor >= 0)
+        for i in self.anchored:
+            c = self.window.calls[i]
+            value, mask = acols[self.nin + i], avalid[self.nin + i]
+            if c.func in _ADDED:
+                new_cols[i] = new_cols[i].copy()
+                new_cols[i][inside] += value[row_anchor[inside]]
+                continue
+            if c.func == "last_value":
+                continue
+            # the anchor's value as a row of its own before each slice's first row, then taken out again
+            at = firsts
+            cols = list(vcols)
+            valid = list(vvalid)
+            if c.func == "sum":  # the anchor's sum may need more bits than the values
+                cols[c.arg] = cols[c.arg].astype(value.dtype)
+            for j in range(len(cols)):
+                put = value if j == c.arg else cols[j][at]
+                cols[j] = np.insert(cols[j], at, put)
+                m = valid[j]
+                pm = (np.ones(len(at), dtype=bool) if mask is None else mask) if j == c.arg else None
+                if m is not None or pm is not None:
+                    m = np.ones(len(vcols[j]), dtype=bool) if m is None else m
+                    pm = m[at] if pm is None else pm
+                    valid[j] = np.insert(m, at, pm)
+            keys = [np.insert(k, at, k[at]) for k in okeys]
+            keys.append(np.insert(np.zeros(len(gid), dtype=np.int64), at, 1))  # no peer of the row after it
+            g = np.insert(gid, at, gid[at])
+            out, out_valid = self.alone[i].evaluate_sorted(
+                g,
+                tuple(cols),
+                tuple(valid),
+                base,
+                size,
+                keys,  # (per run of rows: the runs are the same)
+            )
+            real = np.ones(len(g), dtype=bool)
+            real[at + np.arange(len(at))] = False
+            new_cols[i] = out[0][real]
+            new_valid[i] = None if out_valid[0] is None else out_valid[0][real]
+        return tuple(new_cols), tuple(new_valid)
 
 
 def _at(m: Mask, idx: np.ndarray) -> Mask:
