@@ -410,3 +410,37 @@ def test_windows_computed_in_slices_go_on_from_a_checkpoint(tmp_path, monkeypatc
             got = db.execute(f"SELECT * FROM {name}").fetchall()
             assert same_rows(got, duck.execute(q).fetchall()), (step, name, q)
     db.close()
+
+
+def test_running_aggregates_in_a_long_partition_take_the_value_before_the_slice(monkeypatch):
+    """Frames from UNBOUNDED PRECEDING to the row, in a partition of 400 rows: a row appended computes a few
+    rows, from the value emitted for the row before them; a SUM whose rows in the slice alone pass 64 bits,
+    but not with the rows before, does not fail (its frame is summed whole, the row before standing for the
+    rows before)."""
+    monkeypatch.setattr(ordered, "CAP", 4)
+    monkeypatch.setattr(ordered, "BIG", 6)
+    db, duck = ivm.connect(), duckdb.connect()
+    big = 1 << 62
+    for con in (db, duck):
+        con.execute("CREATE TABLE s (id BIGINT PRIMARY KEY, x BIGINT, t TEXT)")
+        con.execute(
+            "INSERT INTO s VALUES "
+            + ", ".join(f"({i}, {-big if i < 2 else i}, '{'abcde'[i % 5]}')" for i in range(400))
+        )
+    q = (
+        "SELECT id, SUM(x) OVER (ORDER BY id) AS a, COUNT(*) OVER (ORDER BY id) AS b, "
+        "MAX(t) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING) AS c, FIRST_VALUE(x) OVER (ORDER BY id) AS d, "
+        "MIN(x) OVER (ORDER BY x RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS e FROM s"
+    )
+    db.execute(f"CREATE VIEW v AS {q}")
+    for stmt, most in [
+        (f"INSERT INTO s VALUES (500, {big + (big >> 1)}, 'a'), (501, {big + (big >> 1)}, 'zz')", 80),
+        ("INSERT INTO s VALUES (502, 1000, 'b')", 80),
+        ("DELETE FROM s WHERE id = 501", 80),
+        ("UPDATE s SET x = 201 WHERE id = 200", 6 * 210),  # every row after it: five running values change
+    ]:
+        with _computed_rows() as seen:
+            db.execute(stmt)
+        duck.execute(stmt)
+        assert 0 < sum(seen) <= most, (stmt, seen)
+        assert same_rows(db.execute("SELECT * FROM v").fetchall(), duck.execute(q).fetchall()), stmt

@@ -416,6 +416,10 @@ class OrderedWindow:
             if anchored(c, np.dtype(np.int64) if c.arg is None else values[c.arg])
         ]
         self.alone = {i: Window(window.order, (window.calls[i],)) for i in self.anchored}
+        # and the other calls, computed on the slices as they are (a SUM of a slice alone may pass 64 bits)
+        self.as_row = [i for i in self.anchored if window.calls[i].func in _AS_ROW]
+        self.rest = [i for i in range(len(window.calls)) if i not in self.as_row]
+        self.rest_window = Window(window.order, tuple(window.calls[i] for i in self.rest))
         self.loaded = False  # whether the rows were taken from the output's arrangement (see ``load``)
 
     @property
@@ -673,7 +677,13 @@ class OrderedWindow:
         vcols = tuple(ucols[j][src] for j in range(self.nkey, nin))
         vvalid = tuple(None if m is None else m[src] for m in uvalid[self.nkey : nin])
         okeys = [k[src] for k in uorder]
-        new_cols, new_valid = self.window.evaluate_sorted(gid, vcols, vvalid, base[gseg], gsize, okeys)
+        if self.as_row and np.count_nonzero(anchor >= 0):
+            rest, rest_valid = self.rest_window.evaluate_sorted(gid, vcols, vvalid, base[gseg], gsize, okeys)
+            new_cols, new_valid = [None] * len(self.window.calls), [None] * len(self.window.calls)
+            for i, c, m in zip(self.rest, rest, rest_valid, strict=True):
+                new_cols[i], new_valid[i] = c, m
+        else:
+            new_cols, new_valid = self.window.evaluate_sorted(gid, vcols, vvalid, base[gseg], gsize, okeys)
         if self.anchored and np.count_nonzero(anchor >= 0):
             new_cols, new_valid = self._from_anchors(
                 anchor,
