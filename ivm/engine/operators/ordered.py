@@ -26,6 +26,7 @@ output's arrangement when the operator starts on a loaded one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -628,76 +629,13 @@ class OrderedWindow:
 
     def _recompute(self, d, h, seg_of, sa, sb, ra, rb, base, size, anchor, epoch) -> Batch | None:
         """Merge each segment's rows with its changes, compute them, emit what differs and put them back."""
-        nin, nseg = self.nin, len(sa)
-        lengths = sb - sa
-        pos = np.repeat(sa - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths) + np.arange(lengths.sum())
-        ocols, ovalid, ohash = self.rows.take(pos)
-        no = len(pos)
-        oseg = np.repeat(np.arange(nseg), lengths)
-        # old copies and the changes, in order: the copies of a row first, then its change
-        nd = len(d)
-        ucols = [np.concatenate((ocols[j], d.columns[j])) for j in range(nin)]
-        uvalid = [_cat_masks([ovalid[j], d.valid[j]], [no, nd]) for j in range(nin)]
-        uhash = np.concatenate((ohash, h))
-        useg = np.concatenate((oseg, seg_of))
-        flag = np.concatenate((np.zeros(no, dtype=np.int64), np.ones(nd, dtype=np.int64)))
-        uorder = self.window._order_keys(tuple(ucols[self.nkey :]), tuple(uvalid[self.nkey :]))
-        order, starts = _sort_with_groups([useg, *self._keys(ucols, uvalid, uhash, True, uorder)], flag)
-        # per run of copies of one row: the old copies, the change, and how many copies there are now
-        is_old = order < no
-        run = np.cumsum(starts) - 1
-        run_start = np.flatnonzero(starts)
-        nold = np.add.reduceat(is_old.astype(np.int64), run_start)
-        change = np.zeros(len(run_start), dtype=np.int64)
-        at = np.flatnonzero(~is_old)
-        change[run[at]] = d.diffs[order[at] - no]
-        now = nold + change
-        if np.count_nonzero(now < 0):
-            raise ValueError("a window's input holds a row a negative number of times")
-        rank = np.arange(len(order)) - run_start[run]
-        copies = (is_old & (rank < now[run])).astype(np.int64)
-        copies[at] = np.maximum(now[run[at]] - nold[run[at]], 0)
-        gone = order[np.flatnonzero(is_old & (copies == 0))]
-        src = np.repeat(order, copies)  # the new rows, in order: indices into the union
-        kept_old = src < no
-        # compute the segments' new rows
-        nseg_new = np.bincount(useg[src], minlength=nseg)
-        pk = sort_keys(
-            [c[src] for c in ucols[: self.nkey]],
-            [None if m is None else m[src] for m in uvalid[: self.nkey]],
-            None,
-            False,
-        )
-        sseg = useg[src]
-        gid_start = group_starts([sseg, *pk], len(src))
-        gid = np.cumsum(gid_start) - 1
-        gseg = sseg[gid_start]
-        natural = np.diff(np.append(np.flatnonzero(gid_start), len(src)))
-        gsize = np.where(size[gseg] >= 0, size[gseg], natural)
-        vcols = tuple(ucols[j][src] for j in range(self.nkey, nin))
-        vvalid = tuple(None if m is None else m[src] for m in uvalid[self.nkey : nin])
-        okeys = [k[src] for k in uorder]
-        if self.as_row and np.count_nonzero(anchor >= 0):
-            rest, rest_valid = self.rest_window.evaluate_sorted(gid, vcols, vvalid, base[gseg], gsize, okeys)
-            new_cols, new_valid = [None] * len(self.window.calls), [None] * len(self.window.calls)
-            for i, c, m in zip(self.rest, rest, rest_valid, strict=True):
-                new_cols[i], new_valid[i] = c, m
-        else:
-            new_cols, new_valid = self.window.evaluate_sorted(gid, vcols, vvalid, base[gseg], gsize, okeys)
-        if self.anchored and np.count_nonzero(anchor >= 0):
-            new_cols, new_valid = self._from_anchors(
-                anchor,
-                sseg,
-                nseg_new,
-                gid,
-                vcols,
-                vvalid,
-                okeys,
-                base[gseg],
-                gsize,
-                list(new_cols),
-                list(new_valid),
-            )
+        nin = self.nin
+        mg = self._merge(d, h, seg_of, sa, sb)
+        ocols, ovalid, ucols, uvalid, src, gone = mg.ocols, mg.ovalid, mg.ucols, mg.uvalid, mg.src, mg.gone
+        kept_old = src < len(ocols[0])
+        sseg = mg.useg[src]
+        nseg_new = np.bincount(sseg, minlength=len(sa))
+        new_cols, new_valid = self._compute(mg, sseg, nseg_new, base, size, anchor)
         # the rows the changes reach, by their place in their segment
         seg_first = np.concatenate(([0], np.cumsum(nseg_new)[:-1]))
         j = np.arange(len(src)) - seg_first[sseg]
@@ -753,12 +691,74 @@ class OrderedWindow:
             keep_cols.append(value)
             keep_valid.append(mask)
         self.rows.splice(
-            list(zip(sa.tolist(), sb.tolist(), strict=True)), keep_cols, keep_valid, uhash[src], nseg_new
+            list(zip(sa.tolist(), sb.tolist(), strict=True)), keep_cols, keep_valid, mg.uhash[src], nseg_new
         )
         if nm_out == 0:
             return None
         diffs = np.concatenate((-np.ones(len(minus_src), dtype=np.int64), np.ones(len(plus), dtype=np.int64)))
         return Batch.build(out_cols, out_valid, np.full((nm_out, 1), epoch, dtype=np.int64), diffs)
+
+    def _merge(self, d: Batch, h: np.ndarray, seg_of: np.ndarray, sa: np.ndarray, sb: np.ndarray) -> _Merged:
+        """The rows of the segments ``[sa, sb)`` with the changes ``d`` (their hashes ``h``, segments
+        ``seg_of``) merged in: old copies of a row kept while the row has as many, new copies after them."""
+        nin, nseg = self.nin, len(sa)
+        lengths = sb - sa
+        pos = np.repeat(sa - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths) + np.arange(lengths.sum())
+        ocols, ovalid, ohash = self.rows.take(pos)
+        no, nd = len(pos), len(d)
+        # old copies and the changes, in order: the copies of a row first, then its change
+        ucols = [np.concatenate((ocols[j], d.columns[j])) for j in range(nin)]
+        uvalid = [_cat_masks([ovalid[j], d.valid[j]], [no, nd]) for j in range(nin)]
+        uhash = np.concatenate((ohash, h))
+        useg = np.concatenate((np.repeat(np.arange(nseg), lengths), seg_of))
+        flag = np.concatenate((np.zeros(no, dtype=np.int64), np.ones(nd, dtype=np.int64)))
+        uorder = self.window._order_keys(tuple(ucols[self.nkey :]), tuple(uvalid[self.nkey :]))
+        order, starts = _sort_with_groups([useg, *self._keys(ucols, uvalid, uhash, True, uorder)], flag)
+        # per run of copies of one row: the old copies, the change, and how many copies there are now
+        is_old = order < no
+        run = np.cumsum(starts) - 1
+        run_start = np.flatnonzero(starts)
+        nold = np.add.reduceat(is_old.astype(np.int64), run_start)
+        change = np.zeros(len(run_start), dtype=np.int64)
+        at = np.flatnonzero(~is_old)
+        change[run[at]] = d.diffs[order[at] - no]
+        now = nold + change
+        if np.count_nonzero(now < 0):
+            raise ValueError("a window's input holds a row a negative number of times")
+        rank = np.arange(len(order)) - run_start[run]
+        copies = (is_old & (rank < now[run])).astype(np.int64)
+        copies[at] = np.maximum(now[run[at]] - nold[run[at]], 0)
+        gone = order[np.flatnonzero(is_old & (copies == 0))]
+        src = np.repeat(order, copies)
+        return _Merged(ocols, ovalid, ucols, uvalid, uhash, useg, uorder, src, gone)
+
+    def _compute(self, m: _Merged, sseg, counts, base, size, anchor) -> tuple[list, list]:
+        """The calls' values for the merged rows (segment ``sseg`` each, ``counts`` per segment)."""
+        src, nkey = m.src, self.nkey
+        pk = sort_keys([c[src] for c in m.ucols[:nkey]], [_at(v, src) for v in m.uvalid[:nkey]], None, False)
+        gid_start = group_starts([sseg, *pk], len(src))
+        gid = np.cumsum(gid_start) - 1
+        gseg = sseg[gid_start]
+        natural = np.diff(np.append(np.flatnonzero(gid_start), len(src)))
+        gsize = np.where(size[gseg] >= 0, size[gseg], natural)
+        gbase = base[gseg]
+        vcols = tuple(m.ucols[j][src] for j in range(nkey, self.nin))
+        vvalid = tuple(_at(v, src) for v in m.uvalid[nkey : self.nin])
+        okeys = [k[src] for k in m.uorder]
+        held = bool(np.count_nonzero(anchor >= 0))
+        if self.as_row and held:
+            rest, rest_valid = self.rest_window.evaluate_sorted(gid, vcols, vvalid, gbase, gsize, okeys)
+            new_cols, new_valid = [None] * len(self.window.calls), [None] * len(self.window.calls)
+            for i, c, v in zip(self.rest, rest, rest_valid, strict=True):
+                new_cols[i], new_valid[i] = c, v
+        else:
+            new_cols, new_valid = map(
+                list, self.window.evaluate_sorted(gid, vcols, vvalid, gbase, gsize, okeys)
+            )
+        if self.anchored and held:
+            args = (anchor, sseg, counts, gid, vcols, vvalid, okeys, gbase, gsize, new_cols, new_valid)
+            new_cols, new_valid = self._from_anchors(*args)
+        return list(new_cols), list(new_valid)
 
     def _from_anchors(self, anchor, sseg, counts, gid, vcols, vvalid, okeys, base, size, new_cols, new_valid):
         """The anchored calls' values (see ``anchored``) in the slices that start inside their partitions, from
@@ -812,6 +812,22 @@ class OrderedWindow:
             new_cols[i] = out[0][real]
             new_valid[i] = None if out_valid[0] is None else out_valid[0][real]
         return tuple(new_cols), tuple(new_valid)
+
+
+class _Merged(NamedTuple):
+    """A step's segments merged with their changes: the old rows (with their values), the union of the old
+    rows and the changes (columns, hashes, segment, ORDER BY keys), and the new rows as indices into the
+    union (``src``) with the old rows gone (``gone``)."""
+
+    ocols: list
+    ovalid: list
+    ucols: list
+    uvalid: list
+    uhash: np.ndarray
+    useg: np.ndarray
+    uorder: list
+    src: np.ndarray
+    gone: np.ndarray
 
 
 def _at(m: Mask, idx: np.ndarray) -> Mask:
