@@ -361,6 +361,7 @@ def test_a_change_in_a_long_partition_computes_only_the_rows_it_reaches():
         (f"INSERT INTO s VALUES ({n + 5}, 3)", 40),
         ("DELETE FROM s WHERE id = 19000", 1100),  # the row numbers after it change
         ("UPDATE s SET x = x + 1 WHERE id IN (10, 12000)", 80),
+        ("UPDATE s SET x = x - 1 WHERE id % 290 = 7", n + 10),  # 69 changes apart: the partition at once
     ]:
         with _computed_rows() as seen:
             db.execute(stmt)

@@ -37,6 +37,7 @@ __all__ = ["CAP", "BIG", "Reach", "reach", "OrderedWindow"]
 
 CAP = 2048  # rows per block at most
 BIG = 4096  # partitions of more rows are recomputed in slices
+MANY_SLICES = 64  # a partition whose changes need more slices is recomputed whole
 _INF = 1 << 60
 
 
@@ -556,9 +557,9 @@ class OrderedWindow:
         """For changes ``d[sel]`` to the partition at ``[f, end)`` (larger than ``BIG``): the slices to compute,
         each ``(sa, sb, ra, rb, moved)``: its rows ``[sa, sb)``, those its changes reach ``[ra, rb)`` and the
         rows the changes before it added (less those they took); and the slice of each change. None when the
-        rows there are of more than one partition (keys whose hashes are equal): the partition is computed
-        whole. Changes far enough apart get slices of their own, unless the rows between move along (an
-        insertion before them under ``ROW_NUMBER``)."""
+        rows there are of more than one partition (keys whose hashes are equal), or the changes need more than
+        ``MANY_SLICES`` slices: the partition is computed whole. Changes far enough apart get slices of their
+        own, unless the rows between move along (an insertion before them under ``ROW_NUMBER``)."""
         k, r = self.nkey, self.reach
         ec, ev, _ = self.rows.take(np.array([f, end - 1], dtype=np.int64))
         kc = [c[sel] for c in d.columns[:k]]
@@ -603,6 +604,8 @@ class OrderedWindow:
         if shifts:
             cut[1:] &= net[:-1] == 0
         first = np.flatnonzero(np.append(True, cut[1:]))
+        if len(first) > MANY_SLICES:
+            return None  # changes all over the partition: computed whole, at once
         last = np.append(first[1:], n) - 1
         parts = []
         for a, b in zip(first.tolist(), last.tolist(), strict=True):
