@@ -2,7 +2,8 @@
 
 Between steps every queue is empty, so a dataflow's state is what its operators keep: each arrangement's
 trace (its readable batches), each linear aggregate's running states, each reduce's trace of the groups it
-could not compute, the rows in error, and the frontier.
+could not compute, the rows in error, and the frontier (a window's rows in order are not saved: they are taken
+again from its output's arrangement; see ``ivm.engine.operators.ordered``).
 ``save`` writes that under a directory and returns a JSON-able description naming the files; it is
 ``capture`` (at rest, quick: the batches, which are immutable, by reference; copies of the running states
 changed since they were last written) then ``write`` (the files, which may run in another thread while the
@@ -165,6 +166,8 @@ def load(df: Dataflow, saved: dict, written: Written) -> None:
         entry = ops.get(path)
         if isinstance(op, ArrangeOp) and op.handle is not None:
             load_trace(op, entry["trace"] if entry else [], written)
+        if isinstance(op, ReduceOp) and op.ordered is not None:
+            op.ordered.reset()  # its rows in order are taken again from its output's arrangement, as loaded
         if isinstance(op, ReduceOp) and f"{path}:errors" in ops:
             _load_spine(op.make_error_trace(), ops[f"{path}:errors"]["trace"], written)
         if isinstance(op, ReduceOp) and op.state is not None:

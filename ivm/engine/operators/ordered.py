@@ -428,6 +428,11 @@ class OrderedWindow:
     def nbytes(self) -> int:
         return self.rows.nbytes
 
+    def reset(self) -> None:
+        """Forget the rows: they are taken again from the output's arrangement (loaded from a checkpoint)."""
+        self.rows = _Blocks(self.out_dtypes)
+        self.loaded = False
+
     # -- order -----------------------------------------------------------------------------------
     def _keys(self, cols, valid, hashes: np.ndarray | None, full: bool, order=None) -> list[np.ndarray]:
         """Sort keys of rows: with ``hashes``, the partition first (its hash, then its key), then the ORDER BY
