@@ -431,14 +431,16 @@ def test_running_aggregates_in_a_long_partition_take_the_value_before_the_slice(
     q = (
         "SELECT id, SUM(x) OVER (ORDER BY id) AS a, COUNT(*) OVER (ORDER BY id) AS b, "
         "MAX(t) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING) AS c, FIRST_VALUE(x) OVER (ORDER BY id) AS d, "
-        "MIN(x) OVER (ORDER BY x RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS e FROM s"
+        "MIN(x) OVER (ORDER BY x RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS e, "
+        "DENSE_RANK() OVER (ORDER BY x - x % 10) AS f FROM s"
     )
     db.execute(f"CREATE VIEW v AS {q}")
     for stmt, most in [
         (f"INSERT INTO s VALUES (500, {big + (big >> 1)}, 'a'), (501, {big + (big >> 1)}, 'zz')", 80),
         ("INSERT INTO s VALUES (502, 1000, 'b')", 80),
         ("DELETE FROM s WHERE id = 501", 80),
-        ("UPDATE s SET x = 201 WHERE id = 200", 6 * 210),  # every row after it: five running values change
+        # the running SUM of every row after it changes, and with it the input of the windows ordered by x
+        ("UPDATE s SET x = 201 WHERE id = 200", 2 * 210 + 5 * 402),
     ]:
         with _computed_rows() as seen:
             db.execute(stmt)

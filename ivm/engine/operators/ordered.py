@@ -9,14 +9,14 @@ key hash, partition key, the ORDER BY, then every column (as ``Window`` breaks t
 A change to a partition of at most ``BIG`` rows recomputes it whole, all such partitions of a step at once.
 In a larger one, the calls' frames say how far a change reaches (``reach``): ``ROW_NUMBER`` and ``RANK``
 from the change to the partition's end, ``LAG``/``LEAD`` and ``ROWS`` frames of bounded offsets a few rows
-around it, ``RANGE`` frames of ``CURRENT ROW`` its peers, while ``DENSE_RANK``, ``PERCENT_RANK``,
-``CUME_DIST``, ``NTILE`` and ``RANGE`` offsets reach the whole partition. A frame from ``UNBOUNDED PRECEDING``
-to the row reaches every row after a change but reads, for COUNT, SUM, MIN, MAX, FIRST_VALUE and LAST_VALUE,
-only the slice and the value emitted for the row before it (``anchored``). Only the slice holding the rows
-reached, and what their values read, is taken out, merged with the change, computed and put back; the
-values of the rows reached are compared with those emitted, and only what differs goes out. Appending to
-a long ordered partition (``LAG`` over a time series, a moving average over ``ROWS`` frames, ``ROW_NUMBER``)
-then costs work proportional to the rows whose values change.
+around it, ``RANGE`` frames of ``CURRENT ROW`` its peers, while ``PERCENT_RANK``, ``CUME_DIST``, ``NTILE``
+and ``RANGE`` offsets reach the whole partition. ``DENSE_RANK`` and a frame from ``UNBOUNDED PRECEDING`` to
+the row reach every row after a change but read, for DENSE_RANK, COUNT, SUM, MIN, MAX, FIRST_VALUE and
+LAST_VALUE, only the slice and the value emitted for the row before it (``anchored``). Only the slice
+holding the rows reached, and what their values read, is taken out, merged with the change, computed and put
+back; the values of the rows reached are compared with those emitted, and only what differs goes out.
+Appending to a long ordered partition (``LAG`` over a time series, a moving average over ``ROWS`` frames,
+``ROW_NUMBER``, a running ``SUM``) then costs work proportional to the rows whose values change.
 
 The values emitted are those of the reducer over the whole partition (the same order, the same functions on
 a slice whose bounds are set so that they read nothing outside it), and the state is rebuilt from the
@@ -77,10 +77,10 @@ def _offset(b: Bound, is_start: bool) -> int:
 
 
 # functions over frames from the partition's start that a slice computes from the value of the row before it
-# (its anchor, which no change reaches), and how: the anchor's count added, or the anchor's value put in as a
-# row of its own at the slice's start (SUM of integers and decimals, MIN, MAX, FIRST_VALUE), or neither
-# (LAST_VALUE reads the frame's end alone)
-_ADDED = ("count_star", "count")
+# (its anchor, which no change reaches), and how: the anchor's count added (of rows, values or peer groups),
+# or the anchor's value put in as a row of its own at the slice's start (SUM of integers and decimals, MIN,
+# MAX, FIRST_VALUE), or neither (LAST_VALUE reads the frame's end alone)
+_ADDED = ("count_star", "count", "dense_rank")
 _AS_ROW = ("sum", "min", "max", "first_value")
 _ANCHORED = _ADDED + _AS_ROW + ("last_value",)
 
@@ -88,7 +88,9 @@ _ANCHORED = _ADDED + _AS_ROW + ("last_value",)
 def anchored(c: Call, dtype: np.dtype) -> bool:
     """Whether a slice computes ``c`` (over values of ``dtype``) from its anchor's value (see ``_ANCHORED``):
     a frame from UNBOUNDED PRECEDING to the row (or its peers: the anchor's frame ends where the slice starts);
-    not a SUM of doubles, whose anchor holds a rounded sum."""
+    not a SUM of doubles, whose anchor holds a rounded sum. DENSE_RANK counts the peer groups up to the row."""
+    if c.func == "dense_rank":
+        return True
     if c.func not in _ANCHORED or c.frame.start.kind != "unbounded":
         return False
     if c.func == "sum" and np.dtype(dtype).kind == "f":
@@ -105,7 +107,7 @@ def _call_reach(c: Call, dtype: np.dtype | None = None) -> Reach:
     f = c.func
     if dtype is not None and anchored(c, dtype):
         # a change reaches every row after it; a row reads its frame's end and the anchor
-        if c.frame.mode == "rows":
+        if c.frame.mode == "rows" and f != "dense_rank":
             return Reach(before=1, after=_INF, still_after=_INF)
         return Reach(after=_INF, still_after=_INF, peer_lo=True, align_lo=True, align_hi=True)
     if f == "row_number":
@@ -116,7 +118,7 @@ def _call_reach(c: Call, dtype: np.dtype | None = None) -> Reach:
         k = int(c.param)
         return Reach(before=k, after=k, still_after=k, read_before=k, read_after=k)
     if f not in FRAMED:
-        return _WHOLE  # DENSE_RANK, PERCENT_RANK, CUME_DIST, NTILE: the partition's size or its peer groups
+        return _WHOLE  # PERCENT_RANK, CUME_DIST, NTILE: the partition's size
     frame = c.frame
     if frame.mode == "rows":
         s, e = _offset(frame.start, True), _offset(frame.end, False)
