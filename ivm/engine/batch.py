@@ -24,6 +24,7 @@ __all__ = [
     "key_hash",
     "rows_equal",
     "group_starts",
+    "concat_masks",
     "lexsort",
 ]
 
@@ -479,6 +480,15 @@ def sort_keys(
     if times is not None and times.shape[0] and np.count_nonzero(times != times[0]):
         keys.extend(times[:, i] for i in range(times.shape[1]))
     return keys
+
+
+def concat_masks(masks: Sequence[Mask], lengths: Sequence[int]) -> Mask:
+    """The validity of columns laid end to end (``lengths`` rows each): None when none has a NULL."""
+    if all(m is None for m in masks):
+        return None
+    return np.concatenate(
+        [np.ones(n, dtype=bool) if m is None else m for m, n in zip(masks, lengths, strict=True)]
+    )
 
 
 def group_starts(keys: Sequence[np.ndarray], n: int) -> np.ndarray:

@@ -30,7 +30,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ivm.engine.batch import Batch, Mask, consolidate, group_starts, key_hash, lexsort, rows_equal, sort_keys
+from ivm.engine.batch import (
+    Batch,
+    Mask,
+    concat_masks,
+    consolidate,
+    group_starts,
+    key_hash,
+    lexsort,
+    rows_equal,
+    sort_keys,
+)
 from ivm.engine.operators.window import FRAMED, OFFSET, Bound, Call, Window
 
 __all__ = ["CAP", "BIG", "Reach", "reach", "OrderedWindow"]
@@ -173,14 +183,6 @@ def reach(window: Window, dtypes: tuple | None = None) -> Reach:
     )
 
 
-def _cat_masks(masks: list[Mask], lengths: list[int]) -> Mask:
-    if all(m is None for m in masks):
-        return None
-    return np.concatenate(
-        [np.ones(n, dtype=bool) if m is None else m for m, n in zip(masks, lengths, strict=True)]
-    )
-
-
 class _Block:
     """Consecutive rows of the order: columns, their validity, and the rows' partition key hashes."""
 
@@ -272,7 +274,7 @@ class _Blocks:
             parts.append(
                 (
                     [c[local] for c in blk.cols],
-                    [None if m is None else m[local] for m in blk.valid],
+                    [_at(m, local) for m in blk.valid],
                     blk.hashes[local],
                 )
             )
@@ -280,7 +282,7 @@ class _Blocks:
             return parts[0]
         lengths = [len(p[2]) for p in parts]
         cols = [np.concatenate([p[0][j] for p in parts]) for j in range(len(self.dtypes))]
-        valid = [_cat_masks([p[1][j] for p in parts], lengths) for j in range(len(self.dtypes))]
+        valid = [concat_masks([p[1][j] for p in parts], lengths) for j in range(len(self.dtypes))]
         return cols, valid, np.concatenate([p[2] for p in parts])
 
     def splice(
@@ -350,7 +352,7 @@ class _Blocks:
                 np.concatenate([b.cols[j] for b in old]) if len(old) > 1 else old[0].cols[j]
                 for j in range(ncol)
             ]
-            ovalid = [_cat_masks([b.valid[j] for b in old], lengths) for j in range(ncol)]
+            ovalid = [concat_masks([b.valid[j] for b in old], lengths) for j in range(ncol)]
             ohash = np.concatenate([b.hashes for b in old]) if len(old) > 1 else old[0].hashes
         else:
             ocols, ovalid, ohash = (
@@ -383,7 +385,7 @@ class _Blocks:
             np.concatenate([part(n, s, e, j) for n, s, e in segs]) if segs else ocols[j][:0]
             for j in range(ncol)
         ]
-        nvalid = [_cat_masks([vpart(n, s, e, j) for n, s, e in segs], lengths) for j in range(ncol)]
+        nvalid = [concat_masks([vpart(n, s, e, j) for n, s, e in segs], lengths) for j in range(ncol)]
         nhash = np.concatenate([part(n, s, e, None) for n, s, e in segs]) if segs else ohash[:0]
         k = 0 if total == 0 else 1 if total <= CAP else -(-total // (CAP * 3 // 4))
         cuts = [total * i // k for i in range(k + 1)] if k else [0]
@@ -472,7 +474,7 @@ class OrderedWindow:
             a, e = max(f, int(rows.starts[b])), min(end, int(rows.starts[b + 1]))
             rc, rv, _ = rows.take(np.arange(a, e, dtype=np.int64))
             qc = [c[sel] for c in qcols]
-            qv = [None if m is None else m[sel] for m in qvalid]
+            qv = [_at(m, sel) for m in qvalid]
             out[sel] = a + self._count_before(rc[: self.nin], rv[: self.nin], qc, qv, full, upper[sel])
         return out
 
@@ -481,7 +483,7 @@ class OrderedWindow:
         ``upper``, equal it)."""
         nr, nq = len(rcols[0]), len(qcols[0])
         cols = [np.concatenate((r, q)) for r, q in zip(rcols, qcols, strict=True)]
-        valid = [_cat_masks([r, q], [nr, nq]) for r, q in zip(rvalid, qvalid, strict=True)]
+        valid = [concat_masks([r, q], [nr, nq]) for r, q in zip(rvalid, qvalid, strict=True)]
         flag = np.concatenate((np.ones(nr, dtype=np.int64), np.where(upper, 2, 0)))
         order = lexsort([*self._keys(cols, valid, None, full), flag])
         is_ref = order < nr
@@ -570,7 +572,7 @@ class OrderedWindow:
         k, r = self.nkey, self.reach
         ec, ev, _ = self.rows.take(np.array([f, end - 1], dtype=np.int64))
         kc = [c[sel] for c in d.columns[:k]]
-        kv = [None if m is None else m[sel] for m in d.valid[:k]]
+        kv = [_at(m, sel) for m in d.valid[:k]]
         n = len(sel)
         for i in (0, 1):  # the partition's first and last rows: of the changes' key, else keys share the hash
             ic = [c[i : i + 1].repeat(n) for c in ec[:k]]
@@ -578,7 +580,7 @@ class OrderedWindow:
             if not rows_equal(kc, kv, ic, iv, n=n).all():
                 return None
         qc = [c[sel] for c in d.columns]
-        qv = [None if m is None else m[sel] for m in d.valid]
+        qv = [_at(m, sel) for m in d.valid]
         diffs = d.diffs[sel]
         moved = int(np.abs(diffs).sum())
         # rows after a change that keeps the size of the rows up to it move nowhere
@@ -682,12 +684,12 @@ class OrderedWindow:
             out_valid.append(
                 None
                 if om_ is None and nm_ is None
-                else _cat_masks([_at(om_, minus_src), _at(nm_, plus)], [len(minus_src), len(plus)])
+                else concat_masks([_at(om_, minus_src), _at(nm_, plus)], [len(minus_src), len(plus)])
             )
         nm_out = len(minus_src) + len(plus)
         # the new rows go back, with new values where the changes reach and the old ones elsewhere
         keep_cols = [c[src] for c in row_cols]
-        keep_valid = [None if m is None else m[src] for m in row_valid]
+        keep_valid = [_at(m, src) for m in row_valid]
         for c in range(nout):
             value = new_cols[c].copy()
             mask = None if new_valid[c] is None else new_valid[c].copy()
@@ -718,7 +720,7 @@ class OrderedWindow:
         no, nd = len(pos), len(d)
         # old copies and the changes, in order: the copies of a row first, then its change
         ucols = [np.concatenate((ocols[j], d.columns[j])) for j in range(nin)]
-        uvalid = [_cat_masks([ovalid[j], d.valid[j]], [no, nd]) for j in range(nin)]
+        uvalid = [concat_masks([ovalid[j], d.valid[j]], [no, nd]) for j in range(nin)]
         uhash = np.concatenate((ohash, h))
         useg = np.concatenate((np.repeat(np.arange(nseg), lengths), seg_of))
         flag = np.concatenate((np.zeros(no, dtype=np.int64), np.ones(nd, dtype=np.int64)))

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ivm.engine.batch import Batch, group_starts, key_hash, lexsort, sort_groups, sort_keys
+from ivm.engine.batch import Batch, concat_masks, group_starts, key_hash, lexsort, sort_groups, sort_keys
 from ivm.engine.operators import exact
 from ivm.engine.operators.arrange import ArrangeOp
 from ivm.engine.operators.ordered import OrderedWindow
@@ -663,7 +663,9 @@ def _trigger_keys(deltas: list[TraceBatch], pending: list[Keys], nkey: int) -> K
     else:
         h = np.concatenate([k[0] for k in sets])
         cols = tuple([np.concatenate([k[1][i] for k in sets]) for i in range(nkey)])
-        valid = tuple([_concat_masks([(k[1][i], k[2][i]) for k in sets]) for i in range(nkey)])
+        valid = tuple(
+            [concat_masks([k[2][i] for k in sets], [len(k[1][i]) for k in sets]) for i in range(nkey)]
+        )
         epochs = np.concatenate([k[3] for k in sets])
     if len(h) == 1:
         return h, cols, valid, epochs
@@ -792,7 +794,9 @@ def _telescope(
         c = np.concatenate([p[0] for p in parts])
         ncol = len(parts[0][1])
         cols = tuple([np.concatenate([p[1][i] for p in parts]) for i in range(ncol)])
-        valid = tuple([_concat_masks([(p[1][i], p[2][i]) for p in parts]) for i in range(ncol)])
+        valid = tuple(
+            [concat_masks([p[2][i] for p in parts], [len(p[1][i]) for p in parts]) for i in range(ncol)]
+        )
         mult = np.concatenate([p[3] for p in parts])
     if len(c) == 0:
         return None
@@ -839,12 +843,6 @@ def _no_groups(like: Groups) -> Groups:
     return Groups(
         like.group[:0], tuple(x[:0] for x in like.columns), tuple(None for _ in like.valid), like.weights[:0]
     )
-
-
-def _concat_masks(parts: Sequence[tuple[np.ndarray, np.ndarray | None]]):
-    if all(m is None for _, m in parts):
-        return None
-    return np.concatenate([np.ones(len(x), dtype=bool) if m is None else m for x, m in parts])
 
 
 def _accumulate(
