@@ -30,16 +30,25 @@ if TYPE_CHECKING:
 __all__ = ["check_write", "check_rows", "check_present", "settle_stored"]
 
 
-def check_write(db: Connection, st: state.TableState, batch: Batch) -> Batch:
+def check_write(
+    db: Connection, st: state.TableState, batch: Batch, kept: frozenset[int] = frozenset()
+) -> Batch:
     """Check a change to a table against its types and constraints (declared types, NOT NULL, CHECK, the
     primary key, UNIQUE), in that order; returns the change as the table stores it (declared types may cut
-    text)."""
+    text).
+
+    ``kept`` names columns the change leaves as they were in every row it rewrites (an UPDATE's columns not
+    assigned: each row it adds replaces one it removes, a row of the table): a key made of them alone keeps
+    every multiplicity, so it is not checked. Nor is any key when the change only removes rows."""
     batch = check_rows(db, st, batch)
+    if len(batch) and bool((batch.diffs < 0).all()):
+        return batch
     table = st.table
-    if table.primary_key:
+    if table.primary_key and not kept.issuperset(table.primary_key):
         _check_key(db, st, batch, table.primary_key, st.arranged)
     for u, arranged in st.uniques:
-        _check_key(db, st, batch, u.columns, arranged, u.name)
+        if not kept.issuperset(u.columns):
+            _check_key(db, st, batch, u.columns, arranged, u.name)
     return batch
 
 

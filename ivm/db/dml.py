@@ -69,6 +69,7 @@ class Written:
     returning: Returning | None = None
     extras: tuple[list, list] | None = None
     sign: int = 1
+    kept: frozenset[int] = frozenset()  # columns each row the change adds has from the row it replaces
 
     def named(self, err: Error) -> Error:
         """``err``, about a row of the change (``err.row``), saying which row by its key (or whole, in a
@@ -117,7 +118,8 @@ def run(db: Connection, stmt: exp.Expression) -> Written:
     if joined.needs_query(stmt, [v for _, v, _ in assigns]):
         return joined.update(db, stmt, st, target, alias, assigns)
     st, batch = update(db, stmt, assigns)
-    return Written(st, batch, len(batch) // 2, returning_of(db, stmt, st, target, alias))
+    kept = frozenset(range(len(st.table.columns))) - {p for p, _, _ in assigns}
+    return Written(st, batch, len(batch) // 2, returning_of(db, stmt, st, target, alias), kept=kept)
 
 
 def target_of(stmt: exp.Expression) -> tuple[exp.Table, str]:
@@ -443,9 +445,7 @@ def delete(db: Connection, stmt: exp.Delete) -> tuple[state.TableState, Batch]:
     """DELETE FROM table [WHERE ...]: the table and the retraction of the rows it deletes."""
     st = _table(db, stmt.this)
     alias = target_of(stmt)[1]
-    current = _current(db, st, stmt.args.get("where"), alias)
-    keep = _where(st, stmt.args.get("where"), current, alias)
-    return st, current.take(keep).negate()
+    return st, _matching(db, st, stmt.args.get("where"), alias).negate()
 
 
 def update(db: Connection, stmt: exp.Update, assigns: list | None = None) -> tuple[state.TableState, Batch]:
@@ -455,8 +455,7 @@ def update(db: Connection, stmt: exp.Update, assigns: list | None = None) -> tup
     alias = target_of(stmt)[1]
     if assigns is None:
         assigns = assignments(table, stmt.expressions)
-    current = _current(db, st, stmt.args.get("where"), alias)
-    sel = current.take(_where(st, stmt.args.get("where"), current, alias))
+    sel = _matching(db, st, stmt.args.get("where"), alias)
     scopes = {alias: Scope([c.name for c in table.columns], [c.type for c in table.columns])}
     cols, valid = assign_values(
         db, table, assigns, resolver(scopes, table, alias), list(sel.columns), list(sel.valid), len(sel)
@@ -478,6 +477,33 @@ def _table(db: Connection, node: exp.Expression) -> state.TableState:
     return db.tables[name]
 
 
+def _matching(db: Connection, st: state.TableState, where: exp.Where | None, alias: str) -> Batch:
+    """The table's rows as of now (one update per copy) that ``where`` holds for."""
+    keys = _fixed_keys(st.table, where.this, alias) if where is not None else None
+    current = _current(db, st, keys)
+    if keys is not None and not db.pending.get(st.table.name) and _keys_alone(st.table, where.this, alias):
+        return current  # read by the very keys the condition asks for, and nothing else
+    return current.take(_where(st, where, current, alias))
+
+
+def _keys_alone(table: Table, cond: exp.Expression, alias: str) -> bool:
+    """Whether ``cond`` only equates integer key columns with integer constants: then the rows read by the
+    keys it fixes (``_fixed_keys``) are exactly those it holds for."""
+    for c in and_parts(cond):
+        if not isinstance(c, exp.EQ):
+            return False
+        col, value = (c.expression, c.this) if isinstance(c.expression, exp.Column) else (c.this, c.expression)
+        if not isinstance(col, exp.Column) or col.table not in ("", alias):
+            return False
+        p = table.position(col.name)
+        if p is None or p not in table.primary_key or table.columns[p].type.kind != "int":
+            return False
+        value = value.this if isinstance(value, exp.Neg) else value
+        if not (isinstance(value, exp.Literal) and value.is_int):
+            return False
+    return True
+
+
 def _where(st: state.TableState, where: exp.Where | None, current: Batch, alias: str) -> np.ndarray:
     if where is None:
         return np.ones(len(current), dtype=bool)
@@ -487,10 +513,10 @@ def _where(st: state.TableState, where: exp.Where | None, current: Batch, alias:
     return compile_predicate(pred)(current.columns, current.valid)
 
 
-def _current(db: Connection, st: state.TableState, where: exp.Where | None = None, alias: str = "") -> Batch:
-    """The table's rows as of now, including this transaction's changes, one update per copy; only those
-    with the keys ``where`` asks for when it fixes every key column (then read by seeking the keys)."""
-    keys = _fixed_keys(st.table, where.this, alias or st.table.name) if where is not None else None
+def _current(db: Connection, st: state.TableState, keys: tuple[np.ndarray, ...] | None = None) -> Batch:
+    """The table's rows as of now, including this transaction's changes, one update per copy; with ``keys``
+    (arrays of key values, see ``_fixed_keys``), those of the table's arrangement with these keys, read by
+    seeking them, and all of the transaction's changes."""
     extra = db.pending.get(st.table.name, [])
     if keys is None:
         cols, valid, mult = state.contents(st.arranged, extra, st.table)

@@ -60,25 +60,26 @@ def parse(
             raise ProgrammingError("parameters must be a sequence or a mapping")
         named = isinstance(params, dict)
     # a short text is parsed once and kept (a prepared statement); a long one (a bulk INSERT) is not kept
-    parsed, names = _parsed(sql, named) if len(sql) <= 4096 else _parsed.__wrapped__(sql, named)
+    parsed, names, sites = _parsed(sql, named) if len(sql) <= 4096 else _parsed.__wrapped__(sql, named)
     for name in names or ():
         if name not in params:
             raise ProgrammingError(f"no value given for the parameter %({name})s")
     statements = [s.copy() for s in parsed]
     if params is not None:
-        return _bind(statements, [params[n] for n in names] if names is not None else list(params))
-    for s in statements:
-        for node in s.find_all(exp.Placeholder, exp.Parameter):
-            raise error_at(node, "a parameter placeholder, but no parameters were given")
+        return _bind(statements, sites, [params[n] for n in names] if names is not None else list(params))
+    for s, paths in zip(statements, sites, strict=True):
+        for path in paths:
+            raise error_at(_node_at(s, path), "a parameter placeholder, but no parameters were given")
     return statements
 
 
 @functools.lru_cache(maxsize=512)
-def _parsed(sql: str, named: bool | None) -> tuple[tuple[exp.Expression, ...], tuple[str, ...] | None]:
+def _parsed(sql: str, named: bool | None) -> tuple[tuple[exp.Expression, ...], tuple[str, ...] | None, tuple]:
     """The syntax trees of ``sql`` (its placeholders numbered when ``named`` is not None: see ``_numbered``),
-    checked against the allow-list and their names normalized, and the parameter names in their numbers'
-    order; kept for the text's next use, as a prepared statement, since parsing and checking cost more than the
-    rest of a small statement. Binding parameters only puts constants in place of placeholders."""
+    checked against the allow-list and their names normalized; the parameter names in their numbers'
+    order; and per tree, the paths to its placeholders (see ``_node_at``). Kept for the text's next use, as a
+    prepared statement, since parsing and checking cost more than the rest of a small statement. Binding
+    parameters only puts constants in place of placeholders, found by their paths in a copy."""
     names = None
     original = sql
     if named is not None:
@@ -106,7 +107,27 @@ def _parsed(sql: str, named: bool | None) -> tuple[tuple[exp.Expression, ...], t
         for node in s.walk():
             node.comments = None  # comments mean nothing, and must not make equal expressions differ
     statements = [normalize_identifiers(s, dialect="postgres") for s in statements]
-    return tuple(statements), (tuple(names) if names is not None else None)
+    sites = tuple(
+        tuple(_path_to(n) for n in s.find_all(exp.Placeholder, exp.Parameter, bfs=False)) for s in statements
+    )
+    return tuple(statements), (tuple(names) if names is not None else None), sites
+
+
+def _path_to(node: exp.Expression) -> tuple[tuple[str, int | None], ...]:
+    """The argument names (and list positions) leading from the root of ``node``'s tree to it."""
+    path = []
+    while node.parent is not None:
+        path.append((node.arg_key, node.index))
+        node = node.parent
+    return tuple(reversed(path))
+
+
+def _node_at(root: exp.Expression, path: tuple[tuple[str, int | None], ...]) -> exp.Expression:
+    """The node at ``path`` (see ``_path_to``) in ``root``'s tree."""
+    node = root
+    for key, i in path:
+        node = node.args[key] if i is None else node.args[key][i]
+    return node
 
 
 def _locate_commands(sql: str, statements: list[exp.Expression]) -> None:
@@ -320,8 +341,9 @@ def _glued(toks: list, at: int, kind, text: str | None) -> bool:
     return u.token_type == kind and u.start == toks[at - 1].end + 1 and (text is None or u.text == text)
 
 
-def _bind(statements: list[exp.Expression], values: list) -> list[exp.Expression]:
-    """The statements (changed in place) with each ``$n`` replaced by the n-th value as a typed SQL constant."""
+def _bind(statements: list[exp.Expression], sites: tuple, values: list) -> list[exp.Expression]:
+    """The statements (changed in place) with each ``$n`` (at the paths ``sites`` gives per statement)
+    replaced by the n-th value as a typed SQL constant."""
     used = set()
 
     def replace(node: exp.Expression) -> exp.Expression:
@@ -340,10 +362,12 @@ def _bind(statements: list[exp.Expression], values: list) -> list[exp.Expression
             raise error_at(node, "parameter placeholders need parameters")
         return node
 
-    out = [s.transform(replace, copy=False) for s in statements]  # the caller's own copies
+    for s, paths in zip(statements, sites, strict=True):  # the caller's own copies
+        for node in [_node_at(s, path) for path in paths]:
+            node.replace(replace(node))
     if len(used) != len(values):
         raise ProgrammingError(f"the statement uses {len(used)} parameters, but {len(values)} were given")
-    return out
+    return statements
 
 
 def _constant(v: object) -> exp.Expression:

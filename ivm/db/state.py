@@ -106,9 +106,10 @@ def one_zero(b: Batch) -> Batch:
 def unique(h: np.ndarray, cols: Sequence[np.ndarray], valid: Sequence) -> tuple:
     """The distinct rows of key columns ``cols`` (validity ``valid``, hashes ``h``), sorted by hash, as
     (hashes, columns, validity): what a trace's ``gather`` seeks (keys, so -0.0 is 0.0)."""
-    b, _ = consolidate(
-        one_zero(Batch(tuple(cols), tuple(valid), np.zeros((len(h), 1), np.int64), np.ones(len(h), np.int64)))
-    )
+    b = one_zero(Batch(tuple(cols), tuple(valid), np.zeros((len(h), 1), np.int64), np.ones(len(h), np.int64)))
+    if len(h) == 1:  # one key (a statement's WHERE k = ...): distinct and sorted as it is
+        return h, b.columns, b.valid
+    b, _ = consolidate(b)
     hh = key_hash(b.columns, b.valid, len(b))
     order = np.argsort(hh, kind="stable")
     return (
@@ -139,6 +140,9 @@ def contents(
         cols, valid = list(empty.columns), list(empty.valid)
         mult = np.zeros(0, dtype=np.int64)
     else:
+        if not extra and len(batches) == 1 and len(batches[0]) == 1 and batches[0].diffs[0] > 0:
+            total = batches[0]  # one update of one key: consolidated as it is
+            return _in_table_order(table, arranged, list(total.columns), list(total.valid), total.diffs)
         allb = [b.with_times(np.zeros((len(b), 1), np.int64)) for b in batches]
         if extra:
             key = column_layout(table, width, arranged.nkey)
@@ -151,8 +155,15 @@ def contents(
         if (total.diffs < 0).any():
             raise InternalError("negative multiplicity in a relation")
         cols, valid, mult = list(total.columns), list(total.valid), total.diffs
+    return _in_table_order(table, arranged, cols, valid, mult)
+
+
+def _in_table_order(
+    table: Table | None, arranged: Arranged, cols: list, valid: list, mult: np.ndarray
+) -> tuple:
+    """Columns of an arrangement's layout put in the table's order (as they are, without a table)."""
     if table is not None:
-        inv = table_order(table, width, arranged.nkey)
+        inv = table_order(table, len(arranged.dtypes), arranged.nkey)
         cols = [cols[i] for i in inv]
         valid = [valid[i] for i in inv]
     return cols, valid, mult

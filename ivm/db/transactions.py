@@ -35,11 +35,12 @@ def begin(db: Connection, implicit: bool) -> None:
     db.started_at = dt.datetime.now(dt.UTC)  # now() and current_timestamp for every statement of it
 
 
-def write(db: Connection, st: state.TableState, batch: Batch, then=None):
+def write(db: Connection, st: state.TableState, batch: Batch, then=None, kept: frozenset[int] = frozenset()):
     """Check a change to a table against its types and constraints, then add it to the transaction (or
     commit it, outside one). ``then``, given, is called with the change as checked before it is added (what
-    it raises rejects the change), and what it returns is returned."""
-    batch = constraints.check_write(db, st, batch)
+    it raises rejects the change), and what it returns is returned; ``kept``: see
+    ``constraints.check_write``."""
+    batch = constraints.check_write(db, st, batch, kept)
     out = then(batch) if then is not None else None
     db.pending.setdefault(st.table.name, []).append(batch)
     if not db.in_transaction:
