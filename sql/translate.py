@@ -151,7 +151,31 @@ def _subqueries_by_shape(tree: exp.Expression) -> exp.Expression:
     rewrite.correlated_in_as_exists(tree)
     # correlated and uncorrelated EXISTS, IN and scalar subqueries become joins with grouped derived tables
     _stash_inequality_exists(tree)
+    _refuse_scalars_of_no_row(tree)
     return unnest_subqueries(tree)
+
+
+def _refuse_scalars_of_no_row(tree: exp.Expression) -> None:
+    """Refuse (for ``decorrelate`` to take) a tree holding, inside a condition or function, an uncorrelated
+    scalar subquery that is not sure to give exactly one row (``LIMIT 1``, ``WHERE``d rows without an
+    aggregate): sqlglot's unnesting cross-joins such a subquery, which drops every outer row when it gives
+    none, where its value must be NULL."""
+    for node in tree.find_all(exp.Subquery):
+        inner = node.this
+        if not isinstance(inner, exp.Select) or isinstance(node.parent, (exp.In, exp.Any, exp.All, exp.Exists)):
+            continue
+        if inner.find_ancestor(exp.Condition) is None or _one_row(inner):
+            continue
+        own = {t.alias_or_name for t in inner.find_all(exp.Table, exp.Subquery) if t.alias_or_name}
+        if all(not c.table or c.table in own for c in inner.find_all(exp.Column)):
+            raise error_at(node, "a scalar subquery that may give no row, cross-joined", True)
+
+
+def _one_row(select: exp.Select) -> bool:
+    """Whether a query gives exactly one row: one aggregate's, without GROUP BY, HAVING, LIMIT or OFFSET."""
+    if any(select.args.get(k) for k in ("group", "having", "limit", "offset")) or select.find(exp.Window):
+        return False
+    return any(own_aggregates(s, select) for s in select.selects)
 
 
 def _every(node: exp.Expression) -> exp.Expression:

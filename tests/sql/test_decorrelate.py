@@ -25,6 +25,14 @@ STEPS = [
 ]
 
 QUERIES = [
+    # uncorrelated scalar subqueries that may give no row, inside a condition or function: NULL then, never
+    # a cross join that drops every outer row
+    "SELECT a, CASE WHEN a > 2 THEN (SELECT y FROM t2 WHERE y > 2 ORDER BY y LIMIT 1) END AS v FROM t1",
+    "SELECT a FROM t1 WHERE (SELECT x FROM t2 WHERE x > 4 ORDER BY x LIMIT 1) IS NULL",
+    "SELECT a, COALESCE((SELECT y FROM t2 WHERE y > 3 ORDER BY y DESC LIMIT 1), -1) AS v FROM t1",
+    "SELECT a, c > (SELECT x FROM t2 WHERE x > 1 ORDER BY x, y LIMIT 1) AS v FROM t1",
+    "SELECT b, COUNT(*) AS n FROM t1 GROUP BY b "
+    "HAVING (SELECT y FROM t2 WHERE y > 4 ORDER BY y LIMIT 1) IS NULL",
     # scalar subqueries in the SELECT list, in CASE, in functions, correlated by an inequality
     "SELECT a, (SELECT count(*) FROM t1 AS x WHERE x.b < t1.b) AS n FROM t1",
     "SELECT a, CASE WHEN c > (SELECT avg(c) FROM t1) THEN 'above' ELSE 'not' END AS k FROM t1",
