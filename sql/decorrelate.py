@@ -469,8 +469,13 @@ def _scalar(node: exp.Subquery, query: exp.Expression, select: exp.Select, free,
         return None, exp.Paren(this=value.copy())  # SELECT expression: the expression
     alias = f"_sub{n}"
     if _aggregate_only(query):
-        if query.args.get("having") is not None or _limit_value(query) == 0:
-            raise error_at(node, "a scalar aggregate subquery with HAVING or LIMIT 0 is not supported", True)
+        if _limit_value(query) == 0:
+            raise error_at(node, "a scalar aggregate subquery with LIMIT 0 is not supported", True)
+        having = query.args.get("having")
+        if having is not None:  # its one row, or none (NULL) where HAVING does not hold
+            value = exp.Case(ifs=[exp.If(this=having.this.copy(), true=value.copy())])
+            query.set("having", None)
+            query.set("expressions", [value.copy()])
         query.set("limit", None)
         query.set("order", None)
         if not free:

@@ -33,6 +33,11 @@ QUERIES = [
     "SELECT a, c > (SELECT x FROM t2 WHERE x > 1 ORDER BY x, y LIMIT 1) AS v FROM t1",
     "SELECT b, COUNT(*) AS n FROM t1 GROUP BY b "
     "HAVING (SELECT y FROM t2 WHERE y > 4 ORDER BY y LIMIT 1) IS NULL",
+    # a scalar aggregate with HAVING: its value, or NULL where HAVING does not hold (over no rows too)
+    "SELECT a, (SELECT sum(y) FROM t2 WHERE t2.x = t1.a HAVING count(*) > 1) AS v FROM t1",
+    "SELECT a, (SELECT count(*) FROM t2 WHERE t2.x < t1.a HAVING count(*) = 0) AS v FROM t1",
+    "SELECT a FROM t1 WHERE (SELECT max(y) FROM t2 WHERE t2.y <> t1.b HAVING max(y) > 3) IS NOT NULL",
+    "SELECT a, COALESCE((SELECT avg(y) FROM t2 HAVING count(y) >= 3), -1) AS v FROM t1",
     # scalar subqueries in the SELECT list, in CASE, in functions, correlated by an inequality
     "SELECT a, (SELECT count(*) FROM t1 AS x WHERE x.b < t1.b) AS n FROM t1",
     "SELECT a, CASE WHEN c > (SELECT avg(c) FROM t1) THEN 'above' ELSE 'not' END AS k FROM t1",
