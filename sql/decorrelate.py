@@ -46,6 +46,9 @@ def decorrelate(tree: exp.Expression) -> exp.Expression:
     """``tree`` (qualified: every column names its relation) with every subquery used as a value turned into
     joins with derived tables."""
     names = itertools.count()
+    for node in list(subquery_values(tree)):
+        if isinstance(node, exp.Subquery):
+            _having_as_case(_query_of(node))
     while True:
         found = _next(tree)
         if found is None:
@@ -81,6 +84,19 @@ def subquery_values(tree: exp.Expression) -> Iterator[exp.Expression]:
         if isinstance(node, exp.Subquery) and node.parent is None:
             continue
         yield node
+
+
+def _having_as_case(query: exp.Expression) -> None:
+    """A scalar aggregate with HAVING gives its one row, or none (NULL) where HAVING does not hold: its value
+    made ``CASE WHEN <having> THEN <value> END`` without HAVING (before anything splits it as grouped)."""
+    if not isinstance(query, exp.Select) or len(query.selects) != 1 or not _aggregate_only(query):
+        return
+    having = query.args.get("having")
+    if having is None or _limit_value(query) == 0:
+        return
+    value = query.selects[0].unalias()
+    query.set("expressions", [exp.Case(ifs=[exp.If(this=having.this.copy(), true=value.copy())])])
+    query.set("having", None)
 
 
 def _query_of(node: exp.Expression) -> exp.Expression:
@@ -471,17 +487,12 @@ def _scalar(node: exp.Subquery, query: exp.Expression, select: exp.Select, free,
     if _aggregate_only(query):
         if _limit_value(query) == 0:
             raise error_at(node, "a scalar aggregate subquery with LIMIT 0 is not supported", True)
-        having = query.args.get("having")
-        if having is not None:  # its one row, or none (NULL) where HAVING does not hold
-            value = exp.Case(ifs=[exp.If(this=having.this.copy(), true=value.copy())])
-            query.set("having", None)
-            query.set("expressions", [value.copy()])
         query.set("limit", None)
         query.set("order", None)
         if not free:
             query.set("expressions", [exp.alias_(value.copy(), "_v")])
             return query, exp.column("_v", alias)
-        empty = value.copy().transform(over_no_rows)
+        empty = over_no_rows(value)
         dependent = _dependent(query, select, free, n)
         dom = f"_dom{n}"
         v = dependent.selects[0].unalias()

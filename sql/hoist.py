@@ -133,7 +133,7 @@ def _scalar_as_join(inner: exp.Expression, alias: str):
     if not keys:  # one row, always
         return [exp.Join(this=_table(derived, alias), kind="CROSS")], exp.column("_v", alias)
     derived = derived.group_by(*(k.copy() for k, _ in keys))
-    empty = value.copy().transform(over_no_rows)
+    empty = over_no_rows(value)
     read = exp.Case(
         ifs=[exp.If(this=exp.Is(this=exp.column("_p", alias), expression=exp.Null()), true=empty)],
         default=exp.column("_v", alias),
@@ -202,12 +202,19 @@ def _in_as_joins(node: exp.In, alias: str):
     return joins, (exp.Not(this=value) if node.args.get("negate") else value)
 
 
-def over_no_rows(node: exp.Expression) -> exp.Expression:
-    """An aggregate call as its value over no rows."""
-    if isinstance(node, exp.Filter):
-        node = node.this
-    if isinstance(node, exp.Count):
-        return exp.Literal.number(0)
-    if isinstance(node, AGGREGATES):
-        return exp.Null()
-    return node
+def over_no_rows(value: exp.Expression) -> exp.Expression:
+    """A copy of a subquery's value with each of its aggregate calls as its value over no rows (COUNT 0, the
+    others NULL); those of subqueries inside it are theirs, and stay."""
+    out = value.copy()
+    for node in list(out.find_all(*AGGREGATES)):
+        up = node.parent
+        while up is not None and not isinstance(up, (exp.Subquery, exp.Select)):
+            up = up.parent
+        if up is not None:
+            continue  # inside a subquery of the value
+        call = node.parent if isinstance(node.parent, exp.Filter) else node
+        replaced = exp.Literal.number(0) if isinstance(node, exp.Count) else exp.Null()
+        if call is out:
+            return replaced
+        call.replace(replaced)
+    return out

@@ -38,6 +38,11 @@ QUERIES = [
     "SELECT a, (SELECT count(*) FROM t2 WHERE t2.x < t1.a HAVING count(*) = 0) AS v FROM t1",
     "SELECT a FROM t1 WHERE (SELECT max(y) FROM t2 WHERE t2.y <> t1.b HAVING max(y) > 3) IS NOT NULL",
     "SELECT a, COALESCE((SELECT avg(y) FROM t2 HAVING count(y) >= 3), -1) AS v FROM t1",
+    # over no rows, a subquery's value keeps what the subqueries inside it compute
+    "SELECT a, (SELECT count(*) + (SELECT max(y) FROM t2) FROM t2 AS z WHERE z.x = t1.a) AS v FROM t1",
+    "SELECT a, (SELECT sum(y) FROM t2 WHERE t2.x = t1.b HAVING sum(y) > (SELECT min(y) FROM t2)) AS v FROM t1",
+    "SELECT a, (SELECT count(*) + (SELECT count(*) FROM t2 WHERE y > 2) FROM t2 AS z WHERE z.x < t1.a) AS v "
+    "FROM t1",
     # scalar subqueries in the SELECT list, in CASE, in functions, correlated by an inequality
     "SELECT a, (SELECT count(*) FROM t1 AS x WHERE x.b < t1.b) AS n FROM t1",
     "SELECT a, CASE WHEN c > (SELECT avg(c) FROM t1) THEN 'above' ELSE 'not' END AS k FROM t1",
