@@ -46,7 +46,7 @@ def decorrelate(tree: exp.Expression) -> exp.Expression:
     """``tree`` (qualified: every column names its relation) with every subquery used as a value turned into
     joins with derived tables."""
     names = itertools.count()
-    for node in list(subquery_values(tree)):
+    for node in reversed(list(subquery_values(tree))):  # inner ones first: an outer one copies them
         if isinstance(node, exp.Subquery):
             _having_as_case(_query_of(node))
     while True:
@@ -479,13 +479,14 @@ def _scalar(node: exp.Subquery, query: exp.Expression, select: exp.Select, free,
         raise error_at(node, "a scalar subquery must be a SELECT of one column", unsupported=True)
     if query.args.get("offset") is not None or query.args.get("with_") is not None:
         raise error_at(node, "a scalar subquery with OFFSET or WITH is not supported", unsupported=True)
+    _having_as_case(query)
     value = query.selects[0].unalias()
     from_ = query.args.get("from_") or query.args.get("from")
     if from_ is None and query.args.get("where") is None and not _aggregate_only(query):
         return None, exp.Paren(this=value.copy())  # SELECT expression: the expression
     alias = f"_sub{n}"
     if _aggregate_only(query):
-        if _limit_value(query) == 0:
+        if _limit_value(query) == 0 or query.args.get("having") is not None:
             raise error_at(node, "a scalar aggregate subquery with LIMIT 0 is not supported", True)
         query.set("limit", None)
         query.set("order", None)

@@ -156,19 +156,38 @@ def _subqueries_by_shape(tree: exp.Expression) -> exp.Expression:
 
 
 def _refuse_scalars_of_no_row(tree: exp.Expression) -> None:
-    """Refuse (for ``decorrelate`` to take) a tree holding, inside a condition or function, an uncorrelated
-    scalar subquery that is not sure to give exactly one row (``LIMIT 1``, ``WHERE``d rows without an
-    aggregate): sqlglot's unnesting cross-joins such a subquery, which drops every outer row when it gives
-    none, where its value must be NULL."""
+    """Refuse (for ``decorrelate`` to take) a tree where sqlglot's unnesting would cross-join a scalar
+    subquery wrongly: an uncorrelated one inside a condition or function that is not sure to give exactly one
+    row (``LIMIT 1``, ``WHERE``d rows without an aggregate), which drops every outer row when it gives none,
+    where its value must be NULL; and any in the list or HAVING of an aggregate without GROUP BY, which is
+    then read from the aggregate's rows, NULL when there are none."""
     for node in tree.find_all(exp.Subquery):
         inner = node.this
         if not isinstance(inner, exp.Select) or isinstance(node.parent, (exp.In, exp.Any, exp.All, exp.Exists)):
             continue
+        outer = node.parent_select
+        if isinstance(outer, exp.Select) and _aggregate_without_groups(outer) and not _in_where(node, outer):
+            # cross-joined, it would be read as a column of the aggregate's rows, which may be none
+            raise error_at(node, "a subquery in the list of an aggregate without GROUP BY, cross-joined", True)
         if inner.find_ancestor(exp.Condition) is None or _one_row(inner):
             continue
         own = {t.alias_or_name for t in inner.find_all(exp.Table, exp.Subquery) if t.alias_or_name}
         if all(not c.table or c.table in own for c in inner.find_all(exp.Column)):
             raise error_at(node, "a scalar subquery that may give no row, cross-joined", True)
+
+
+def _aggregate_without_groups(select: exp.Select) -> bool:
+    return select.args.get("group") is None and any(own_aggregates(s, select) for s in select.selects)
+
+
+def _in_where(node: exp.Expression, select: exp.Select) -> bool:
+    where = select.args.get("where")
+    up = node.parent
+    while up is not None and up is not select:
+        if up is where:
+            return True
+        up = up.parent
+    return False
 
 
 def _one_row(select: exp.Select) -> bool:

@@ -39,6 +39,10 @@ QUERIES = [
     "SELECT a FROM t1 WHERE (SELECT max(y) FROM t2 WHERE t2.y <> t1.b HAVING max(y) > 3) IS NOT NULL",
     "SELECT a, COALESCE((SELECT avg(y) FROM t2 HAVING count(y) >= 3), -1) AS v FROM t1",
     # over no rows, a subquery's value keeps what the subqueries inside it compute
+    "SELECT a, COALESCE((SELECT count(*) + COALESCE((SELECT count(*) FROM t2 AS w WHERE w.x = 2), 0) FROM t2 "
+    "WHERE t2.y = 30), -1) AS v FROM t1",
+    "SELECT a, ((SELECT sum(y) FROM t2 HAVING count(*) > COALESCE((SELECT count(*) FROM t2 AS w "
+    "HAVING count(*) > 3), 1)) IS NULL) AS v FROM t1",
     "SELECT a, (SELECT count(*) + (SELECT max(y) FROM t2) FROM t2 AS z WHERE z.x = t1.a) AS v FROM t1",
     "SELECT a, (SELECT sum(y) FROM t2 WHERE t2.x = t1.b HAVING sum(y) > (SELECT min(y) FROM t2)) AS v FROM t1",
     "SELECT a, (SELECT count(*) + (SELECT count(*) FROM t2 WHERE y > 2) FROM t2 AS z WHERE z.x < t1.a) AS v "
