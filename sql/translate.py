@@ -161,9 +161,9 @@ def _refuse_scalars_of_no_row(tree: exp.Expression) -> None:
     row (``LIMIT 1``, ``WHERE``d rows without an aggregate), which drops every outer row when it gives none,
     where its value must be NULL; and any in the list or HAVING of an aggregate without GROUP BY, which is
     then read from the aggregate's rows, NULL when there are none."""
-    for node in tree.find_all(exp.Subquery):
+    for node in subquery_values(tree):
         inner = node.this
-        if not isinstance(inner, exp.Select) or isinstance(node.parent, (exp.In, exp.Any, exp.All, exp.Exists)):
+        if not isinstance(node, exp.Subquery) or not isinstance(inner, exp.Select):
             continue
         outer = node.parent_select
         if isinstance(outer, exp.Select) and _aggregate_without_groups(outer) and not _in_where(node, outer):
