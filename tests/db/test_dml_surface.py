@@ -235,6 +235,8 @@ SCRIPTS = {
         ("UPDATE n SET code = 20 WHERE id = 1", "code"),
         "UPDATE n SET note = 'again', score = -0.0 WHERE id = 1",
         "UPDATE u SET v = 7 WHERE k = 1",
+        "UPDATE t SET d = 1 WHERE k = 5; UPDATE t SET d = d + 1 WHERE k = 5",
+        ("UPDATE t SET d = 1 WHERE k = 4; UPDATE t SET k = 5 WHERE k = 4", "primary key"),
         "BEGIN",
         "INSERT INTO t VALUES (6, 60, 'f', 6)",
         "UPDATE t SET d = 66 WHERE k = 6",
