@@ -37,7 +37,7 @@ from sql.errors import error_at
 from sql.hoist import over_no_rows
 from sql.scalar import AGGREGATES, and_parts
 
-__all__ = ["decorrelate", "skips_a_level", "subquery_values"]
+__all__ = ["aggregate_only", "decorrelate", "inside", "skips_a_level", "subquery_values"]
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 
@@ -63,7 +63,7 @@ def skips_a_level(tree: exp.Expression) -> bool:
         owner = node.parent_select
         for col in _query_of(node).find_all(exp.Column):
             bound = _binding(col)
-            if bound is not None and bound is not owner and not _inside(bound, node):
+            if bound is not None and bound is not owner and not inside(bound, node):
                 return True
     return False
 
@@ -89,7 +89,7 @@ def subquery_values(tree: exp.Expression) -> Iterator[exp.Expression]:
 def _having_as_case(query: exp.Expression) -> None:
     """A scalar aggregate with HAVING gives its one row, or none (NULL) where HAVING does not hold: its value
     made ``CASE WHEN <having> THEN <value> END`` without HAVING (before anything splits it as grouped)."""
-    if not isinstance(query, exp.Select) or len(query.selects) != 1 or not _aggregate_only(query):
+    if not isinstance(query, exp.Select) or len(query.selects) != 1 or not aggregate_only(query):
         return
     having = query.args.get("having")
     if having is None or _limit_value(query) == 0:
@@ -125,7 +125,8 @@ def _binding(col: exp.Column) -> exp.Select | None:
     return None
 
 
-def _inside(node: exp.Expression, ancestor: exp.Expression) -> bool:
+def inside(node: exp.Expression, ancestor: exp.Expression) -> bool:
+    """Whether ``node`` is ``ancestor`` or lies in its tree."""
     while node is not None:
         if node is ancestor:
             return True
@@ -139,7 +140,7 @@ def _next(tree: exp.Expression):
     for select in tree.find_all(exp.Select):
         own = [n for n in subquery_values(select) if n.parent_select is select]
         for node in own:
-            if not any(other is not node and _inside(other, node) for other in own):
+            if not any(other is not node and inside(other, node) for other in own):
                 return select, node
     return None
 
@@ -205,18 +206,18 @@ def _on_to_where(select: exp.Select, node: exp.Expression) -> bool:
     """Move the condition holding ``node`` from an inner join's ON to WHERE, where it means the same when no
     later join pads rows with NULLs; whether it could."""
     joins = select.args.get("joins") or []
-    at = next(i for i, j in enumerate(joins) if _inside(node, j))
+    at = next(i for i, j in enumerate(joins) if inside(node, j))
     join = joins[at]
     on = join.args.get("on")
     if (
         (join.side or "")
-        or not _inside(node, on)
+        or not inside(node, on)
         or any(j.side.upper() in ("RIGHT", "FULL") for j in joins[at:])
     ):
         return False
     parts = and_parts(on.this if isinstance(on, exp.Paren) else on)
-    moved = [c for c in parts if _inside(node, c)]
-    kept = [c for c in parts if not _inside(node, c)]
+    moved = [c for c in parts if inside(node, c)]
+    kept = [c for c in parts if not inside(node, c)]
     join.set("on", exp.and_(*kept) if kept else None)
     if not kept and (join.kind or "").upper() != "CROSS":
         join.set("kind", "CROSS")
@@ -233,7 +234,7 @@ def _into_source(select: exp.Select, node: exp.Expression, n: int) -> bool:
     joins = select.args.get("joins") or []
     if len(tables) > 1:
         return False
-    joined = next(j for j in joins if _inside(node, j)).this.alias_or_name  # an uncorrelated one: beside it
+    joined = next(j for j in joins if inside(node, j)).this.alias_or_name  # an uncorrelated one: beside it
     alias = next(iter(tables)) if tables else joined
     holder = next((h for h in [from_, *joins] if h.this.alias_or_name == alias), None)
     if holder is None or not isinstance(holder.this, (exp.Table, exp.Subquery)):
@@ -259,13 +260,13 @@ def _beside_left_values(select: exp.Select, node: exp.Expression, n: int) -> boo
     meets each right row once, with the subquery's value for the two. Whether it could (a LEFT join only: the
     right rows unmatched would come once per value)."""
     joins = select.args.get("joins") or []
-    at = next(i for i, j in enumerate(joins) if _inside(node, j))
+    at = next(i for i, j in enumerate(joins) if inside(node, j))
     join = joins[at]
     alias = join.this.alias_or_name
     free = _free_columns(select, node)
     if (join.side or "").upper() != "LEFT" or not isinstance(join.this, (exp.Table, exp.Subquery)):
         return False
-    if not _inside(node, join.args.get("on")):
+    if not inside(node, join.args.get("on")):
         return False
     left = [(t, c) for t, c in free if t != alias]
     before = {(select.args.get("from_") or select.args.get("from")).this.alias_or_name}
@@ -456,7 +457,7 @@ def _domain_columns(table: str, free) -> list[exp.Expression]:
     return [exp.alias_(exp.column(f"_d{i}", table), f"_d{i}") for i in range(len(free))]
 
 
-def _aggregate_only(query: exp.Select) -> bool:
+def aggregate_only(query: exp.Select) -> bool:
     """Whether ``query`` is an aggregate without GROUP BY: one row, whatever its WHERE lets through."""
     if query.args.get("group") is not None:
         return False
@@ -482,10 +483,10 @@ def _scalar(node: exp.Subquery, query: exp.Expression, select: exp.Select, free,
     _having_as_case(query)
     value = query.selects[0].unalias()
     from_ = query.args.get("from_") or query.args.get("from")
-    if from_ is None and query.args.get("where") is None and not _aggregate_only(query):
+    if from_ is None and query.args.get("where") is None and not aggregate_only(query):
         return None, exp.Paren(this=value.copy())  # SELECT expression: the expression
     alias = f"_sub{n}"
-    if _aggregate_only(query):
+    if aggregate_only(query):
         if _limit_value(query) == 0 or query.args.get("having") is not None:
             raise error_at(node, "a scalar aggregate subquery with LIMIT 0 is not supported", True)
         query.set("limit", None)
@@ -562,7 +563,7 @@ def _exists(node: exp.Exists, query: exp.Expression, select: exp.Select, free, n
         return None, exp.false()
     query.set("limit", None)
     query.set("order", None)
-    if _aggregate_only(query):
+    if aggregate_only(query):
         if query.args.get("having") is None:
             return None, exp.true()
         raise error_at(node, "EXISTS over an aggregate with HAVING and no GROUP BY is not supported", True)
@@ -618,7 +619,7 @@ def _quantified(node: exp.Expression, query: exp.Expression, select: exp.Select,
         raise error_at(node, "a subquery compared with a value must have one column", unsupported=True)
     if query.args.get("limit") is not None or query.args.get("offset") is not None:
         raise error_at(node, "a subquery with LIMIT or OFFSET compared with a value is not supported", True)
-    if _aggregate_only(query) and query.args.get("having") is None:  # one row: a plain comparison
+    if aggregate_only(query) and query.args.get("having") is None:  # one row: a plain comparison
         compared = op(this=x.copy(), expression=exp.Subquery(this=query))
         return [], exp.Not(this=compared) if negate else compared
     query.set("order", None)

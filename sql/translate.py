@@ -21,7 +21,7 @@ from sql.aggregates import aggregate, own_aggregates
 from sql.allow import sql_name
 from sql.catalog import Catalog
 from sql.datetimes import unjustified
-from sql.decorrelate import decorrelate, skips_a_level, subquery_values
+from sql.decorrelate import aggregate_only, decorrelate, inside, skips_a_level, subquery_values
 from sql.errors import ProgrammingError, SqlError, UnsupportedError, error_at, position
 from sql.hoist import hoist_select_subqueries
 from sql.logical import (
@@ -166,7 +166,8 @@ def _refuse_scalars_of_no_row(tree: exp.Expression) -> None:
         if not isinstance(node, exp.Subquery) or not isinstance(inner, exp.Select):
             continue
         outer = node.parent_select
-        if isinstance(outer, exp.Select) and _aggregate_without_groups(outer) and not _in_where(node, outer):
+        where = outer.args.get("where") if isinstance(outer, exp.Select) else None
+        if isinstance(outer, exp.Select) and aggregate_only(outer) and not (where and inside(node, where)):
             # cross-joined, it would be read as a column of the aggregate's rows, which may be none
             raise error_at(node, "a subquery in the list of an aggregate without GROUP BY, cross-joined", True)
         if inner.find_ancestor(exp.Condition) is None or _one_row(inner):
@@ -176,25 +177,11 @@ def _refuse_scalars_of_no_row(tree: exp.Expression) -> None:
             raise error_at(node, "a scalar subquery that may give no row, cross-joined", True)
 
 
-def _aggregate_without_groups(select: exp.Select) -> bool:
-    return select.args.get("group") is None and any(own_aggregates(s, select) for s in select.selects)
-
-
-def _in_where(node: exp.Expression, select: exp.Select) -> bool:
-    where = select.args.get("where")
-    up = node.parent
-    while up is not None and up is not select:
-        if up is where:
-            return True
-        up = up.parent
-    return False
-
-
 def _one_row(select: exp.Select) -> bool:
     """Whether a query gives exactly one row: one aggregate's, without GROUP BY, HAVING, LIMIT or OFFSET."""
-    if any(select.args.get(k) for k in ("group", "having", "limit", "offset")) or select.find(exp.Window):
+    if any(select.args.get(k) for k in ("having", "limit", "offset")) or select.find(exp.Window):
         return False
-    return any(own_aggregates(s, select) for s in select.selects)
+    return aggregate_only(select)
 
 
 def _every(node: exp.Expression) -> exp.Expression:
