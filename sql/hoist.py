@@ -207,10 +207,7 @@ def over_no_rows(value: exp.Expression) -> exp.Expression:
     others NULL); those of subqueries inside it are theirs, and stay."""
     out = value.copy()
     for node in list(out.find_all(*AGGREGATES)):
-        up = node.parent
-        while up is not None and not isinstance(up, (exp.Subquery, exp.Select)):
-            up = up.parent
-        if up is not None:
+        if node.find_ancestor(exp.Subquery, exp.Select) is not None:
             continue  # inside a subquery of the value
         call = node.parent if isinstance(node.parent, exp.Filter) else node
         replaced = exp.Literal.number(0) if isinstance(node, exp.Count) else exp.Null()
