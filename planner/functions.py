@@ -50,6 +50,8 @@ def _round(e: Call, args: list[Value], n: int) -> Value:
     places = e.param
     t = e.args[0].type
     if t.kind == "float":
+        if places is None:
+            return np.rint(a), m
         unit = 10.0**places
         return np.sign(a) * np.floor(np.abs(a) * unit + 0.5) / unit, m
     scale = t.scale if t.kind == "decimal" else 0

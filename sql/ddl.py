@@ -19,6 +19,7 @@ from sqlglot import exp
 from sql.catalog import Check, Identity, Table, Unique
 from sql.errors import error_at
 from sql.logical import Column
+from sql.recursive import query_sql
 from sql.types import INT, INTEGER, SMALLINT, SqlType, domain_of, from_sqlglot, unsupported_type
 
 __all__ = ["table_from_create", "table_sql", "add_columns", "drop_columns", "rename_column", "rename_table"]
@@ -242,7 +243,7 @@ def table_sql(table: Table) -> str:
         elif not c.nullable:
             text += " NOT NULL"
         if default is not None:
-            text += f" DEFAULT {default.sql(dialect='postgres')}"
+            text += f" DEFAULT {query_sql(default)}"
         parts.append(text)
     names = [c.name for c in table.columns]
     if table.primary_key:
@@ -251,9 +252,7 @@ def table_sql(table: Table) -> str:
     for u in table.uniques:
         parts.append(f"CONSTRAINT {_quoted(u.name)} UNIQUE ({', '.join(_quoted(names[p]) for p in u.columns)})")
     for check in table.checks:
-        parts.append(
-            f"CONSTRAINT {_quoted(check.name)} CHECK ({_own_columns(check.condition).sql(dialect='postgres')})"
-        )
+        parts.append(f"CONSTRAINT {_quoted(check.name)} CHECK ({query_sql(_own_columns(check.condition))})")
     return f"CREATE TABLE {_quoted(table.name)} ({', '.join(parts)})"
 
 

@@ -1,7 +1,8 @@
 """SQL functions of numbers and of text: sqlglot calls to typed logical expressions (PostgreSQL's semantics).
 
 Numbers: ABS, SIGN, ROUND (half away from zero, to a constant number of decimal places; ``ROUND(a / b, n)``
-of exact numbers, one of them a decimal, divides exactly and rounds once, as NUMERIC does), FLOOR, CEIL,
+of exact numbers, one of them a decimal, divides exactly and rounds once, as NUMERIC does; ROUND of a DOUBLE
+PRECISION alone rounds half to even, as PostgreSQL's does), FLOOR, CEIL,
 TRUNC, GREATEST and LEAST (NULL only when every argument is); SQRT, CBRT, EXP, LN, LOG (base 10, or
 ``LOG(b, x)``) and POWER in DOUBLE PRECISION, with PostgreSQL's errors for the values they have none for.
 Integers go in as DOUBLE PRECISION, as PostgreSQL resolves these functions for them; NUMERIC values too,
@@ -156,6 +157,8 @@ def _round(node: exp.Round, translate: Translate) -> Expr:
 
             return cast_to(node, x, decimal_type(18, min(places, 17)))
         t = decimal_type(18, 0)
+    elif node.args.get("decimals") is None:  # ROUND(DOUBLE PRECISION): half to even (PostgreSQL's rint)
+        places = None
     return Call("round", (x,), t, places)
 
 
@@ -304,10 +307,19 @@ def _split_part(node: exp.SplitPart, translate: Translate) -> Expr:
 
 
 def _concat(node: exp.Concat, translate: Translate) -> Expr:
-    args = tuple(shown(as_text(translate(a))) for a in node.expressions)  # CHAR(n) padded, as written out
+    args = tuple(shown(_written(translate(a))) for a in node.expressions)  # CHAR(n) padded, as written out
     if not args:
         raise error_at(node, "CONCAT needs at least one argument")
     return Call("concat_all", args, TEXT)
+
+
+def _written(x: Expr) -> Expr:
+    """An argument of CONCAT as text: as ``as_text``, but a truth value as PostgreSQL writes it out (``t`` or
+    ``f``, where CAST and || write ``true`` or ``false``)."""
+    if x.type.kind != "bool" or _is_null(x):
+        return as_text(x)
+    truth = (x, Call("not", (x,), BOOL), Const("t", TEXT), Const("f", TEXT), Const(None, TEXT))
+    return Call("case", truth, TEXT)
 
 
 def as_text(x: Expr) -> Expr:

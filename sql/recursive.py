@@ -101,13 +101,20 @@ def with_key(query: exp.Expression) -> str:
 
 
 def query_sql(query: exp.Expression) -> str:
-    """``query`` as PostgreSQL's SQL, each ``WITH MUTUALLY RECURSIVE`` header written back (sqlglot knows no
-    such header and would write ``WITH RECURSIVE``): a text that parses to the same query again, as a
-    reopened database parses its views' definitions."""
+    """``query`` (or any statement or expression) as PostgreSQL's SQL, each ``WITH MUTUALLY RECURSIVE`` header
+    written back (sqlglot knows no such header and would write ``WITH RECURSIVE``): a text that parses to the
+    same query again, as a reopened database parses the definitions of its tables, views and indexes.
+    ``ROUND(x, n)`` is written as it is: sqlglot would cast a DOUBLE PRECISION ``x`` to DECIMAL (PostgreSQL has
+    no such ROUND; ivm has, and the cast would change its value)."""
     return _Generator(dialect=Postgres()).generate(query)
 
 
 class _Generator(Postgres.Generator):
+    TRANSFORMS = {
+        **Postgres.Generator.TRANSFORMS,
+        exp.Round: lambda self, e: self.func("ROUND", e.this, e.args.get("decimals")),
+    }
+
     def with_sql(self, expression: exp.With) -> str:
         spec = expression.meta.get("ivm_mutual")
         if spec is None:

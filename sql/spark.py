@@ -8,6 +8,9 @@ tree, so that the query, written back as PostgreSQL (as a view's text is kept), 
   and its rounding (half up), as ``CAST(ROUND(a / b, s) AS DECIMAL(p, s))``; ``div`` is integer division.
 - ``AVG`` of DECIMAL(p, s) is DECIMAL(p + 4, s + 4), rounded half up: ``CAST(ROUND(SUM(x) / COUNT(x), s + 4)
   AS DECIMAL(p + 4, s + 4))``. SUM keeps its values; its type, DECIMAL(p + 10, s), is the view's output type.
+- ``round`` of a DOUBLE rounds half up (away from zero): ``ROUND(x, 0)``, where PostgreSQL's ``ROUND(x)``
+  rounds half to even. ``concat`` and ``||`` are NULL when an argument is, and write a BOOLEAN as ``true``:
+  ``||`` of the values cast to text (PostgreSQL's CONCAT skips NULLs and writes ``t``).
 - ORDER BY items without NULLS FIRST/LAST get Spark's default (NULLs first ascending, last descending).
 - CAST is ANSI's (an error where a value does not convert), ``1e3`` is a DOUBLE, names are case-insensitive.
 - ``timestamp`` values are instants (held in UTC); EXTRACT, hour() and its kin, and CAST to DATE, STRING or
@@ -278,6 +281,7 @@ _EXTRACTS = {
     exp.Minute: "MINUTE",
 }
 _DOUBLE = exp.DataType.build("DOUBLE PRECISION", dialect="postgres")
+_TEXT = exp.DataType.build("TEXT", dialect="postgres")
 
 
 class _Typer:
@@ -373,7 +377,11 @@ class _Typer:
             return self.type_of(inner.selects[0]) if isinstance(inner, exp.Query) and inner.selects else UNKNOWN
         if isinstance(node, exp.Abs):
             return self.type_of(node.this)
-        if isinstance(node, (exp.DPipe, exp.Concat, exp.Upper, exp.Lower, exp.Substring, exp.Trim)):
+        if isinstance(node, exp.Round):
+            return self._round(node)
+        if isinstance(node, (exp.DPipe, exp.Concat)):
+            return self._concat(node)
+        if isinstance(node, (exp.Upper, exp.Lower, exp.Substring, exp.Trim)):
             return STRING
         if isinstance(node, exp.Distinct):
             return self.type_of(node.expressions[0]) if node.expressions else UNKNOWN
@@ -605,6 +613,40 @@ class _Typer:
                 )
 
     # -- edits ----------------------------------------------------------------------------------------------
+    def _concat(self, node: exp.DPipe | exp.Concat) -> SparkType:
+        """Spark's ``concat`` and ``||`` are NULL when any argument is (PostgreSQL's CONCAT skips NULLs) and
+        write every other value as CAST writes it (a truth value ``true``, where PostgreSQL's CONCAT writes
+        ``t``): both become ``||`` of the values cast to text."""
+        args = [node.this, node.expression] if isinstance(node, exp.DPipe) else list(node.expressions)
+        kinds = [self.type_of(a).kind for a in args]
+        if not args:
+            return STRING
+
+        def edit(n: exp.Expression) -> exp.Expression:
+            now = [n.this, n.expression] if isinstance(n, exp.DPipe) else list(n.expressions)
+            parts = []
+            for a, kind in zip(now, kinds, strict=True):
+                if kind == "timestamp":
+                    a = self._local(a.copy())
+                parts.append(a.copy() if kind == "string" else exp.Cast(this=a.copy(), to=_TEXT.copy()))
+            out = parts[0]
+            for p in parts[1:]:
+                out = exp.DPipe(this=out, expression=p, safe=True)
+            return exp.Paren(this=out)
+
+        self._edit(node, edit)
+        return STRING
+
+    def _round(self, node: exp.Round) -> SparkType:
+        """Spark rounds a DOUBLE half up (away from zero), where PostgreSQL's ROUND(double precision) rounds
+        half to even: ``ROUND(x)`` becomes ``ROUND(x, 0)``, which rounds a double half away from zero."""
+        t = self.type_of(node.this)
+        if t.kind != "double":
+            return UNKNOWN
+        if node.args.get("decimals") is None:
+            self._edit(node, lambda n: exp.Round(this=n.this.copy(), decimals=exp.Literal.number(0)))
+        return DOUBLE
+
     def _edit(self, node: exp.Expression, edit) -> None:
         self.edits.append((node, edit))
 

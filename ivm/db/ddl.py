@@ -56,7 +56,7 @@ def create_table(db: Connection, stmt: exp.Create) -> None:
                 except SqlError as err:
                     raise error_at(d, f"DEFAULT of column {table.columns[p].name!r}: {err.message}") from None
     # sqlglot writes an identity column's options only in part: such a table is written as ivm writes it
-    sql = table_sql(table) if any(table.identities) else stmt.sql(dialect="postgres")
+    sql = table_sql(table) if any(table.identities) else query_sql(stmt)
     _add_table(db, table, sql)
     if db.in_transaction:
         db.undo.append(lambda: _forget_table(db, table.name))
@@ -307,7 +307,7 @@ def create_index(db: Connection, stmt: exp.Create, undoable: bool = True) -> Non
         db.engine.step()
         transactions.stop_failed(db, db.engine.failed)
     db.catalog.indexes[name] = (rel, tuple(key))
-    db.index_sql[name] = (state.changed(db), stmt.sql(dialect="postgres"))
+    db.index_sql[name] = (state.changed(db), query_sql(stmt))
     if db.in_transaction and undoable:
         from ivm.db.alter import drop_indexes  # (alter builds on this module)
 

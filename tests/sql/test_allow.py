@@ -40,7 +40,7 @@ QUERIES = [
     "CASE g WHEN 2 THEN 'two' END FROM t",
     "SELECT id, COALESCE(g, 0), NULLIF(g, 1), GREATEST(g, id), LEAST(g, id) FROM t",
     "SELECT id, CAST(g AS TEXT), CAST(d AS DOUBLE), CAST(day AS TIMESTAMP), CAST('7' AS INTEGER) FROM t",
-    "SELECT id, ABS(d), SIGN(f), ROUND(d, 1), FLOOR(d), CEIL(d), ROUND(f) FROM t",
+    "SELECT id, ABS(d), SIGN(f), ROUND(d, 1), FLOOR(d), CEIL(d), ROUND(f * 3) FROM t",
     "SELECT id, LENGTH(s), UPPER(s), LOWER(s), TRIM(BOTH 'a' FROM s), LTRIM(s), REVERSE(s) FROM t",
     "SELECT id, SUBSTRING(s FROM 2 FOR 3), LEFT(s, 2), RIGHT(s, 2), REPLACE(s, 'an', 'AN') FROM t",
     "SELECT id, POSITION('an' IN s), STRPOS(s, 'e'), STARTS_WITH(s, 'ch'), LPAD(s, 8, '*'), RPAD(s, 3, ' ') "

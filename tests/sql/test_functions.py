@@ -161,6 +161,15 @@ def test_functions_equal_duckdb(seed):
             ("b", "", "c"),
         ),
         ("SELECT concat(NULL, NULL), concat('a', NULL, 1, 2.50), 'n=' || 3", ("", "a12.50", "n=3")),
+        (  # CONCAT writes a truth value as PostgreSQL's output function does, || as CAST does
+            "SELECT concat('a', TRUE, NULL, FALSE), concat(1 > 2), 'a' || TRUE, concat(NULL::BOOLEAN, 'x')",
+            ("atf", "f", "atrue", "x"),
+        ),
+        (  # ROUND of a double: half to even, as PostgreSQL's
+            "SELECT round(2.5::DOUBLE PRECISION), round(-2.5::DOUBLE PRECISION), round(3.5::DOUBLE PRECISION), "
+            "round(0.5::DOUBLE PRECISION + 1)",
+            (2.0, -2.0, 4.0, 2.0),
+        ),
         (
             "SELECT CAST(2.5::DOUBLE AS INTEGER), CAST(-2.5::DOUBLE AS INTEGER), CAST(3.5::DOUBLE AS INTEGER), "
             "CAST(2.5 AS INTEGER), CAST(-2.5 AS INTEGER)",

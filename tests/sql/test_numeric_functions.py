@@ -1,4 +1,5 @@
-"""SQRT, CBRT, EXP, LN, LOG, POWER/POW, TRUNC, MOD, SIGN, FLOOR, CEIL and ROUND against a real PostgreSQL: the
+"""SQRT, CBRT, EXP, LN, LOG, POWER/POW, TRUNC, MOD, SIGN, FLOOR, CEIL and ROUND (of a double half to even, of
+NUMERIC half away from zero) against a real PostgreSQL: the
 same values and types (of Python's reading: int, float or Decimal), row by row, as queries and as views; and
 the values PostgreSQL has no answer for fail with its message, as a query, as a view being created, and as
 rows entering a view (which is in error until they leave)."""
@@ -20,6 +21,9 @@ ROWS = [
     (5, 17, decimal.Decimal("123.456"), 0.1),
     (6, 1, decimal.Decimal("-0.004"), -0.0),
     (7, 2, decimal.Decimal("9.999"), 1e300),
+    (8, 5, decimal.Decimal("2.500"), 2.5),  # halves: ROUND of a double rounds them to even, of NUMERIC away
+    (9, -5, decimal.Decimal("-0.500"), -0.5),
+    (10, 3, decimal.Decimal("3.450"), -3.5),
 ]
 
 # value and type as PostgreSQL's
@@ -61,6 +65,13 @@ SAME = [
     "round(i)",
     "round(i, 1)",
     "round(i, -1)",
+    "round(f)",
+    "round(-f)",
+    "round(f * 3)",
+    "round(i / 2.0)",
+    "round(d)",
+    "round(d, 1)",
+    "round(CAST(d AS DOUBLE PRECISION))",
     "CASE WHEN f > 0 THEN ln(f) END",
     "CASE WHEN i >= 0 THEN sqrt(i) ELSE -1 END",
 ]

@@ -65,6 +65,17 @@ def test_division_is_in_double_and_div_is_integral(tmp_path):
     assert sink.contents("q").schema.field("q").type == pa.float64()
 
 
+def test_concat_is_null_with_a_null_and_round_goes_half_up(tmp_path):
+    sql = "SELECT k, concat('k', k, a > 0) AS c, k || '-' || a AS p, round(a / 2.0e0) AS r FROM t"
+    sink = sink_with(tmp_path, {"s": sql})
+    assert rows(sink.contents("s")) == [
+        (1, "k1true", "1-7", 4.0),
+        (2, None, None, None),
+        (3, "k3false", "3--7", -4.0),
+        (4, "k4true", "4-5", 3.0),
+    ]
+
+
 def test_top_k_puts_nulls_first_ascending_and_last_descending(tmp_path):
     views = {
         "low": "SELECT k, a FROM t ORDER BY a LIMIT 2",
