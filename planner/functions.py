@@ -34,6 +34,8 @@ def _abs(e: Call, args: list[Value], n: int) -> Value:
 
 def _sign(e: Call, args: list[Value], n: int) -> Value:
     ((a, m),) = args
+    if a.dtype.kind == "f":  # as PostgreSQL: 0 for NaN and for -0.0 (np.sign gives NaN and -0.0)
+        return np.subtract(a > 0, a < 0, dtype=a.dtype), m
     s = np.sign(a)
     if e.type.kind == "decimal":
         s = s * np.int64(10**e.type.scale)

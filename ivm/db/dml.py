@@ -614,7 +614,9 @@ def _literal_value(node: exp.Expression, t: SqlType, column: str, row: int) -> o
     ):  # now() and its relatives: the start of the statement's transaction, as a DEFAULT too
         value = assigned(node, current_time(v), t, column)
         return encode(value.value, t)
+    as_float = False  # a number cast to DOUBLE PRECISION first: negated as a double (-0.0::float8 is -0)
     if isinstance(v, exp.Cast) and isinstance(v.this, exp.Literal):
+        as_float = v.args["to"].this in (exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT)
         v = v.this
     where = f"row {row}, column {column!r}"
     if isinstance(v, exp.Literal) and v.is_string and t.kind != "text" and not neg:
@@ -634,12 +636,16 @@ def _literal_value(node: exp.Expression, t: SqlType, column: str, row: int) -> o
                 value = v.this
             else:
                 value = int(v.this) if v.this.isdigit() else decimal.Decimal(v.this)
+                if as_float:
+                    value = float(value)
+                if neg:  # in the constant's own type: an exact zero has no sign, as NUMERIC's has none
+                    value = -value if value or as_float else abs(value)
                 if t.kind == "float":
                     value = float(value)
                 elif t.kind == "int" and isinstance(value, decimal.Decimal):
                     value = int(value.to_integral_value(rounding=decimal.ROUND_HALF_UP))
-                if neg:
-                    value = -value
+                elif t.kind == "int" and isinstance(value, float):  # half to even, as PostgreSQL's rint
+                    value = round(value)
         else:
             raise error_at(node, f"row {row}: only constants are supported in VALUES", unsupported=True)
         if neg and isinstance(value, (str, bool)):

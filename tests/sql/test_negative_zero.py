@@ -121,6 +121,24 @@ def test_a_sum_of_negative_zeros_alone_is_minus_zero_and_written_so(pg):
     assert db.execute("SELECT g, sum(x)::text FROM z WHERE g = 1 GROUP BY g").fetchall() == [(1, "-0")]
 
 
+def test_constants_are_negated_in_their_own_type_before_they_are_assigned(pg):
+    """``-0`` and ``-0.0`` are an INTEGER and a NUMERIC zero, which have no sign: a DOUBLE PRECISION column
+    gets 0 from them, and -0 from ``-0.0::float8`` (a double negated); a double assigned to an INTEGER column
+    rounds half to even, a NUMERIC half away from zero."""
+    table = "CREATE TABLE c (id INTEGER PRIMARY KEY, x DOUBLE PRECISION, n DECIMAL(5,2), i INTEGER)"
+    values = (
+        "(1, -0.0, -0.0, -2.5), (2, -0.0::float8, -0.0::float8, -2.5::float8), (3, -0, -0, -0), "
+        "(4, -1.5, -1.505, 2.5::float8), (5, 3.5::float8, 1, 3.5), (6, -0::float8, 0, -3.5::double precision)"
+    )
+    db = ivm.connect()
+    pg.execute("DROP TABLE IF EXISTS c")
+    for conn in (db, pg):
+        conn.execute(table)
+        conn.execute(f"INSERT INTO c VALUES {values}")
+    q = "SELECT id, x, x::text, n::text, i FROM c"
+    assert _ivm(db, q)[1] == _pg(pg, q)[1]
+
+
 def test_keys_of_negative_zeros(pg):
     """-0.0 and 0.0 are one key (GROUP BY, DISTINCT, joins, primary keys) yet two values: a group whose rows
     are all -0.0 shows -0, as in PostgreSQL; one mixing both shows 0 (PostgreSQL shows the zero of whichever

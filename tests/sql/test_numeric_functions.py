@@ -24,6 +24,7 @@ ROWS = [
     (8, 5, decimal.Decimal("2.500"), 2.5),  # halves: ROUND of a double rounds them to even, of NUMERIC away
     (9, -5, decimal.Decimal("-0.500"), -0.5),
     (10, 3, decimal.Decimal("3.450"), -3.5),
+    (11, 1, decimal.Decimal("1"), math.nan),  # NaN: greater than every number, SIGN 0
 ]
 
 # value and type as PostgreSQL's
