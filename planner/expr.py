@@ -122,8 +122,8 @@ def _arith(e: Call, cols, valid, n):
             out = a / b if op == "div" else np.fmod(a, b)
         _check_finite(out, a, b, mask)
         return out, mask
-    least = (a == _INT64_MIN) & (b == -1)
-    if least.any() and (least if mask is None else least & mask).any():
+    least = (a == _INT64_MIN) & (b == -1)  # its quotient is beyond 64 bits; its remainder is 0
+    if op == "div" and least.any() and (least if mask is None else least & mask).any():
         raise EvaluationError(_overflow(e.type))
     b = np.where(least, 1, b)
     q = a // b  # floor; truncation toward zero, as PostgreSQL, where the signs differ and b does not divide a
@@ -152,10 +152,13 @@ def _check_finite(out: np.ndarray, a, b, mask) -> None:
 
 def _check_range(e: Call, op: str, a, b, out: np.ndarray, mask) -> None:
     """Stop the dataflow when 64-bit integer arithmetic wrapped around (on rows whose value is not NULL): an
-    addition whose operands share a sign the result lacks, a product beyond 2**63 in floating point."""
-    with np.errstate(over="ignore", invalid="ignore"):
+    addition whose operands share a sign the result lacks, a product that divided by one factor is not the
+    other (checked where it comes near 2**63 in floating point)."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         if op == "mul":
-            wrapped = np.abs(np.multiply(a, b, dtype=np.float64)) >= _INT64_BOUND
+            wrapped = np.abs(np.multiply(a, b, dtype=np.float64)) >= _INT64_BOUND / 2
+            if wrapped.any():
+                wrapped = _wrapped_products(*np.broadcast_arrays(a, b, out), wrapped)
         else:
             b = b if op == "add" else -np.asarray(b)
             wrapped = ((a ^ out) & (b ^ out)) < 0
@@ -166,6 +169,19 @@ def _check_range(e: Call, op: str, a, b, out: np.ndarray, mask) -> None:
         raise EvaluationError(what)
     if e.type.kind == "int" and e.type.bits < 64:
         _check_width(e.type, out, mask)
+
+
+def _wrapped_products(a: np.ndarray, b: np.ndarray, out: np.ndarray, near: np.ndarray) -> np.ndarray:
+    """Where the products ``out`` of ``a`` and ``b`` (64-bit, wrapping) are not the true ones, among the rows
+    ``near`` the bound (an exact product divided by a factor gives the other; -1 times the least value is the
+    one wrapped product that does too)."""
+    rows = np.flatnonzero(near)
+    x, y, p = a[rows], b[rows], out[rows]
+    d = np.where(x == 0, 1, x)
+    bad = (x != 0) & ((p // d != y) | (p % d != 0) | ((x == -1) & (y == _INT64_MIN)))
+    wrapped = np.zeros(len(near), dtype=bool)
+    wrapped[rows] = bad
+    return wrapped
 
 
 def _overflow(t) -> str:
