@@ -135,6 +135,7 @@ def _arith(e: Call, cols, valid, n):
 
 _INT64_BOUND = 2.0**63
 _INT64_MIN = np.iinfo(np.int64).min
+_INT64_MAX = np.iinfo(np.int64).max
 
 
 def _check_finite(out: np.ndarray, a, b, mask) -> None:
@@ -382,7 +383,14 @@ def _to_type(e: Call, cols, valid, n):
         if shift < 0:  # fewer decimals: rounded half away from zero
             unit = 10**-shift
             return np.sign(a) * ((np.abs(a) + unit // 2) // unit), m
-        return a.astype(np.int64) * np.int64(10**shift), m
+        a = a.astype(np.int64)
+        bound = 0 if shift > 18 else _INT64_MAX // 10**shift  # a greater magnitude would wrap around
+        big = (a > bound) | (a < -bound)
+        if m is not None:
+            big &= m
+        if big.any():
+            raise EvaluationError(f"numeric field overflow: a value does not fit in {dst}")
+        return a * np.int64(10**shift), m
     raise AssertionError(dst)
 
 

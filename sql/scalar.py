@@ -299,6 +299,9 @@ def coerce(node: exp.Expression, e: Expr, t: SqlType) -> Expr:
         return datetimes.as_timestamp(e, t)
     if isinstance(e, Const):
         if s.kind == "int" and t.kind == "decimal":
+            if abs(e.value) * 10**t.scale >= 2**63:  # beyond what the engine's 64-bit decimals hold
+                what = f"the constant {e.value} as {t} has more than the 18 digits ivm holds"
+                raise error_at(node, what, True)
             return Const(decimal.Decimal(e.value), t)
         if s.kind == "decimal" and t.kind == "decimal" and t.scale >= s.scale:
             return Const(e.value, t)
