@@ -152,17 +152,18 @@ def _check_finite(out: np.ndarray, a, b, mask) -> None:
 
 
 def _check_range(e: Call, op: str, a, b, out: np.ndarray, mask) -> None:
-    """Stop the dataflow when 64-bit integer arithmetic wrapped around (on rows whose value is not NULL): an
-    addition whose operands share a sign the result lacks, a product that divided by one factor is not the
-    other (checked where it comes near 2**63 in floating point)."""
+    """Stop the dataflow when 64-bit integer arithmetic wrapped around (on rows whose value is not NULL): a sum
+    or difference whose sign is not the one its operands' signs call for, a product that divided by one factor
+    is not the other (checked where it comes near 2**63 in floating point)."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         if op == "mul":
             wrapped = np.abs(np.multiply(a, b, dtype=np.float64)) >= _INT64_BOUND / 2
             if wrapped.any():
                 wrapped = _wrapped_products(*np.broadcast_arrays(a, b, out), wrapped)
         else:
-            b = b if op == "add" else -np.asarray(b)
-            wrapped = ((a ^ out) & (b ^ out)) < 0
+            # a sum whose operands share a sign its result lacks; a difference of operands of unlike signs
+            # whose result lacks the first's (negating the least value would wrap around itself)
+            wrapped = (((a ^ out) & (b ^ out)) if op == "add" else ((a ^ b) & (a ^ out))) < 0
     if mask is not None:
         wrapped = wrapped & mask
     if np.any(wrapped):
