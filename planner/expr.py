@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from ivm.engine.operators.basic import EvaluationError
 from ivm.engine.strings import POOL
 from planner import datetimes
-from planner.functions import COMPARISONS, FUNCTIONS, compare_values, concat_codes, text_ranks
+from planner.functions import COMPARISONS, FUNCTIONS, compare_values, concat_codes, half_away, text_ranks
 from planner.values import encode, parse_engine, to_python
 from sql.errors import UnsupportedError
 from sql.logical import Call, ColRef, Const, Expr
@@ -382,8 +382,7 @@ def _to_type(e: Call, cols, valid, n):
         if shift == 0 and a.dtype == np.int64:  # a wider precision: the same scaled integers
             return a, m
         if shift < 0:  # fewer decimals: rounded half away from zero
-            unit = 10**-shift
-            return np.sign(a) * ((np.abs(a) + unit // 2) // unit), m
+            return half_away(a, 10**-shift), m
         a = a.astype(np.int64)
         bound = 0 if shift > 18 else _INT64_MAX // 10**shift  # a greater magnitude would wrap around
         big = (a > bound) | (a < -bound)
@@ -401,8 +400,7 @@ def _to_int(e: Call, cols, valid, n):
     a, m = evaluate(e.args[0], cols, valid, n)
     src = e.param
     if src.kind == "decimal":
-        unit = 10**src.scale
-        return (np.sign(a) * ((np.abs(a) + unit // 2) // unit)).astype(np.int64), m
+        return half_away(a, 10**src.scale).astype(np.int64), m
     out = np.rint(a)
     bad = ~(np.abs(out) < _INT64_BOUND)  # NaN or beyond 64 bits
     if m is not None:
@@ -415,7 +413,7 @@ def _to_int(e: Call, cols, valid, n):
 def _round_decimal(e: Call, cols, valid, n):
     a, m = evaluate(e.args[0], cols, valid, n)
     shift = 10 ** (e.param.scale - e.type.scale)
-    return (np.sign(a) * ((np.abs(a) + shift // 2) // shift)).astype(np.int64), m
+    return half_away(a, shift).astype(np.int64), m
 
 
 def _div_round(e: Call, cols, valid, n):

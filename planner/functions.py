@@ -42,9 +42,18 @@ def _sign(e: Call, args: list[Value], n: int) -> Value:
     return s.astype(a.dtype), m
 
 
-def _half_away(x: np.ndarray, unit: int) -> np.ndarray:
-    """Integers ``x`` divided by ``unit`` and rounded half away from zero."""
-    return np.sign(x) * ((np.abs(x) + unit // 2) // unit)
+def half_away(x: np.ndarray, unit: int) -> np.ndarray:
+    """Integers ``x`` divided by ``unit`` and rounded half away from zero (from the floor quotient and its
+    remainder: nothing wraps around, the least 64-bit value included)."""
+    q, r = np.divmod(x, unit)
+    return q + ((2 * r > unit) | ((2 * r == unit) & (x >= 0)))
+
+
+def _times_power_of_ten(q: np.ndarray, k: int, m: np.ndarray | None, what: str) -> np.ndarray:
+    """``q * 10**k`` (rounded to tens, hundreds...), an error where it would pass 64 bits."""
+    bound = np.iinfo(np.int64).max // 10**k if k <= 18 else 0
+    _fail_where((q > bound) | (q < -bound), m, what)
+    return q * 10**k
 
 
 def _round(e: Call, args: list[Value], n: int) -> Value:
@@ -57,13 +66,22 @@ def _round(e: Call, args: list[Value], n: int) -> Value:
         unit = 10.0**places
         return np.sign(a) * np.floor(np.abs(a) * unit + 0.5) / unit, m
     scale = t.scale if t.kind == "decimal" else 0
-    if scale - places > 18:  # to a unit beyond any 64-bit value: every value rounds to 0
+    if scale - places > 18:  # to a unit beyond any 64-bit value: 0, or (from half of it) beyond 64 bits
+        half = 5 * 10 ** (scale - places - 1)
+        if half < 2**63:
+            _fail_where((a >= half) | (a <= -half), m, _out_of_range(e))
         return np.zeros(len(a), dtype=np.int64), m
     unit = 10 ** (scale - places)
-    q = _half_away(a, unit)
+    q = half_away(a, unit)
     if places < 0:  # rounded to tens, hundreds...: an integer at scale 0 (or the integer type)
-        q = q * 10 ** (-places)
+        q = _times_power_of_ten(q, -places, m, _out_of_range(e))
     return q.astype(np.int64), m
+
+
+def _out_of_range(e: Call) -> str:
+    """PostgreSQL's message for a result beyond ``e``'s type."""
+    t = e.type
+    return f"{str(t).lower()} out of range" if t.kind == "int" else f"numeric field overflow ({t})"
 
 
 def _fail_where(bad: np.ndarray, m: np.ndarray | None, message: str) -> None:
@@ -163,9 +181,10 @@ def _trunc(e: Call, args: list[Value], n: int) -> Value:
     if scale - places > 18:
         return np.zeros(len(a), dtype=np.int64), m
     unit = 10 ** (scale - places)
-    q = np.sign(a) * (np.abs(a) // unit)
+    q = a // unit
+    q = q + ((a < 0) & (q * unit != a))  # toward zero
     if places < 0:
-        q = q * 10 ** (-places)
+        q = _times_power_of_ten(q, -places, m, _out_of_range(e))
     return q.astype(np.int64), m
 
 

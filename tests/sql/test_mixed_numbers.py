@@ -1,8 +1,9 @@
 """Numbers of different types met in one expression (BIGINT with NUMERIC, NUMERIC with DOUBLE PRECISION, ...):
-in comparisons, arithmetic, CASE, COALESCE, GREATEST, set operations, IN and joins, each as a query and as a
-view, against a real PostgreSQL. ivm's decimals are 64-bit integers scaled to their column's scale, so a BIGINT
-near 2**63 read as NUMERIC(18, 2) does not fit: ivm must then give PostgreSQL's answer or raise an error naming
-the overflow, never another value (it once wrapped around: the greatest BIGINT plus 1.5 gave 0.50)."""
+in comparisons, arithmetic, CASE, COALESCE, GREATEST, set operations, IN and joins, and ROUND and TRUNC to
+tens and beyond, each as a query and as a view, against a real PostgreSQL. ivm's decimals are 64-bit integers
+scaled to their column's scale, so a BIGINT near 2**63 read as NUMERIC(18, 2) does not fit: ivm must then give
+PostgreSQL's answer or raise an error naming the overflow, never another value (it once wrapped around: the
+greatest BIGINT plus 1.5 gave 0.50)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,13 @@ QUERIES = [
     "SELECT x.id, y.id AS y FROM m x JOIN m y ON x.b = y.c",
     "SELECT x.id, y.id AS y FROM m x JOIN m y ON x.i = y.c",
     "SELECT x.id, y.id AS y FROM m x LEFT JOIN m y ON x.c = y.d",
+    # rounding to tens and beyond, near the bounds (a unit beyond 64 bits, half of one within them)
+    "SELECT id, round(b, -1) AS r FROM m",
+    "SELECT id, trunc(b, -1) AS t, trunc(b, -18) AS u, trunc(b, -19) AS v, round(b, -20) AS w FROM m",
+    "SELECT id, round(b, -18) AS r FROM m",
+    "SELECT id, round(b, -19) AS r FROM m",
+    "SELECT id, round(c, -16) AS r, round(c, -17) AS s, trunc(c, -17) AS t, round(i, -10) AS u FROM m",
+    "SELECT id, round(c) AS r, round(-c, 1) AS s, trunc(c, 1) AS t, c::bigint AS u FROM m",
 ]
 
 
