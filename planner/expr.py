@@ -402,7 +402,7 @@ def _to_int(e: Call, cols, valid, n):
     if src.kind == "decimal":
         return half_away(a, 10**src.scale).astype(np.int64), m
     out = np.rint(a)
-    bad = ~(np.abs(out) < _INT64_BOUND)  # NaN or beyond 64 bits
+    bad = ~((out >= -_INT64_BOUND) & (out < _INT64_BOUND))  # NaN or beyond 64 bits (-2**63 is within)
     if m is not None:
         bad &= m
     if bad.any():

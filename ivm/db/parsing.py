@@ -386,7 +386,7 @@ def _constant(v: object) -> exp.Expression:
             return exp.cast(
                 exp.Literal.string("NaN" if f != f else "Infinity" if f > 0 else "-Infinity"), double
             )
-        return _signed(exp.cast(exp.Literal.number(repr(abs(f))), double), f < 0)
+        return _signed(exp.cast(exp.Literal.number(repr(abs(f))), double), math.copysign(1.0, f) < 0)  # -0.0
     if isinstance(v, decimal.Decimal):
         if not v.is_finite():
             raise DataError(f"the parameter {v} is not a number ivm can hold")

@@ -95,7 +95,7 @@ def test_distinct_doubles_minus_zero_and_zero_are_one_element():
     db = ivm.connect()
     db.execute("CREATE TABLE z (x DOUBLE PRECISION)")
     db.execute("CREATE VIEW v AS SELECT array_agg(DISTINCT x) AS xs, array_agg(x) AS all_xs FROM z")
-    db.execute("INSERT INTO z VALUES (-0.0), (0.0), (1.0)")
+    db.execute("INSERT INTO z VALUES ('-0'), (0.0), (1.0)")
     assert db.execute("SELECT xs, all_xs FROM v").fetchall() == [("{0,1}", "{-0,0,1}")]
 
 

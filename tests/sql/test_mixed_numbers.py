@@ -55,6 +55,7 @@ QUERIES = [
     "SELECT id, round(b, -19) AS r FROM m",
     "SELECT id, round(c, -16) AS r, round(c, -17) AS s, trunc(c, -17) AS t, round(i, -10) AS u FROM m",
     "SELECT id, round(c) AS r, round(-c, 1) AS s, trunc(c, 1) AS t, c::bigint AS u FROM m",
+    "SELECT id, d::bigint AS x FROM m WHERE id <> 2",  # -2**63 as a double is the least BIGINT exactly
 ]
 
 

@@ -123,8 +123,8 @@ def test_a_sum_of_negative_zeros_alone_is_minus_zero_and_written_so(pg):
 
 def test_constants_are_negated_in_their_own_type_before_they_are_assigned(pg):
     """``-0`` and ``-0.0`` are an INTEGER and a NUMERIC zero, which have no sign: a DOUBLE PRECISION column
-    gets 0 from them, and -0 from ``-0.0::float8`` (a double negated); a double assigned to an INTEGER column
-    rounds half to even, a NUMERIC half away from zero."""
+    gets 0 from them, and -0 from ``-0.0::float8`` (a double negated) and from a float parameter -0.0; a double
+    assigned to an INTEGER column rounds half to even, a NUMERIC half away from zero."""
     table = "CREATE TABLE c (id INTEGER PRIMARY KEY, x DOUBLE PRECISION, n DECIMAL(5,2), i INTEGER)"
     values = (
         "(1, -0.0, -0.0, -2.5), (2, -0.0::float8, -0.0::float8, -2.5::float8), (3, -0, -0, -0), "
@@ -135,6 +135,11 @@ def test_constants_are_negated_in_their_own_type_before_they_are_assigned(pg):
     for conn in (db, pg):
         conn.execute(table)
         conn.execute(f"INSERT INTO c VALUES {values}")
+    params = [(7, -0.0, -0.0, 2.5), (8, 0.0, 0.0, -2.5), (9, -1.5, -1.505, -3.5)]  # as psycopg passes them
+    for conn in (db, pg):
+        for row in params:
+            conn.execute("INSERT INTO c VALUES (%s, %s, %s, %s)", row)
+        conn.execute("UPDATE c SET x = %s WHERE id = 8", (-0.0,))
     q = "SELECT id, x, x::text, n::text, i FROM c"
     assert _ivm(db, q)[1] == _pg(pg, q)[1]
 
