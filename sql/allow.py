@@ -245,7 +245,6 @@ _NODE_NAMES: dict[type[exp.Expression], str] = {
 }
 _ARG_NAMES: dict[tuple[type[exp.Expression], str], str] = {
     (exp.Distinct, "on"): "DISTINCT ON",
-    (exp.Values, "alias"): "VALUES in FROM",
     (exp.LimitOptions, "with_ties"): "FETCH FIRST ... WITH TIES",
     (exp.LimitOptions, "percent"): "FETCH FIRST ... PERCENT",
     (exp.OnConflict, "index_predicate"): "ON CONFLICT (...) WHERE (the predicate of a partial index)",

@@ -1,5 +1,7 @@
 """Rewrites of a query's syntax tree before translation, and refusals of what a rewrite would answer wrongly.
 
+As it is parsed: a VALUES list (but INSERT's rows) becomes UNION ALL of one-row SELECTs.
+
 Before qualification: joins ``USING`` a column an earlier FULL or RIGHT join merged, and ``SELECT *`` over a
 USING join beside another relation with that column, are refused (sqlglot's rewrite into ON and its expansion
 of ``*`` would change the answer). After it (every column names its relation, so a column of a relation the
@@ -17,6 +19,7 @@ from sql.errors import error_at
 from sql.scalar import AGGREGATES
 
 __all__ = [
+    "values_as_selects",
     "check_merged_columns",
     "check_using_star",
     "always_exists",
@@ -26,6 +29,45 @@ __all__ = [
     "check_scalar_subqueries",
     "single_row",
 ]
+
+
+def values_as_selects(tree: exp.Expression, prefix: str = "column") -> exp.Expression:
+    """``tree`` with each VALUES list other than INSERT's rows as UNION ALL of one-row SELECTs of columns
+    ``column1``, ``column2``, ... (PostgreSQL's names; Spark's are ``col1``, ... with ``prefix`` ``"col"``; in
+    FROM, its alias may rename them), which translate as
+    any query does: PostgreSQL resolves a VALUES column's type as UNION's. The union is a balanced tree, so
+    that many rows do not nest deeply."""
+    for values in list(tree.find_all(exp.Values)):
+        if isinstance(values.parent, exp.Insert) and values.arg_key == "expression":
+            continue
+        rows = [r.expressions if isinstance(r, exp.Tuple) else [r] for r in values.expressions]
+        odd = next((n for n, r in enumerate(rows) if len(r) != len(rows[0])), None)
+        if odd is not None:
+            raise error_at(values.expressions[odd], "VALUES lists must all be the same length")
+        selects: list[exp.Expression] = [
+            exp.select(*[exp.alias_(e.copy(), f"{prefix}{i + 1}") for i, e in enumerate(r)]) for r in rows
+        ]
+        while len(selects) > 1:
+            pairs = zip(selects[0::2], selects[1::2], strict=False)
+            joined = [exp.union(a, b, distinct=False) for a, b in pairs]
+            selects = joined + ([selects[-1]] if len(selects) % 2 else [])
+        query = selects[0]
+        for arg in ("order", "limit", "offset"):  # VALUES ... ORDER BY ... LIMIT ...: the union's
+            if values.args.get(arg) is not None:
+                query.set(arg, values.args[arg].copy())
+        alias = values.args.get("alias")
+        if alias is None and isinstance(values.parent, (exp.From, exp.Join)):
+            alias = exp.TableAlias(this=exp.to_identifier("values"))  # FROM VALUES ... without a name (Spark)
+        replacement = exp.Subquery(this=query, alias=alias.copy()) if alias is not None else query
+        if values is tree:
+            return replacement
+        parent = values.parent
+        if isinstance(parent, exp.In) and values.arg_key == "expressions" and len(parent.expressions) == 1:
+            parent.set("expressions", None)  # x IN (VALUES ...): IN a query, as x IN (SELECT ...)
+            parent.set("query", exp.Subquery(this=query))
+            continue
+        values.replace(replacement)
+    return tree
 
 
 def check_merged_columns(tree: exp.Expression) -> None:

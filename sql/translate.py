@@ -45,7 +45,7 @@ from sql.logical import (
     Values,
 )
 from sql.recursive import translate_recursive, with_key
-from sql.scalar import NULL_TYPE, boolean, coerce, common_type, translate_scalar, value_refused
+from sql.scalar import NULL_TYPE, boolean, coerce, common_type, read_unknown, translate_scalar, value_refused
 from sql.types import BOOL, INT, TEXT, SqlType
 from sql.windows import check_no_windows, check_placement, is_window_function, translate_windows
 
@@ -301,6 +301,25 @@ def _unify(node: exp.Expression, left: Plan, right: Plan) -> tuple[Plan, Plan]:
     literals = (_string_constants(left), _string_constants(right))
     for i, (a, b) in enumerate(zip(left.columns, right.columns, strict=True)):
         real = [c.type for c in (a, b) if c.type != NULL_TYPE]
+        # a string constant beside another type is read as that type, as PostgreSQL reads an unknown literal
+        # (VALUES ('2024-01-31'), (DATE '2024-02-01') is two dates)
+        if (
+            a.type.kind == "text"
+            and b.type.kind != "text"
+            and b.type != NULL_TYPE
+            and i in _readable_constants(left)
+        ):
+            left = _read_constants(node, left, i, b.type)
+            a = left.columns[i]
+        elif (
+            b.type.kind == "text"
+            and a.type.kind != "text"
+            and a.type != NULL_TYPE
+            and i in _readable_constants(right)
+        ):
+            right = _read_constants(node, right, i, a.type)
+            b = right.columns[i]
+        real = [c.type for c in (a, b) if c.type != NULL_TYPE]
         if real and all(t.kind == "text" for t in real):
             marks = [chars.NULL if c.type == NULL_TYPE else c.type for c in (a, b)]
             types.append(chars.common_string_type(node, what, marks, [i in literals[0], i in literals[1]]))
@@ -321,6 +340,44 @@ def _unify(node: exp.Expression, left: Plan, right: Plan) -> tuple[Plan, Plan]:
         return Project(side, exprs, columns)
 
     return typed(left), typed(right)
+
+
+def _readable_constants(side: Plan) -> set[int]:
+    """The columns of one side of a set operation that are string constants as written in every row (a
+    VALUES list's column, a union of them), which ``_read_constants`` can read as another type."""
+    if isinstance(side, UnionAll):
+        sets = [_readable_constants(p) for p in side.inputs]
+        return set.intersection(*sets) if sets else set()
+    if isinstance(side, Project):
+        below = _readable_constants(side.input)
+        return {
+            i
+            for i, e in enumerate(side.exprs)
+            if (_unknown(e) or (isinstance(e, ColRef) and e.index in below)) and side.columns[i].type == TEXT
+        }
+    return set()
+
+
+def _unknown(e: Expr) -> bool:
+    """A string constant as written, or a NULL (read as text beside one): a value of no type yet."""
+    return chars.untyped(e) or (isinstance(e, Const) and e.value is None)
+
+
+def _read_constants(node: exp.Expression, side: Plan, i: int, t: SqlType) -> Plan:
+    """``side`` with column ``i`` (in ``_readable_constants``) read as type ``t``."""
+    if isinstance(side, UnionAll):
+        inputs = tuple(_read_constants(node, p, i, t) for p in side.inputs)
+        return UnionAll(inputs, inputs[0].columns)
+    assert isinstance(side, Project)
+    e = side.exprs[i]
+    source = side.input
+    if _unknown(e):
+        e = Const(None, t) if e.value is None else read_unknown(node, e.value, t)
+    else:
+        source = _read_constants(node, source, e.index, t)
+        e = ColRef(e.index, t)
+    columns = tuple(Column(c.name, t, c.nullable) if j == i else c for j, c in enumerate(side.columns))
+    return Project(source, tuple(e if j == i else x for j, x in enumerate(side.exprs)), columns)
 
 
 def _string_constants(side: Plan) -> set[int]:

@@ -61,11 +61,14 @@ QUERIES = [
     "SELECT a FROM t UNION SELECT sm FROM t EXCEPT SELECT 7",
     "SELECT s FROM t ORDER BY s DESC NULLS LAST LIMIT 3 OFFSET 1",
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION SELECT n + 1 FROM r WHERE n < 5) SELECT round(n / 2.0) FROM r",
+    "SELECT t.id, v.x FROM t JOIN (VALUES (1, 'one'), (2, '2024-01-01')) AS v(k, x) ON t.id = v.k",
+    "VALUES (1, DATE '2024-01-31'), (2, '2024-02-01') ORDER BY 2 DESC LIMIT 1",
 ]
 SPARK = [
     "SELECT id, round(d) AS r, round(d, 1) AS r1, round(a / 2.0e0) AS h FROM t",
     "SELECT id, concat(s, a, bl) AS c, s || a AS p, concat(s) AS q FROM t",
     "SELECT bl, a / 2 AS q, a div 2 AS i, avg(c) AS m FROM t GROUP BY bl, a",
+    "SELECT col2, col1 FROM VALUES (1, 'a'), (2, 'b')",
 ]
 
 
