@@ -376,7 +376,13 @@ def _to_type(e: Call, cols, valid, n):
         return a.astype(np.int64), m
     if dst.kind == "float":
         out = a.astype(np.float64)
-        return (out / 10**src.scale if src.kind == "decimal" else out), m
+        if src.kind != "decimal" or src.scale == 0:
+            return out, m
+        out /= 10**src.scale  # one rounding where the scaled integer is exact as a double
+        big = np.abs(a) >= 2**53
+        if big.any():  # else it would round twice: divided as Python's integers, correctly rounded
+            out[big] = (a[big].astype(object) / 10**src.scale).astype(np.float64)
+        return out, m
     if dst.kind == "decimal":
         shift = dst.scale - (src.scale if src.kind == "decimal" else 0)
         if shift == 0 and a.dtype == np.int64:  # a wider precision: the same scaled integers

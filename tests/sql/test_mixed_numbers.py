@@ -30,6 +30,7 @@ ROWS = [
     (6, -9223372036854775808, -9.223372036854775808e18, decimal.Decimal("-0.01"), -1),
     (7, 92233720368547758, 1e17, decimal.Decimal("9999999999999999.99"), 2147483647),
     (8, 92233720368547759, -1.5, decimal.Decimal("-9999999999999999.99"), -2147483648),
+    (9, 7, 2.0, decimal.Decimal("90071992547409.93"), 7),  # as a double: scaled, past 2**53
 ]
 SMALL = "id IN (3, 4, 5)"  # rows whose values every type holds
 
@@ -55,6 +56,7 @@ QUERIES = [
     "SELECT id, round(b, -19) AS r FROM m",
     "SELECT id, round(c, -16) AS r, round(c, -17) AS s, trunc(c, -17) AS t, round(i, -10) AS u FROM m",
     "SELECT id, round(c) AS r, round(-c, 1) AS s, trunc(c, 1) AS t, c::bigint AS u FROM m",
+    "SELECT id, c::double precision AS f, c + d AS s, c < 90071992547409.9375::float8 AS l FROM m",
     "SELECT id, d::bigint AS x FROM m WHERE id <> 2",  # -2**63 as a double is the least BIGINT exactly
 ]
 
