@@ -17,7 +17,15 @@ import pyarrow.compute as pc
 from ivm.engine.operators.basic import EvaluationError
 from ivm.engine.strings import POOL
 from planner import datetimes
-from planner.functions import COMPARISONS, FUNCTIONS, compare_values, concat_codes, half_away, text_ranks
+from planner.functions import (
+    COMPARISONS,
+    FUNCTIONS,
+    compare_values,
+    concat_codes,
+    half_away,
+    text_ranks,
+    times_power_of_ten,
+)
 from planner.values import encode, parse_engine, to_python
 from sql.errors import UnsupportedError
 from sql.logical import Call, ColRef, Const, Expr
@@ -135,7 +143,6 @@ def _arith(e: Call, cols, valid, n):
 
 _INT64_BOUND = 2.0**63
 _INT64_MIN = np.iinfo(np.int64).min
-_INT64_MAX = np.iinfo(np.int64).max
 
 
 def _check_finite(out: np.ndarray, a, b, mask) -> None:
@@ -389,14 +396,8 @@ def _to_type(e: Call, cols, valid, n):
             return a, m
         if shift < 0:  # fewer decimals: rounded half away from zero
             return half_away(a, 10**-shift), m
-        a = a.astype(np.int64)
-        bound = 0 if shift > 18 else _INT64_MAX // 10**shift  # a greater magnitude would wrap around
-        big = (a > bound) | (a < -bound)
-        if m is not None:
-            big &= m
-        if big.any():
-            raise EvaluationError(f"numeric field overflow: a value does not fit in {dst}")
-        return a * np.int64(10**shift), m
+        what = f"numeric field overflow: a value does not fit in {dst}"
+        return times_power_of_ten(a.astype(np.int64), shift, m, what), m
     raise AssertionError(dst)
 
 

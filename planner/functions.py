@@ -49,8 +49,9 @@ def half_away(x: np.ndarray, unit: int) -> np.ndarray:
     return q + ((2 * r > unit) | ((2 * r == unit) & (x >= 0)))
 
 
-def _times_power_of_ten(q: np.ndarray, k: int, m: np.ndarray | None, what: str) -> np.ndarray:
-    """``q * 10**k`` (rounded to tens, hundreds...), an error where it would pass 64 bits."""
+def times_power_of_ten(q: np.ndarray, k: int, m: np.ndarray | None, what: str) -> np.ndarray:
+    """``q * 10**k`` (scaled, or rounded to tens, hundreds...), the error ``what`` where a value that is not
+    NULL would pass 64 bits."""
     bound = np.iinfo(np.int64).max // 10**k if k <= 18 else 0
     _fail_where((q > bound) | (q < -bound), m, what)
     return q * 10**k
@@ -74,7 +75,7 @@ def _round(e: Call, args: list[Value], n: int) -> Value:
     unit = 10 ** (scale - places)
     q = half_away(a, unit)
     if places < 0:  # rounded to tens, hundreds...: an integer at scale 0 (or the integer type)
-        q = _times_power_of_ten(q, -places, m, _out_of_range(e))
+        q = times_power_of_ten(q, -places, m, _out_of_range(e))
     return q.astype(np.int64), m
 
 
@@ -184,7 +185,7 @@ def _trunc(e: Call, args: list[Value], n: int) -> Value:
     q = a // unit
     q = q + ((a < 0) & (q * unit != a))  # toward zero
     if places < 0:
-        q = _times_power_of_ten(q, -places, m, _out_of_range(e))
+        q = times_power_of_ten(q, -places, m, _out_of_range(e))
     return q.astype(np.int64), m
 
 
