@@ -372,6 +372,23 @@ def _concat_all(e: Call, args: list[Value], n: int) -> Value:
     return concat_codes(cols), None
 
 
+def _concat_ws(e: Call, args: list[Value], n: int) -> Value:
+    """CONCAT_WS: the arguments' text joined by the separator, NULLs left out (with their separators); never
+    NULL. Joined by Arrow once per distinct row."""
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), None
+    empty = POOL.encode([""])[0]
+    codes = [a if m is None else np.where(m, a, empty) for a, m in args]
+    present = [np.ones(n, dtype=np.int64) if m is None else m.astype(np.int64) for _, m in args]
+    rows, inv = np.unique(np.stack(codes + present, axis=1), axis=0, return_inverse=True)
+    k = len(args)
+    kept = rows[:, k:] == 1  # each distinct row's values other than NULL, in order, as one list
+    offsets = np.concatenate(([0], np.add.accumulate(kept.sum(axis=1))))
+    lists = pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), POOL.strings(rows[:, :k][kept]))
+    joined = pc.binary_join(lists, pa.scalar(e.param, pa.large_string()))
+    return POOL.encode_arrow(joined)[inv.reshape(-1)], None
+
+
 def concat_codes(cols: list[np.ndarray]) -> np.ndarray:
     """The codes of the texts of ``cols`` joined end to end, row by row: joined by Arrow once per distinct
     row."""
@@ -420,4 +437,6 @@ FUNCTIONS: dict[str, Callable[[Call, list[Value], int], Value]] = {
     "position": _computed(_position, np.int64),
     "starts_with": _computed(lambda e: lambda a: pc.starts_with(a, pattern=e.param), bool),
     "concat_all": _concat_all,
+    "concat_ws": _concat_ws,
+    "repeat": _computed(lambda e: lambda a: pc.binary_repeat(a, e.param)),
 }

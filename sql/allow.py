@@ -176,6 +176,8 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Pad: frozenset({"this", "expression", "fill_pattern", "is_left"}),
     exp.SplitPart: frozenset({"this", "delimiter", "part_index"}),
     exp.Concat: frozenset({"expressions", "safe", "coalesce"}),
+    exp.ConcatWs: frozenset({"expressions", "safe", "coalesce"}),
+    exp.Repeat: frozenset({"this", "times"}),
     exp.Extract: _BINARY,
     exp.TimestampTrunc: frozenset({"this", "unit"}),
     exp.CurrentTimestamp: frozenset(),

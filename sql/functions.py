@@ -9,10 +9,10 @@ Integers go in as DOUBLE PRECISION, as PostgreSQL resolves these functions for t
 which PostgreSQL computes in NUMERIC instead (as it does AVG and division).
 
 Text: LENGTH, UPPER, LOWER, TRIM/LTRIM/RTRIM/BTRIM, SUBSTRING, LEFT, RIGHT, REPLACE, POSITION/STRPOS,
-STARTS_WITH, REVERSE, LPAD/RPAD, SPLIT_PART and CONCAT (which skips NULLs and writes other types as text,
-CHAR(n) padded). A CHAR(n) argument is otherwise read without its trailing spaces, as PostgreSQL converts it to
-text. Arguments other than the text or number a function works on must be constants: the function then runs once
-per distinct string of a batch.
+STARTS_WITH, REVERSE, LPAD/RPAD, SPLIT_PART, REPEAT, and CONCAT and CONCAT_WS (which skip NULLs and write
+other types as text, CHAR(n) padded). A CHAR(n) argument is otherwise read without its trailing spaces, as
+PostgreSQL converts it to text. Arguments other than the text or number a function works on must be constants:
+the function then runs once per distinct string of a batch.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def translate_function(node: exp.Expression, translate: Translate) -> Expr | Non
     return out
 
 
-_SKIPPING_NULLS = ("greatest", "least", "concat_all")
+_SKIPPING_NULLS = ("greatest", "least", "concat_all", "concat_ws")
 
 
 # -- numbers ---------------------------------------------------------------------------------------------
@@ -313,6 +313,23 @@ def _concat(node: exp.Concat, translate: Translate) -> Expr:
     return Call("concat_all", args, TEXT)
 
 
+def _concat_ws(node: exp.ConcatWs, translate: Translate) -> Expr:
+    """CONCAT_WS(separator, ...): the arguments other than NULL joined by a constant separator (NULL when the
+    separator is)."""
+    if len(node.expressions) < 2:
+        raise error_at(node, "CONCAT_WS needs a separator and a value to join")
+    sep = _str_arg(node, node.expressions[0], None)
+    if sep is None:
+        return Const(None, TEXT)
+    args = tuple(shown(_written(translate(a))) for a in node.expressions[1:])
+    return Call("concat_ws", args, TEXT, sep)
+
+
+def _repeat(node: exp.Repeat, translate: Translate) -> Expr:
+    x = _text(node, translate(node.this))
+    return Call("repeat", (x,), TEXT, max(_int_arg(node, node.args.get("times"), None), 0))
+
+
 def _written(x: Expr) -> Expr:
     """An argument of CONCAT as text: as ``as_text``, but a truth value as PostgreSQL writes it out (``t`` or
     ``f``, where CAST and || write ``true`` or ``false``)."""
@@ -346,6 +363,8 @@ _TEXT = {
     exp.Pad: _pad,
     exp.SplitPart: _split_part,
     exp.Concat: _concat,
+    exp.ConcatWs: _concat_ws,
+    exp.Repeat: _repeat,
 }
 
 
@@ -378,4 +397,6 @@ def _is_null(e: Expr) -> bool:
 
 
 def _name(node: exp.Expression) -> str:
-    return {"strposition": "POSITION", "pad": "LPAD/RPAD", "ceil": "CEIL"}.get(node.key, node.key.upper())
+    return {"strposition": "POSITION", "pad": "LPAD/RPAD", "ceil": "CEIL", "concatws": "CONCAT_WS"}.get(
+        node.key, node.key.upper()
+    )

@@ -178,6 +178,8 @@ FORMS = {
         "rpad($, 2)",
         "split_part($, ',', 2)",
         "concat($, $int, $bool)",
+        "concat_ws(', ', $, $int, $bool)",
+        "repeat($, 2)",
         "CAST($int AS TEXT)",
         "CAST($dbl AS TEXT)",
         "CAST($date AS TEXT)",

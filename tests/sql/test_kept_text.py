@@ -41,6 +41,7 @@ EXPRESSIONS = [
     "lower(s)", "substring(s, 2, 2)", "substring(s from 2)", "left(s, 2)", "right(s, -1)", "lpad(s, 6, 'xy')",
     "rpad(s, 6)", "split_part(s, ',', 2)", "strpos(s, 'b')", "position('l' in s)", "ltrim(s, 'a ')",
     "btrim(s)", "trim(both 'a' from s)", "replace(s, 'a', 'x')", "reverse(s)", "starts_with(s, 'a')",
+    "concat_ws('-', s, a, bl)", "repeat(s, 2)",
     "s like 'a%'", "s like '%!%%' escape '!'", "s ilike 'H%'", "s ~ '^a'", "s ~* 'AB'", "s !~ 'b'",
     "dt + 1", "dt - DATE '2024-01-01'", "dt + interval '1 month'", "ts - interval '36 hours'",
     "ts - TIMESTAMP '2024-01-01'", "dt::timestamp", "ts::date", "ts::text", "extract(epoch from ts)",

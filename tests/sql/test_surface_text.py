@@ -107,6 +107,15 @@ SAME = [
     "v = '1.250'",
     "v > '1.251'",
     "CASE WHEN n > 0 THEN n ELSE '-1' END",
+    # CONCAT_WS (NULLs left out with their separators; CHAR(n) padded; truth values written t/f) and REPEAT
+    "concat_ws(',', s, n, NULL, v, c)",
+    "concat_ws('', s, s)",
+    "concat_ws(' | ', n > 0, NULL)",
+    "concat_ws(NULL, s)",
+    "repeat(s, 2)",
+    "repeat(c, 3) || '|'",
+    "repeat(s, 0)",
+    "repeat(s, -1)",
 ]
 
 CONSTANTS = [
