@@ -7,6 +7,7 @@ code of the batch, through the string pool.
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Callable
 
 import numpy as np
@@ -64,8 +65,7 @@ def _round(e: Call, args: list[Value], n: int) -> Value:
     if t.kind == "float":
         if places is None:
             return np.rint(a), m
-        unit = 10.0**places
-        return np.sign(a) * np.floor(np.abs(a) * unit + 0.5) / unit, m
+        return _round_double(a, places), m
     scale = t.scale if t.kind == "decimal" else 0
     if scale - places > 18:  # to a unit beyond any 64-bit value: 0, or (from half of it) beyond 64 bits
         half = 5 * 10 ** (scale - places - 1)
@@ -77,6 +77,29 @@ def _round(e: Call, args: list[Value], n: int) -> Value:
     if places < 0:  # rounded to tens, hundreds...: an integer at scale 0 (or the integer type)
         q = times_power_of_ten(q, -places, m, _out_of_range(e))
     return q.astype(np.int64), m
+
+
+def _round_double(a: np.ndarray, places: int) -> np.ndarray:
+    """Doubles rounded to ``places`` decimals half away from zero, as the shortest decimal that reads back as
+    each (its ``repr``) rounds: 2.675 to 2.68, though the double nearest 2.675 lies below it (Spark rounds
+    so, through a BigDecimal of that decimal). Scaled in floating point where that is exact enough; the few
+    values whose scaled fraction lies within a few units in the last place of a half, or that scaled pass
+    2**52 with decimals left, are rounded as decimals."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        unit = 10.0**places
+        y = np.abs(a) * unit
+        out = np.sign(a) * np.floor(y + 0.5) / unit + 0.0  # (+ 0.0: a zero has no sign, as a BigDecimal's)
+        near = (np.abs(y - np.floor(y) - 0.5) <= 4 * np.spacing(y)) & (y < 2**52)
+        if places >= 0:
+            whole = np.abs(a) >= (2**53 if places else 2**52)  # whole already, as every double past these is
+            out[whole] = a[whole]
+            if places:
+                near |= (y >= 2**52) & ~whole
+    if near.any():
+        step = decimal.Decimal(1).scaleb(-places)
+        exact = decimal.Context(prec=60, rounding=decimal.ROUND_HALF_UP)
+        out[near] = [float(decimal.Decimal(repr(x)).quantize(step, context=exact)) for x in a[near].tolist()]
+    return out
 
 
 def _out_of_range(e: Call) -> str:

@@ -8,9 +8,10 @@ tree, so that the query, written back as PostgreSQL (as a view's text is kept), 
   and its rounding (half up), as ``CAST(ROUND(a / b, s) AS DECIMAL(p, s))``; ``div`` is integer division.
 - ``AVG`` of DECIMAL(p, s) is DECIMAL(p + 4, s + 4), rounded half up: ``CAST(ROUND(SUM(x) / COUNT(x), s + 4)
   AS DECIMAL(p + 4, s + 4))``. SUM keeps its values; its type, DECIMAL(p + 10, s), is the view's output type.
-- ``round`` of a DOUBLE rounds half up (away from zero): ``ROUND(x, 0)``, where PostgreSQL's ``ROUND(x)``
-  rounds half to even. ``concat`` and ``||`` are NULL when an argument is, and write a BOOLEAN as ``true``:
-  ``||`` of the values cast to text (PostgreSQL's CONCAT skips NULLs and writes ``t``).
+- ``round`` of a DOUBLE rounds its shortest decimal half up (away from zero): ``ROUND(x, 0)``, where
+  PostgreSQL's ``ROUND(x)`` rounds half to even. ``concat`` and ``||`` are NULL when an argument is, and write
+  a BOOLEAN as ``true``: ``||`` of the values cast to text (PostgreSQL's CONCAT skips NULLs and writes ``t``).
+  A DOUBLE written as text is refused (Java writes ``2.0`` and ``1.0E20``).
 - ORDER BY items without NULLS FIRST/LAST get Spark's default (NULLs first ascending, last descending).
 - CAST is ANSI's (an error where a value does not convert), ``1e3`` is a DOUBLE, names are case-insensitive.
 - ``timestamp`` values are instants (held in UTC); EXTRACT, hour() and its kin, and CAST to DATE, STRING or
@@ -282,6 +283,10 @@ _EXTRACTS = {
 }
 _DOUBLE = exp.DataType.build("DOUBLE PRECISION", dialect="postgres")
 _TEXT = exp.DataType.build("TEXT", dialect="postgres")
+_DOUBLE_AS_TEXT = (
+    "a DOUBLE written as text is not supported in Spark SQL (Spark writes it as Java's Double.toString does, "
+    "2.0 and 1.0E20, where PostgreSQL writes 2 and 1e+20): CAST it to a DECIMAL first"
+)
 
 
 class _Typer:
@@ -379,7 +384,7 @@ class _Typer:
             return self.type_of(node.this)
         if isinstance(node, exp.Round):
             return self._round(node)
-        if isinstance(node, (exp.DPipe, exp.Concat)):
+        if isinstance(node, (exp.DPipe, exp.Concat, exp.ConcatWs)):
             return self._concat(node)
         if isinstance(node, (exp.Upper, exp.Lower, exp.Substring, exp.Trim)):
             return STRING
@@ -453,6 +458,8 @@ class _Typer:
                 self._edit(node, lambda n: _retyped(n, "TIMESTAMP"))
         elif src.kind == "timestamp" and t.kind in ("date", "string"):
             self._edit(node, lambda n: exp.Cast(this=self._local(n.this), to=n.args["to"].copy()))
+        if t.kind == "string" and src.kind == "double":
+            raise error_at(node, _DOUBLE_AS_TEXT, unsupported=True)
         return t
 
     def _arith(self, node: exp.Expression) -> SparkType:
@@ -613,14 +620,17 @@ class _Typer:
                 )
 
     # -- edits ----------------------------------------------------------------------------------------------
-    def _concat(self, node: exp.DPipe | exp.Concat) -> SparkType:
+    def _concat(self, node: exp.DPipe | exp.Concat | exp.ConcatWs) -> SparkType:
         """Spark's ``concat`` and ``||`` are NULL when any argument is (PostgreSQL's CONCAT skips NULLs) and
         write every other value as CAST writes it (a truth value ``true``, where PostgreSQL's CONCAT writes
-        ``t``): both become ``||`` of the values cast to text."""
+        ``t``): both become ``||`` of the values cast to text. ``concat_ws`` skips NULLs as PostgreSQL's does;
+        its values are cast to text the same way."""
         args = [node.this, node.expression] if isinstance(node, exp.DPipe) else list(node.expressions)
         kinds = [self.type_of(a).kind for a in args]
         if not args:
             return STRING
+        if "double" in kinds:
+            raise error_at(args[kinds.index("double")], _DOUBLE_AS_TEXT, unsupported=True)
 
         def edit(n: exp.Expression) -> exp.Expression:
             now = [n.this, n.expression] if isinstance(n, exp.DPipe) else list(n.expressions)
@@ -628,7 +638,10 @@ class _Typer:
             for a, kind in zip(now, kinds, strict=True):
                 if kind == "timestamp":
                     a = self._local(a.copy())
-                parts.append(a.copy() if kind == "string" else exp.Cast(this=a.copy(), to=_TEXT.copy()))
+                plain = kind in ("string", "null")
+                parts.append(a.copy() if plain else exp.Cast(this=a.copy(), to=_TEXT.copy()))
+            if isinstance(n, exp.ConcatWs):
+                return exp.ConcatWs(expressions=parts)
             out = parts[0]
             for p in parts[1:]:
                 out = exp.DPipe(this=out, expression=p, safe=True)

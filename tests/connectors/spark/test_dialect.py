@@ -181,3 +181,35 @@ def test_dates_plus_days_or_months_stay_dates_as_in_spark(tmp_path):
         "m": dt.datetime(2024, 3, 1, tzinfo=UTC),
         "later": dt.datetime(2024, 3, 10, 3, tzinfo=UTC),
     }
+
+
+def test_round_of_a_double_rounds_its_shortest_decimal_half_up_as_spark():
+    """Spark rounds a DOUBLE through a BigDecimal of its shortest decimal (2.675 rounds to 2.68, though the
+    double nearest 2.675 lies below it); these are Spark 4's answers."""
+    db = ivm.connect()
+    db.execute("CREATE TABLE f (k INTEGER PRIMARY KEY, d DOUBLE PRECISION)")
+    values = [2.675, 1.005, -2.675, 0.285, 1e15 + 0.5, -6749284097757975.0, 2.5, -0.5, 1e300, 0.125]
+    db.cursor().executemany("INSERT INTO f VALUES (%s, %s)", list(enumerate(values)))
+    sql = "SELECT round(d, 2), round(d, 1), round(d), round(d, -2) FROM f ORDER BY k"
+    got = db.execute(sql, dialect="spark")
+    assert got.fetchall() == [
+        (2.68, 2.7, 3.0, 0.0),
+        (1.01, 1.0, 1.0, 0.0),
+        (-2.68, -2.7, -3.0, 0.0),
+        (0.29, 0.3, 0.0, 0.0),
+        (1e15 + 0.5, 1e15 + 0.5, 1e15 + 1, 1e15),
+        (-6749284097757975.0, -6749284097757975.0, -6749284097757975.0, -6749284097758000.0),
+        (2.5, 2.5, 3.0, 0.0),
+        (-0.5, -0.5, -1.0, 0.0),
+        (1e300, 1e300, 1e300, 1e300),
+        (0.13, 0.1, 0.0, 0.0),
+    ]
+
+
+def test_a_double_written_as_text_is_refused_in_spark_sql():
+    db = ivm.connect()
+    db.execute("CREATE TABLE f (k INTEGER PRIMARY KEY, d DOUBLE PRECISION, s TEXT)")
+    for sql, column in [("SELECT CAST(d AS STRING) FROM f", 13), ("SELECT concat(s, d) FROM f", 18)]:
+        with pytest.raises(SqlError, match="Double.toString") as err:
+            db.execute(sql, dialect="spark")
+        assert err.value.col == column

@@ -1,8 +1,8 @@
 """Differential test of the sink's Spark dialect against Spark SQL itself: more than a hundred generated views
-(arithmetic, division, NULL ordering in top-k, timestamps under a session time zone that is not UTC, decimal
-aggregates) over a random change stream of two tables; after every micro-batch each view's contents equal
-what Spark SQL computes from the same current data, as multisets (decimals exactly, doubles to a relative
-1e-9), and its output types are Spark's."""
+(arithmetic, division, rounding, concatenation, NULL ordering in top-k, timestamps under a session time zone
+that is not UTC, decimal aggregates) over a random change stream of two tables; after every micro-batch each
+view's contents equal what Spark SQL computes from the same current data, as multisets (decimals exactly,
+doubles to a relative 1e-9), and its output types are Spark's."""
 
 import datetime as dt
 import decimal
@@ -69,6 +69,16 @@ def generated_views(rng: random.Random) -> dict[str, str]:
         "7 / 2",
         "d / 2.5",
     ]
+    rounding_and_text = [
+        "round(f)",
+        "round(f, 2)",
+        "round(f / 3, 2)",
+        "round(x / 2)",
+        "round(f, -1)",
+        "concat('k', x, ':', x > 0)",
+        "concat_ws('|', x, y > 0, d)",
+        "x || '-' || y",
+    ]
     top = [
         "SELECT k, x FROM s{w} ORDER BY x, k LIMIT {n}",
         "SELECT k, x FROM s{w} ORDER BY x DESC, k LIMIT {n}",
@@ -110,7 +120,8 @@ def generated_views(rng: random.Random) -> dict[str, str]:
         candidates += [t.format(w=w) for t in timestamps]
     candidates = list(dict.fromkeys(candidates))
     chosen = rng.sample(candidates, 120)
-    return {f"v{i:03d}": sql for i, sql in enumerate(chosen)}
+    views = {f"v{i:03d}": sql for i, sql in enumerate(chosen)}
+    return views | {f"r{i}": f"SELECT k, {e} AS v FROM s" for i, e in enumerate(rounding_and_text)}
 
 
 class Stream:
