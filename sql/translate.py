@@ -300,25 +300,8 @@ def _unify(node: exp.Expression, left: Plan, right: Plan) -> tuple[Plan, Plan]:
     types = []
     literals = (_string_constants(left), _string_constants(right))
     for i, (a, b) in enumerate(zip(left.columns, right.columns, strict=True)):
-        real = [c.type for c in (a, b) if c.type != NULL_TYPE]
-        # a string constant beside another type is read as that type, as PostgreSQL reads an unknown literal
-        # (VALUES ('2024-01-31'), (DATE '2024-02-01') is two dates)
-        if (
-            a.type.kind == "text"
-            and b.type.kind != "text"
-            and b.type != NULL_TYPE
-            and i in _readable_constants(left)
-        ):
-            left = _read_constants(node, left, i, b.type)
-            a = left.columns[i]
-        elif (
-            b.type.kind == "text"
-            and a.type.kind != "text"
-            and a.type != NULL_TYPE
-            and i in _readable_constants(right)
-        ):
-            right = _read_constants(node, right, i, a.type)
-            b = right.columns[i]
+        left, right = _read_beside(node, left, i, b.type), _read_beside(node, right, i, a.type)
+        a, b = left.columns[i], right.columns[i]
         real = [c.type for c in (a, b) if c.type != NULL_TYPE]
         if real and all(t.kind == "text" for t in real):
             marks = [chars.NULL if c.type == NULL_TYPE else c.type for c in (a, b)]
@@ -340,6 +323,16 @@ def _unify(node: exp.Expression, left: Plan, right: Plan) -> tuple[Plan, Plan]:
         return Project(side, exprs, columns)
 
     return typed(left), typed(right)
+
+
+def _read_beside(node: exp.Expression, side: Plan, i: int, other: SqlType) -> Plan:
+    """``side`` with column ``i`` read as ``other`` where that column is a string constant (or NULL) in every
+    row and ``other`` is not text: PostgreSQL reads an unknown literal as the type beside it (VALUES
+    ('2024-01-31'), (DATE '2024-02-01') is two dates)."""
+    mine = side.columns[i].type
+    if mine.kind == "text" and other.kind != "text" and other != NULL_TYPE and i in _readable_constants(side):
+        return _read_constants(node, side, i, other)
+    return side
 
 
 def _readable_constants(side: Plan) -> set[int]:
