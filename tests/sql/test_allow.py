@@ -46,6 +46,7 @@ QUERIES = [
     "SELECT id, POSITION('an' IN s), STRPOS(s, 'e'), STARTS_WITH(s, 'ch'), LPAD(s, 8, '*'), RPAD(s, 3, ' ') "
     "FROM t",
     "SELECT id, SPLIT_PART(s, ' ', 1), CONCAT(s, '-', g), s || '!' FROM t",
+    "SELECT id, CONCAT_WS('-', s, g, NULL), REPEAT(s, 2) FROM t",
     "SELECT id, EXTRACT(YEAR FROM day), EXTRACT(MONTH FROM ts), DATE_TRUNC('month', ts), "
     "ts + INTERVAL '1' DAY FROM t",
     "SELECT g, COUNT(*), COUNT(s), SUM(d), AVG(f), MIN(s), MAX(day), COUNT(DISTINCT b) FROM t GROUP BY g",
