@@ -40,6 +40,14 @@ QUERIES = [
     "SELECT * FROM t WHERE a NOT IN (VALUES (10), (NULL))",
     "SELECT id FROM t UNION SELECT * FROM (VALUES (7), (1)) AS v",
     "SELECT count(*), sum(x) FROM (VALUES (1), (2), (3), (4), (5), (6), (7), (8), (9), (10), (11)) AS v(x)",
+    # a string constant (or NULL) beside another type is read as that type, as PostgreSQL reads it
+    "VALUES (1), ('2'), (NULL)",
+    "VALUES ('1'), ('2'), (3)",
+    "VALUES ('2024-01-31'), (DATE '2024-02-01')",
+    "VALUES (NULL, 'a'), ('x', 'b')",
+    "SELECT 1 UNION ALL SELECT '2'",
+    "SELECT id FROM t UNION SELECT '7'",
+    "SELECT s FROM t UNION ALL SELECT 'q'",
 ]
 
 
