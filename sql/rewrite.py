@@ -34,9 +34,8 @@ __all__ = [
 def values_as_selects(tree: exp.Expression, prefix: str = "column") -> exp.Expression:
     """``tree`` with each VALUES list other than INSERT's rows as UNION ALL of one-row SELECTs of columns
     ``column1``, ``column2``, ... (PostgreSQL's names; Spark's are ``col1``, ... with ``prefix`` ``"col"``; in
-    FROM, its alias may rename them), which translate as
-    any query does: PostgreSQL resolves a VALUES column's type as UNION's. The union is a balanced tree, so
-    that many rows do not nest deeply."""
+    FROM, its alias may rename them), which translate as any query does: PostgreSQL resolves a VALUES column's
+    type as UNION's. The union is a balanced tree, so that many rows do not nest deeply."""
     for values in list(tree.find_all(exp.Values)):
         if isinstance(values.parent, exp.Insert) and values.arg_key == "expression":
             continue
