@@ -57,6 +57,7 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Table: frozenset({"this", "alias"}),
     exp.TableAlias: frozenset({"this", "columns"}),
     exp.Subquery: frozenset({"this", "alias"}),
+    exp.Lateral: frozenset({"this", "alias"}),  # over a subquery (``sql.lateral`` refuses a function by name)
     exp.Where: _UNARY,
     exp.Group: frozenset({"expressions"}),
     exp.Having: _UNARY,

@@ -28,13 +28,13 @@ reads a query two levels out.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 
 from sqlglot import exp
 
 from sql.errors import error_at
 from sql.hoist import over_no_rows
+from sql.lateral import fresh_numbers, join_domain
 from sql.scalar import AGGREGATES, and_parts
 
 __all__ = ["aggregate_only", "decorrelate", "inside", "skips_a_level", "subquery_values"]
@@ -45,7 +45,7 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 def decorrelate(tree: exp.Expression) -> exp.Expression:
     """``tree`` (qualified: every column names its relation) with every subquery used as a value turned into
     joins with derived tables."""
-    names = itertools.count()
+    names = fresh_numbers(tree)
     for node in reversed(list(subquery_values(tree))):  # inner ones first: an outer one copies them
         if isinstance(node, exp.Subquery):
             _having_as_case(_query_of(node))
@@ -78,7 +78,8 @@ def subquery_values(tree: exp.Expression) -> Iterator[exp.Expression]:
                 continue
             node = node.parent
         if isinstance(node, exp.Subquery) and isinstance(
-            node.parent, (exp.From, exp.Join, exp.In, exp.Exists, exp.Any, exp.All, exp.SetOperation, exp.CTE)
+            node.parent,
+            (exp.From, exp.Join, exp.Lateral, exp.In, exp.Exists, exp.Any, exp.All, exp.SetOperation, exp.CTE),
         ):
             continue
         if isinstance(node, exp.Subquery) and node.parent is None:
@@ -309,9 +310,7 @@ def _split_grouping(select: exp.Select, n: int) -> None:
     """Make ``select``, grouped, a SELECT over its groups: its keys and aggregates become a derived table, which
     its list, HAVING and ORDER BY read; a subquery there then reads a group as it would read a row."""
     group = select.args.get("group")
-    if group is not None and any(group.args.get(k) for k in ("grouping_sets", "rollup", "cube")):
-        raise error_at(group, "a subquery used with GROUPING SETS, ROLLUP or CUBE is not supported", True)
-    keys = list(group.expressions) if group is not None else []
+    keys = _grouping_keys(group) if group is not None else []
     groups = f"_agg{n}"
     aggregates: list[exp.Expression] = []
 
@@ -320,7 +319,8 @@ def _split_grouping(select: exp.Select, n: int) -> None:
         return bool(cols) and all(_binding(c) is select for c in cols)
 
     def lift(node: exp.Expression) -> exp.Expression:
-        aggregate = isinstance(node, (*AGGREGATES, exp.AggFunc)) and not isinstance(node.parent, exp.Window)
+        aggregate = isinstance(node, (*AGGREGATES, exp.AggFunc, exp.Grouping))
+        aggregate = aggregate and not isinstance(node.parent, exp.Window)
         aggregate = aggregate or (isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc))
         if aggregate and (node.parent_select is select or outer(node)):
             for j, a in enumerate(aggregates):
@@ -366,6 +366,24 @@ def _split_grouping(select: exp.Select, n: int) -> None:
     for key in ("joins", "group", "having"):
         select.set(key, None)
     select.set("where", exp.Where(this=condition) if condition is not None else None)
+
+
+def _grouping_keys(group: exp.Group) -> list[exp.Expression]:
+    """The expressions GROUP BY groups on, each once: those inside GROUPING SETS, ROLLUP and CUBE too."""
+    out: list[exp.Expression] = []
+
+    def add(e: exp.Expression) -> None:
+        while isinstance(e, exp.Paren):
+            e = e.this
+        if isinstance(e, (exp.Tuple, exp.Rollup, exp.Cube, exp.GroupingSets)):
+            for x in e.expressions:
+                add(x)
+        elif e not in out:
+            out.append(e)
+
+    for e in group.expressions:
+        add(e)
+    return out
 
 
 def _named(query: exp.Expression, alias: str) -> exp.Subquery:
@@ -440,16 +458,7 @@ def _dependent(query: exp.Select, select: exp.Select, free: list[tuple[str, str]
     for col in list(query.find_all(exp.Column)):
         if _binding(col) is select:
             col.replace(exp.column(f"_d{index[(col.table, col.name)]}", dom))
-    domain = exp.Subquery(this=_domain(select, free), alias=exp.TableAlias(this=exp.to_identifier(dom)))
-    from_ = query.args.get("from_") or query.args.get("from")
-    if from_ is None:
-        query.set("from_", exp.From(this=domain))
-        return query
-    joins = query.args.get("joins") or []
-    if any((j.side or "").upper() in ("RIGHT", "FULL") for j in joins):
-        raise error_at(query, "a correlated subquery with a RIGHT or FULL JOIN is not supported", True)
-    query.set("from_", exp.From(this=domain))
-    query.set("joins", [exp.Join(this=from_.this, kind="CROSS"), *joins])
+    join_domain(query, _named(_domain(select, free), dom))
     return query
 
 

@@ -252,7 +252,7 @@ def check_scalar_subqueries(tree: exp.Expression) -> None:
     for sub in tree.find_all(exp.Subquery):
         parent = sub.parent
         if parent is None or isinstance(
-            parent, (exp.From, exp.Join, exp.In, exp.Exists, exp.Any, exp.All, exp.SetOperation)
+            parent, (exp.From, exp.Join, exp.Lateral, exp.In, exp.Exists, exp.Any, exp.All, exp.SetOperation)
         ):
             continue
         if isinstance(parent, (exp.Subquery, exp.Paren)) or not isinstance(sub.this, exp.Select):

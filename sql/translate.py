@@ -24,6 +24,7 @@ from sql.datetimes import unjustified
 from sql.decorrelate import aggregate_only, decorrelate, inside, skips_a_level, subquery_values
 from sql.errors import ProgrammingError, SqlError, UnsupportedError, error_at, position
 from sql.hoist import hoist_select_subqueries
+from sql.lateral import laterals_as_joins
 from sql.logical import (
     AggCall,
     Aggregate,
@@ -96,17 +97,26 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     _check_relations(tree, catalog)
     rewrite.check_merged_columns(tree)
     rewrite.check_scalar_subqueries(tree)
-    tree = qualify_query(tree, catalog)
+    tree = laterals_as_joins(qualify_query(tree, catalog))
     rewrite.always_exists(tree)
     tree = tree.transform(_every)
     if skips_a_level(tree):
-        return _query(decorrelate(tree), catalog)
+        return _query(_unnested(tree), catalog)
     try:
         return _query(_subqueries_by_shape(tree.copy()), catalog)
     except UnsupportedError:
         if next(subquery_values(tree), None) is None:
             raise
-    return _query(decorrelate(tree), catalog)
+    return _query(_unnested(tree), catalog)
+
+
+def _unnested(tree: exp.Expression) -> exp.Expression:
+    """``tree`` with every subquery used as a value decorrelated, and every derived table that reads an outer
+    query's values (made LATERAL by that) joined on them."""
+    tree = decorrelate(tree)
+    while tree.find(exp.Lateral) is not None:
+        tree = decorrelate(laterals_as_joins(tree))
+    return tree
 
 
 def qualify_query(tree: exp.Expression, catalog: Catalog) -> exp.Expression:
@@ -435,15 +445,16 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
                 conds += pending
                 pending = []
             lk, rk, types, on_rest, where_rest = [], [], [], [], []
+            null_safe = not any(_equi(c, scope, right, widen=True) for c in conds)
             for i, c in enumerate(conds):
-                pair = _equi(c, scope, right, widen=True)
+                pair = _null_safe_pair(c, scope, right) if null_safe else _equi(c, scope, right, widen=True)
                 if pair is None:
                     (on_rest if i < own else where_rest).append(c)
                 else:
                     lk.append(pair[0])
                     rk.append(pair[1])
                     types.append(pair[2])
-            both.plan = _keyed_join(kind, scope.plan, plan, lk, rk, types)
+            both.plan = _keyed_join(kind, scope.plan, plan, lk, rk, types, nulls_match=null_safe and bool(lk))
             scope = _filtered(both, on_rest)  # the join's own conditions hold before any later join
             pending = where_rest + pending
         else:
@@ -715,8 +726,16 @@ def _inner_joins(sources, conds: list[exp.Expression], catalog: Catalog) -> tupl
                 _equi(c, s, r, widen=True) if _tables_of(c) <= reach else None
             ),
         )
+        null_safe = not lk
+        if null_safe:
+            lk, rk, types, rest = _keys_and_rest(
+                rest,
+                lambda c, s=scope, r=right, reach=reach: (
+                    _null_safe_pair(c, s, r) if _tables_of(c) <= reach else None
+                ),
+            )
         offset = len(scope.plan.columns)
-        join = _keyed_join("inner", scope.plan, plan, lk, rk, types)
+        join = _keyed_join("inner", scope.plan, plan, lk, rk, types, nulls_match=null_safe and bool(lk))
         scope = Scope({**scope.names, **{k: v + offset for k, v in names.items()}}, join)
         joined.add(alias)
     return scope, rest
@@ -725,7 +744,7 @@ def _inner_joins(sources, conds: list[exp.Expression], catalog: Catalog) -> tupl
 def _linked(alias: str, joined: set[str], conds: list[exp.Expression]) -> bool:
     """Whether an equality between columns links relation ``alias`` to the relations already joined."""
     return any(
-        _is_column_equality(c) and _tables_of(c) - joined == {alias} and bool(_tables_of(c) & joined)
+        _is_column_equality(c, True) and _tables_of(c) - joined == {alias} and bool(_tables_of(c) & joined)
         for c in conds
     )
 
@@ -765,9 +784,16 @@ def _stash_inequality_exists(tree: exp.Expression) -> None:
             select.set("where", exp.Where(this=exp.and_(*keep)) if keep else None)
 
 
-def _is_column_equality(cond: exp.Expression) -> bool:
+def _null_safe_pair(cond: exp.Expression, left: Scope, right: Scope):
+    """For ``l IS NOT DISTINCT FROM r`` of a column of each side, what ``_equi`` gives for ``l = r``."""
+    if not isinstance(cond, exp.NullSafeEQ):
+        return None
+    return _equi(exp.EQ(this=cond.this, expression=cond.expression), left, right, widen=True)
+
+
+def _is_column_equality(cond: exp.Expression, null_safe: bool = False) -> bool:
     return (
-        isinstance(cond, exp.EQ)
+        isinstance(cond, (exp.EQ, exp.NullSafeEQ) if null_safe else exp.EQ)
         and isinstance(cond.this, exp.Column)
         and isinstance(cond.expression, exp.Column)
     )

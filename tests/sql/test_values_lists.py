@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 import ivm
-from ivm.errors import DataError, NotSupportedError, ProgrammingError
+from ivm.errors import DataError, ProgrammingError
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -48,6 +48,7 @@ QUERIES = [
     "SELECT 1 UNION ALL SELECT '2'",
     "SELECT id FROM t UNION SELECT '7'",
     "SELECT s FROM t UNION ALL SELECT 'q'",
+    "SELECT t.id, v.x FROM t, LATERAL (VALUES (t.a), (t.id)) AS v(x)",
 ]
 
 
@@ -122,12 +123,3 @@ def test_values_postgresql_cannot_take_are_an_error_at_them(pg, sql, error, word
         db.execute(sql)
     assert words in err.value.message
     assert err.value.col == column
-
-
-def test_what_values_lists_cannot_do_is_refused_by_name():
-    db = ivm.connect()
-    db.execute(TABLE)
-    with pytest.raises(NotSupportedError) as err:
-        db.execute("SELECT * FROM t, LATERAL (VALUES (t.a), (t.id)) AS v(x)")
-    assert "LATERAL" in err.value.message
-    assert err.value.col == 35  # (the first row in it)
