@@ -555,17 +555,20 @@ def _scalar(node: exp.Subquery, query: exp.Expression, select: exp.Select, free,
     return first, exp.column("_v", alias)
 
 
+def _read_from(query: exp.Expression, columns: list[exp.Expression], alias: str) -> exp.Select:
+    """``SELECT columns FROM (query) AS alias``, in ``query``'s place in the tree (a derived table that reads
+    the outer query's columns becomes LATERAL when the domain joins it)."""
+    select = exp.select(*columns)
+    query.replace(select)
+    select.set("from_", exp.From(this=_named(query, alias)))
+    return select
+
+
 def _exists(node: exp.Exists, query: exp.Expression, select: exp.Select, free, n: int):
     """``EXISTS (query)``: the derived table and the expression reading whether the outer row's has rows."""
     alias = f"_sub{n}"
     if not isinstance(query, exp.Select):
-        if free:
-            raise error_at(node, "a correlated EXISTS over a set operation is not supported", unsupported=True)
-        counted = exp.select(
-            exp.alias_(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0)), "_v")
-        )
-        counted.set("from_", exp.From(this=_named(query, f"_set{n}")))
-        return counted, exp.column("_v", alias)
+        query = _read_from(query, [exp.Literal.number(1)], f"_set{n}")
     if query.args.get("offset") is not None:
         raise error_at(node, "EXISTS over a subquery with OFFSET is not supported", unsupported=True)
     if _limit_value(query) == 0:
@@ -616,14 +619,11 @@ def _quantified(node: exp.Expression, query: exp.Expression, select: exp.Select,
     if isinstance(x, exp.Tuple):
         raise error_at(node, "a row of several values compared with a subquery is not supported", True)
     free = _free_columns(select, query)
-    if not isinstance(query, exp.Select):
-        if free:
-            raise error_at(node, "a correlated set operation compared with a value is not supported", True)
+    if not isinstance(query, exp.Select):  # its rows, read from FROM (as LATERAL when correlated)
         names = query.named_selects
         if len(names) != 1:
             raise error_at(node, "a subquery compared with a value must have one column", unsupported=True)
-        inner = f"_set{n}"
-        query = exp.select(exp.column(names[0], inner)).from_(_named(query, inner))
+        query = _read_from(query, [exp.column(names[0], f"_set{n}")], f"_set{n}")
     if len(query.selects) != 1:
         raise error_at(node, "a subquery compared with a value must have one column", unsupported=True)
     if query.args.get("limit") is not None or query.args.get("offset") is not None:

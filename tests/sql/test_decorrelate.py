@@ -156,12 +156,6 @@ def test_a_first_row_without_order_is_one_of_the_rows():
             34,
         ),
         (
-            "SELECT a FROM t1 WHERE EXISTS (SELECT x FROM t2 WHERE x = a UNION SELECT b FROM t1)",
-            NotSupportedError,
-            "a correlated EXISTS over a set operation",
-            38,
-        ),
-        (
             "SELECT a FROM t1 WHERE (a, b) IN (SELECT x, y FROM t2 WHERE t2.x < t1.c)",
             NotSupportedError,
             "a row of several values compared with a subquery",

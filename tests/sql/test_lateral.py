@@ -1,7 +1,7 @@
-"""LATERAL subqueries in FROM, and derived tables inside subqueries that read the outer query: views holding
-them follow random inserts, updates and deletes (NULLs and duplicates among them) exactly as a throwaway
-PostgreSQL answers the same queries after every transaction; what ivm cannot do is refused by name and
-position, and what PostgreSQL refuses is an error at the same place."""
+"""LATERAL subqueries in FROM, derived tables and set operations inside subqueries that read the outer query:
+views holding them follow random inserts, updates and deletes (NULLs and duplicates among them) exactly as a
+throwaway PostgreSQL answers the same queries after every transaction; what ivm cannot do is refused by name
+and position, and what PostgreSQL refuses is an error at the same place."""
 
 from __future__ import annotations
 
@@ -102,6 +102,16 @@ VIEWS = [
     "SELECT t.id, (SELECT count(*) FROM u JOIN (SELECT u2.x FROM u u2 WHERE u2.x < t.a) q ON q.x = u.x) AS c "
     "FROM t",
     "SELECT t.id FROM t WHERE EXISTS (SELECT 1 FROM (SELECT u2.x + t.a AS z FROM u u2) z WHERE z.z > 3)",
+    # correlated set operations and VALUES lists in EXISTS, IN and ANY/ALL
+    "SELECT t.id FROM t WHERE t.a NOT IN (SELECT u.x FROM u WHERE u.g = t.g UNION SELECT t.id)",
+    "SELECT t.id FROM t WHERE t.a IN (SELECT u.x FROM u WHERE u.g = t.g UNION ALL SELECT t.g)",
+    "SELECT t.id FROM t WHERE t.a NOT IN (VALUES (t.g), (t.id + 1))",
+    "SELECT t.id, t.a IN (VALUES (t.g), (NULL)) AS f FROM t",
+    "SELECT t.id FROM t WHERE EXISTS (SELECT u.x FROM u WHERE u.g = t.g EXCEPT SELECT t.a)",
+    "SELECT t.id FROM t WHERE NOT EXISTS (SELECT u.x FROM u WHERE u.x > t.a INTERSECT "
+    "SELECT u.x FROM u WHERE u.g = t.g)",
+    "SELECT t.id FROM t WHERE t.a > ALL (SELECT u.x FROM u WHERE u.g = t.g UNION SELECT t.g)",
+    "SELECT t.id, t.a < ANY (SELECT u.x FROM u WHERE u.g = t.g UNION ALL SELECT NULL) AS f FROM t",
     # a correlated subquery over a RIGHT or FULL join that reads the outer query in WHERE only
     "SELECT t.id, (SELECT count(*) FROM u RIGHT JOIN t t2 ON t2.id = u.x WHERE u.g = t.g OR t2.a = t.a) AS c "
     "FROM t",
