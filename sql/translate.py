@@ -45,6 +45,7 @@ from sql.logical import (
     UnionAll,
     Values,
 )
+from sql.padded import padded_items_apart
 from sql.recursive import translate_recursive, with_key
 from sql.scalar import NULL_TYPE, boolean, coerce, common_type, read_unknown, translate_scalar, value_refused
 from sql.types import BOOL, INT, TEXT, SqlType
@@ -97,7 +98,7 @@ def translate_query(tree: exp.Expression, catalog: Catalog) -> Plan:
     _check_relations(tree, catalog)
     rewrite.check_merged_columns(tree)
     rewrite.check_scalar_subqueries(tree)
-    tree = laterals_as_joins(qualify_query(tree, catalog))
+    tree = padded_items_apart(laterals_as_joins(qualify_query(tree, catalog)))
     rewrite.always_exists(tree)
     tree = tree.transform(_every)
     if skips_a_level(tree):

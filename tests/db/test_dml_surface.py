@@ -75,6 +75,9 @@ SCRIPTS = {
         "AND t.k >= 3",
         "UPDATE n SET score = b.a FROM u AS u2, u RIGHT JOIN b ON b.a = u.k WHERE n.id = u2.k AND u2.v = 100 "
         "AND b.c = 's'",
+        "UPDATE t SET d = COALESCE(u.v, 0) + COALESCE(u2.v, 0) FROM u RIGHT JOIN b ON b.a = u.k, "
+        "u AS u2 FULL JOIN b AS b2 ON b2.a = u2.k WHERE t.k = b.a AND b2.a = b.a AND b.c = 's' "
+        "RETURNING t.k, t.d",
     ],
     "delete_using": [
         "DELETE FROM t USING u WHERE t.k = u.k AND u.v >= 200 RETURNING t.k, t.y",
@@ -88,6 +91,9 @@ SCRIPTS = {
         ("DELETE FROM t USING u WHERE k = 1", "ambiguous"),
         "DELETE FROM n USING u FULL JOIN b ON b.a = u.k WHERE n.id = COALESCE(b.a, u.k) AND b.c IS NOT NULL "
         "RETURNING n.id",
+        # several items holding RIGHT or FULL joins, each padding its own rows
+        "DELETE FROM t USING u RIGHT JOIN b ON b.a = u.k, u AS u2 FULL JOIN b AS b2 ON b2.a = u2.k "
+        "WHERE t.k = b2.a AND u.k IS NULL RETURNING t.k",
     ],
     "subqueries_in_set": [
         "UPDATE t SET x = (SELECT MAX(v) FROM u WHERE u.k = t.k) RETURNING k, x",
@@ -359,12 +365,6 @@ REFUSED = [
         DataError,
         "the row of 'b' with a=2, c='q' is met by several rows of FROM",
         "u WHERE",
-    ),
-    (
-        "UPDATE t SET x = 1 FROM u RIGHT JOIN b ON b.a = u.k, u AS u2 FULL JOIN b AS b2 ON b2.a = u2.k",
-        NotSupportedError,
-        "several items of FROM holding RIGHT or FULL joins are not supported",
-        "u AS u2",
     ),
     (
         "WITH d AS (DELETE FROM u RETURNING *) INSERT INTO b SELECT k, w FROM d",
