@@ -1,7 +1,8 @@
 """Generated views using subqueries of every kind (scalar aggregates, first rows, EXISTS, IN, ANY/ALL) in every
 position (SELECT list, inside CASE and functions, WHERE under AND/OR/NOT, HAVING), correlated by equalities,
-inequalities, expressions and disjunctions, nested two deep, over NULL-heavy data with duplicates: after every
-random transaction each view equals DuckDB's answer to the same query."""
+inequalities, expressions and disjunctions, nested two deep, and LATERAL subqueries in FROM (aggregates, first
+rows, DISTINCT, groups, set operations), over NULL-heavy data with duplicates: after every random transaction
+each view equals DuckDB's answer to the same query."""
 
 import random
 
@@ -133,6 +134,37 @@ class Gen:
             return f"SELECT t.k, u.y FROM t JOIN u ON u.x = t.a AND {self.predicate('t')}"
         return f"SELECT t.k, u.y FROM t JOIN u ON u.x = t.a WHERE {self.predicate('t')}"
 
+    def lateral(self) -> str:
+        """A query joining ``t`` with a LATERAL subquery over ``u`` that reads it."""
+        r = self.r
+        where = self.inner_where("t", "u0", 0)
+        direction = r.choice(["ASC NULLS FIRST", "DESC NULLS LAST", "DESC NULLS FIRST"])
+        order = f"u0.y {direction}, u0.z {direction}, u0.x {direction}"  # rows tied on it are equal
+        body = r.choice(
+            [
+                f"SELECT {r.choice(['COUNT(*)', 'SUM(u0.z)', 'MIN(u0.y) + t.a', 'MAX(u0.x)'])} AS v "
+                f"FROM u AS u0{where}",
+                f"SELECT u0.y AS v FROM u AS u0{where} ORDER BY {order} LIMIT {r.randint(1, 3)}",
+                f"SELECT u0.z AS v FROM u AS u0{where} ORDER BY {order} LIMIT 2 OFFSET 1",
+                f"SELECT DISTINCT u0.y AS v FROM u AS u0{where}",
+                f"SELECT u0.x AS v, COUNT(*) AS n FROM u AS u0{where} GROUP BY u0.x",
+                f"SELECT u0.y + t.b AS v FROM u AS u0{where}",
+                f"SELECT u0.x AS v FROM u AS u0{where} UNION SELECT t.b",
+            ]
+        )
+        n = ", l.n" if "AS n" in body else ""
+        join = r.choice(
+            [
+                f", LATERAL ({body}) AS l",
+                f" CROSS JOIN LATERAL ({body}) AS l",
+                f" LEFT JOIN LATERAL ({body}) AS l ON TRUE",
+                f" LEFT JOIN LATERAL ({body}) AS l ON l.v > t.b",
+                f" JOIN LATERAL ({body}) AS l ON l.v <> t.a",
+            ]
+        )
+        where = f" WHERE t.s {r.choice(['=', '<>'])} 'p'" if r.random() < 0.2 else ""
+        return f"SELECT t.k, l.v{n} FROM t{join}{where}"
+
 
 def _txn(rng: random.Random, keys: set[int]) -> list[str]:
     def val(hi: int) -> str:
@@ -171,6 +203,23 @@ def test_generated_subqueries_equal_duckdb(seed):
         db.execute(s)
         duck.execute(s)
     queries = [gen.query() for _ in range(24)]
+    for i, q in enumerate(queries):
+        db.execute(f"CREATE VIEW v{i} AS {q}")
+    commit_and_compare(db, duck, [], queries)
+    for _ in range(6):
+        commit_and_compare(db, duck, _txn(rng, keys), queries)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_generated_laterals_equal_duckdb(seed):
+    rng = random.Random(9000 + seed)
+    gen = Gen(rng)
+    db, duck = with_views(SCHEMA, [])
+    keys: set[int] = set()
+    for s in _txn(rng, keys) + _txn(rng, keys) + _txn(rng, keys):
+        db.execute(s)
+        duck.execute(s)
+    queries = [gen.lateral() for _ in range(16)]
     for i, q in enumerate(queries):
         db.execute(f"CREATE VIEW v{i} AS {q}")
     commit_and_compare(db, duck, [], queries)
