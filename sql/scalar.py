@@ -585,6 +585,11 @@ def cast_to(node: exp.Expression, e: Expr, t: SqlType) -> Expr:
         if t.kind == "decimal" and not _fits(e.type, t):
             out = Call("fit_decimal", (out,), t)  # a value too wide for the type is an error, not a wrong value
         return out
+    if (e.type, t) == (INTEGER, BOOL):  # PostgreSQL's one cast between numbers and truth values, both ways
+        return compare(node, "ne", e, Const(0, INTEGER))
+    if (e.type, t) == (BOOL, INTEGER):
+        ones = (e, Call("not", (e,), BOOL), Const(1, INTEGER), Const(0, INTEGER), Const(None, INTEGER))
+        return Call("case", ones, INTEGER)
     raise error_at(node, f"CAST from {e.type} to {t} is not supported", unsupported=True)
 
 

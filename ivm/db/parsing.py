@@ -28,6 +28,7 @@ from sql.dialect import Ivm, plain_strings
 from sql.errors import error_at
 from sql.recursive import attach_mutually_recursive, rewrite_mutually_recursive
 from sql.rewrite import values_as_selects
+from sql.shorthands import one_form
 from sql.spark import Spark, relations_of, to_postgres
 
 __all__ = ["CONTROL", "parse"]
@@ -101,7 +102,7 @@ def _parsed(sql: str, named: bool | None) -> tuple[tuple[exp.Expression, ...], t
         raise ProgrammingError(f"syntax error: {what}", e.get("line"), e.get("col")) from err
     except TokenError:
         raise _token_error(sql) from None
-    statements = [values_as_selects(_time_zone(s, original, i)) for i, s in enumerate(statements)]
+    statements = [one_form(values_as_selects(_time_zone(s, original, i))) for i, s in enumerate(statements)]
     for s in statements:
         _rename_column_shorthand(s)
         allow.check(s, parameters=True)
@@ -262,7 +263,7 @@ def _parse_spark(sql: str, params, spark: Spark, catalog) -> list[exp.Expression
             node.comments = None
         for w in s.find_all(exp.Window):  # Spark's window semantics are not checked against Spark's yet
             raise error_at(w, "window functions in Spark SQL are not supported", unsupported=True)
-        s = normalize_identifiers(values_as_selects(s, "col"), dialect="spark")  # names are case-insensitive
+        s = normalize_identifiers(one_form(values_as_selects(s, "col")), dialect="spark")  # case-insensitive
         s = to_postgres(s, relations_of(catalog, spark) if catalog is not None else {}, spark)
         allow.check(s)
         out.append(s)

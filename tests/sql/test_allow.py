@@ -261,7 +261,6 @@ REFUSED = [  # (statement, the words of the message, the construct the error poi
     ("CREATE UNIQUE INDEX i ON t (g)", "CREATE UNIQUE INDEX", None),
     ("CREATE VIEW nv AS SELECT NOW() AS n", "time-dependent views are not maintained", "NOW()"),
     ("SELECT CURRENT_TIME", "current_time", None),
-    ("TRUNCATE ONLY t", "ONLY", None),
     ('ALTER TABLE t ALTER COLUMN g TYPE TEXT COLLATE "C"', "COLLATE", None),
     ("ALTER TABLE t ALTER COLUMN g RESTART", "ALTER TABLE t ALTER COLUMN g RESTART", None),
     (

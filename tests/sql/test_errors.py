@@ -36,7 +36,7 @@ CASES = [
     ("INSERT INTO t VALUES ('x', 1.00, 1, 'a', NULL)", SqlError, "row 1, column 'a'", (1, 23)),
     ("INSERT INTO t VALUES (9, 123456789012.00, 1, 'a', NULL)", SqlError, "does not fit", None),
     ("INSERT INTO t VALUES (9, 1.00, 1, 'a', DATE '2024-13-45')", SqlError, "date", None),
-    ("SELECT ROW_NUMBER() OVER w FROM t WINDOW w AS ()", UnsupportedError, "WINDOW", None),
+    ("SELECT ROW_NUMBER() OVER x FROM t WINDOW w AS ()", SqlError, 'window "x" does not exist', (1, 26)),
     ("SELECT a FROM t EXCEPT SELECT s FROM t", SqlError, "EXCEPT of INTEGER and TEXT is not possible", None),
     ("CREATE VIEW w AS SELECT nope FROM t", SqlError, "nope", None),
     ("CREATE VIEW v AS SELECT a FROM t", SqlError, "already exists", None),

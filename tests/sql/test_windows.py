@@ -235,7 +235,6 @@ REFUSED = [  # (statement, error class, words of the message, the text the error
         "EXCLUDE",
         "ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING EXCLUDE CURRENT ROW",
     ),
-    ("SELECT RANK() OVER v FROM w WINDOW v AS (ORDER BY x)", NotSupportedError, "WINDOW", None),
     ("SELECT LAG(x) IGNORE NULLS OVER (ORDER BY id) FROM w", NotSupportedError, "IGNORE NULLS", "LAG(x)"),
     (
         "SELECT COUNT(*) FILTER (WHERE x > 1) OVER (ORDER BY id) FROM w",
