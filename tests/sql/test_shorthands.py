@@ -1,6 +1,7 @@
 """What PostgreSQL lets a query write in several ways (``sql.shorthands``), and the casts between INTEGER and
-BOOLEAN: named windows, LIMIT ALL and NULL, FROM ONLY, BETWEEN SYMMETRIC; each query's answer, and a view of
-it through changes, compared with a throwaway PostgreSQL's; what PostgreSQL refuses is an error here too."""
+BOOLEAN: named windows, LIMIT ALL and NULL, FROM ONLY, BETWEEN SYMMETRIC, rows compared member by member (with
+=, <>, <, IN lists and IN subqueries); each query's answer, and a view of it through changes, compared with a
+throwaway PostgreSQL's; what PostgreSQL refuses is an error here too."""
 
 from __future__ import annotations
 
@@ -40,6 +41,15 @@ QUERIES = [
     "SELECT id, sum(a) OVER w AS s FROM t WINDOW w AS (ORDER BY id ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING)",
     "SELECT id, (SELECT max(x.r) FROM (SELECT rank() OVER v AS r FROM t AS u WINDOW v AS (ORDER BY u.a)) x) "
     "AS m FROM t",
+]
+QUERIES += [  # rows compared member by member
+    "SELECT id FROM t WHERE (g, a) IN (SELECT t2.a, t2.g FROM t AS t2)",
+    "SELECT id, (g, a) NOT IN (SELECT t2.g, t2.a FROM t AS t2 WHERE t2.id > t.id) AS n, "
+    "(g, b) IN (SELECT t2.g, t2.b FROM t AS t2 WHERE t2.id <> t.id) AS i FROM t",
+    "SELECT id FROM t WHERE (a, g) NOT IN (SELECT t2.g, t2.a FROM t AS t2)",
+    "SELECT id, (g, a) < (1, 5) AS lt, ROW(g, a) >= ROW(1, 5) AS ge, (g, a, id) <= (1, 5, 3) AS le, "
+    "(a, g) <> (g, a) AS ne, (a, g) = (g, a) AS eq FROM t",
+    "SELECT id FROM t WHERE (g, a) NOT IN ((1, 1), (2, NULL)) OR (g, a) IN ((NULL, 3))",
 ]
 ORDERED = [
     "SELECT id FROM t ORDER BY id LIMIT ALL",
@@ -108,6 +118,8 @@ def test_shorthands_answer_and_follow_changes_as_postgresql(pg):
         ("SELECT sum(a) OVER x FROM t WINDOW w AS (ORDER BY a)", 'window "x" does not exist'),
         ("SELECT CAST(CAST(3 AS BIGINT) AS BOOLEAN)", "BOOLEAN"),
         ("SELECT CAST(TRUE AS SMALLINT)", "SMALLINT"),
+        ("SELECT id FROM t WHERE (g, a) = (1, 2, 3)", "unequal number of entries in row expressions"),
+        ("SELECT id FROM t WHERE (g, a) IN (SELECT 1, 2, 3)", "subquery has too many columns"),
     ],
 )
 def test_what_postgresql_refuses_is_an_error(pg, sql, words):
