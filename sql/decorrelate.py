@@ -35,6 +35,7 @@ from sqlglot import exp
 from sql.errors import error_at
 from sql.hoist import over_no_rows
 from sql.lateral import fresh_numbers, join_domain
+from sql.padded import outer_join_as_union
 from sql.scalar import AGGREGATES, and_parts
 
 __all__ = ["aggregate_only", "decorrelate", "inside", "skips_a_level", "subquery_values"]
@@ -153,6 +154,11 @@ def _unnest(select: exp.Select, node: exp.Expression, n: int) -> None:
         _on_to_where(select, node) or _into_source(select, node, n) or _beside_left_values(select, node, n)
     ):
         return  # taken up next from WHERE, or from the SELECT list of the source it reads
+    if clause == "joins":  # a RIGHT or FULL join's: its pairs and each kept side's rows alone, as a union
+        join = next(j for j in select.args.get("joins") or [] if inside(node, j))
+        if (join.side or "").upper() in ("RIGHT", "FULL") and inside(node, join.args.get("on")):
+            outer_join_as_union(select, join, n)
+            return
     if clause not in ("expressions", "where", "having"):
         where = {
             "joins": "the ON condition of a RIGHT or FULL join that reads several of the joined relations",

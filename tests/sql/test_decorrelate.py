@@ -142,12 +142,6 @@ def test_a_first_row_without_order_is_one_of_the_rows():
 @pytest.mark.parametrize(
     "sql, cls, words, col",
     [
-        (
-            "SELECT t1.a FROM t1 RIGHT JOIN t2 ON x = a AND y > (SELECT min(c) FROM t1 q WHERE q.a < t1.a + y)",
-            NotSupportedError,
-            "a subquery in the ON condition of a RIGHT or FULL join that reads several of the joined relations",
-            59,
-        ),
         ("SELECT a FROM t1 WHERE a = ANY ('{1,2}')", NotSupportedError, "ANY over a list or an array", 23),
         (
             "SELECT a FROM t1 ORDER BY (SELECT count(*) FROM t2 WHERE x = a) LIMIT 2",
