@@ -296,3 +296,32 @@ def test_a_small_trace_read_again_and_again_unchanged_is_searched_as_one():
     again = [found() for _ in range(3)]
     assert spine._flat.index is not None
     assert all(f == first[0] for f in first + again)
+
+
+def test_batches_appended_to_a_trace_searched_as_one_join_its_index():
+    """A trace read again and again between changes keeps its index as batches are appended: lookups find
+    what one search per batch finds, each key's updates in the same order (older batches first)."""
+    from ivm.engine.trace import spine as spines
+
+    spine = Spine(1, (np.dtype(np.int64), np.dtype(np.int64)), 1)
+    spine.handle(Antichain([0]))
+    rng = np.random.default_rng(8)
+    queries = np.arange(0, 30, 2, dtype=np.int64)
+
+    def found(s: Spine) -> dict:
+        out, q, _ = s.find(queries)
+        by_key: dict = {}
+        for j, row in zip(q.tolist(), [] if out is None else out.to_rows(), strict=True):
+            by_key.setdefault(j, []).append(row)
+        return by_key
+
+    for t in range(12):
+        n = int(rng.integers(1, 4))
+        spine.insert(_batch(rng.integers(0, 30, n), rng.integers(0, 3, n), [t] * n, [1] * n))
+        looks = [found(spine) for _ in range(spines.INDEX_READS + 2)]
+        plain = Spine(1, spine.dtypes, 1)  # the same batches, searched one by one
+        plain.handle(Antichain([0]))
+        plain.load(spine.batches())
+        assert all(look == found(plain) for look in looks)
+        if t >= 1 and len(spine.batches()) > 1:
+            assert spine._flat.index is not None

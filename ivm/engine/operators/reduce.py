@@ -42,6 +42,7 @@ from ivm.engine.trace.batch import expand_ranges, identity_hash
 __all__ = ["ReduceOp", "streams"]
 
 _TRUE = np.ones(1, dtype=bool)
+_NEVER = np.iinfo(np.int64).max  # no later iteration (see ``ReduceOp._defer_next``)
 _LATER_EPOCHS = object()  # ``_evaluate_counts`` leaves the keys to the general path
 # A(i), A(i - 1), O(i), O(i - 1) from the input before the step up to iteration i - 1 and at i, then the step's
 # the same (see ``ReduceOp._evaluate_from_input``)
@@ -311,9 +312,9 @@ class ReduceOp(Operator):
         the output trace would give, without reading it. The input's updates at epoch ``e`` are the step's, as
         the handle lags an epoch: compaction moves the others to epochs before ``e`` only.
 
-        History at later iterations is deferred as ``_split_future`` does (the input's alone: at a later
+        History at later iterations is deferred as ``_split_future`` does, the input's alone (at a later
         iteration where the input has no history, ``A`` and ``O`` keep their difference, and the update is
-        zero)."""
+        zero), and a key to its next such iteration only (``_defer_next``)."""
         hashes, kcols, kvalid, trig = keys
         e = self.step[0]
         if np.count_nonzero(trig != e):
@@ -332,11 +333,10 @@ class ReduceOp(Operator):
             fut = after.nonzero()[0]
             diffs = hist.diffs
             if len(fut):
-                due = times.take(fut, axis=0)
-                due[:, 0] = e
-                self._defer(keys, [(q[fut], due)], point)
                 diffs = np.where(after, 0, diffs)
             np.add.at(total, q + nk * ((it == i) + 2 * (epochs == e)), diffs)
+            if len(fut):
+                self._defer_next(keys, q[fut], it[fut], epochs[fut] == e, total, point)
         # A(i), A(i - 1), O(i), O(i - 1), then f(A(i)) - f(A(i - 1)) - f(O(i)) + f(O(i - 1))
         acc = _ACCUMULATIONS @ total.reshape(4, nk)
         net = _SIGNS @ self.reducer.multiplicities(acc.ravel()).reshape(4, nk)
@@ -349,6 +349,41 @@ class ReduceOp(Operator):
         out_cols = tuple([k[rows] for k in kcols])
         out_valid = tuple([None if m is None else m[rows] for m in kvalid])
         return Batch(out_cols, out_valid, times, net[rows]), hashes[rows], True
+
+    def _defer_next(
+        self, keys: Keys, fq: np.ndarray, fit: np.ndarray, now: np.ndarray, total: np.ndarray, point: Point
+    ) -> None:
+        """Defer, for ``_evaluate_from_input`` at ``point`` (iteration ``i`` of epoch ``e``), each key with
+        history at later iterations (key ``fq``, iteration ``fit``, ``now`` where it is at ``e``) to the first
+        of them only, and only while the step changed the key: its evaluation there defers it to the next.
+
+        A key whose updates at ``e`` up to ``i`` (``total``'s last two quarters, per key) sum to zero, with
+        none after ``i``, has ``A(j) = O(j)`` at every later iteration ``j``: its update there is zero until an
+        update at ``e`` reaches the key again, which triggers it anew. Deferring a key to its next iteration
+        only (not to every later one of its history at once, each time it is evaluated) keeps one pending
+        entry per key, and spares the evaluations, and the rounds, of keys the step no longer changes."""
+        hashes, kcols, kvalid, _ = keys
+        nk = len(hashes)
+        nearest = np.full(nk, _NEVER, dtype=np.int64)
+        np.minimum.at(nearest, fq, fit)
+        settled = (total[2 * nk : 3 * nk] + total[3 * nk :]) == 0
+        settled[fq[now]] = False
+        nearest[settled] = _NEVER
+        order = nearest.argsort(kind="stable")  # the keys by the iteration they are due at, each's in key order
+        its = nearest[order]
+        m = int(its.searchsorted(_NEVER))
+        if not m:
+            return
+        rows = order[:m]
+        its = its[:m]
+        cuts = [0, *((its[1:] != its[:-1]).nonzero()[0] + 1).tolist(), m]
+        epochs = np.full(m, self.step[0], dtype=np.int64)
+        self._pend(
+            [(p,) for p in its[cuts[:-1]].tolist()],
+            cuts,
+            (hashes[rows], [k[rows] for k in kcols], [None if v is None else v[rows] for v in kvalid], epochs),
+            point,
+        )
 
     def _evaluate_counts(
         self,
@@ -622,10 +657,14 @@ class ReduceOp(Operator):
             cuts = [0, *np.cumsum([len(due) if sel is None else len(sel) for _, sel in parts]).tolist()]
             points = [p for p, _ in parts]
         rows = fq[order]
-        h = hashes[rows]
-        cols = [k[rows] for k in kcols]
-        valid = [None if m is None else m[rows] for m in kvalid]
-        epochs = due[:, 0][order]
+        gathered = (hashes[rows], [k[rows] for k in kcols], [None if m is None else m[rows] for m in kvalid])
+        self._pend(points, cuts, (*gathered, due[:, 0][order]), point)
+
+    def _pend(self, points: list[Point], cuts: list[int], keys: tuple, point: Point) -> None:
+        """Record keys (hashes, columns, validity and epochs, sorted by the point they are due at: those of
+        ``points[j]`` at ``[cuts[j], cuts[j + 1])``) as pending at their points, and run again there (at
+        ``point``, the one running, on its next run)."""
+        h, cols, valid, epochs = keys
         for p, s, e in zip(points, cuts[:-1], cuts[1:], strict=True):
             if p not in self.pending:
                 if p == point:

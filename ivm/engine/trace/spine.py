@@ -165,7 +165,8 @@ class _Flat:
 
     A trace read again and again unchanged (as an arrangement of a collection that changes once a step, read at
     every round of a loop) is also searched as one: its hashes sorted together (an *index*, and the row of
-    each), so that a lookup is one search rather than one per batch."""
+    each), so that a lookup is one search rather than one per batch. Batches appended to such a trace join
+    its index as they come (``_index_appended``), while it is read as often between changes."""
 
     __slots__ = (
         "batches",
@@ -235,12 +236,30 @@ class _Flat:
             self.diffs[pos:end] = u.diffs
             pos = end
         self.batches = batches  # (a spine never changes a list of readable batches it gave out)
+        added = [b.hashes for b in batches[keep:]]
+        if self.index is not None and keep == len(old) and self.reads >= INDEX_READS:
+            self._index_appended(added, at)
+        else:
+            self.index = None
         self.reads = 0
-        self.index = None
         self.starts = starts
-        self.hashes = [*self.hashes[:keep], *[b.hashes for b in batches[keep:]]]
+        self.hashes = [*self.hashes[:keep], *added]
         self.first = np.array(starts[:-1], dtype=np.int64).reshape(-1, 1)
         self.size = total
+
+    def _index_appended(self, added: list[np.ndarray], at: int) -> None:
+        """Take the hashes of batches appended at row ``at`` (``added``) into the index: the index of a trace
+        read again and again between changes (as an arrangement outside a loop, changed once a step and read
+        at every round) stays searchable as one without sorting all its hashes again, only copied once with
+        the new ones in their places (after the equal ones before them: a hash's rows stay in order)."""
+        h = added[0] if len(added) == 1 else np.concatenate(added)
+        rows = np.arange(at, at + len(h), dtype=np.int64)
+        if len(added) > 1:
+            order = h.argsort(kind="stable")
+            h, rows = h[order], rows[order]
+        pos = self.index.searchsorted(h, "right")
+        self.index = np.insert(self.index, pos, h)
+        self.row_of = np.insert(self.row_of, pos, rows)
 
     def find(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The rows whose key hash is one of ``hashes`` (fewer than ``FEW_QUERIES``, ascending, the greatest
@@ -249,7 +268,7 @@ class _Flat:
         k = len(hashes)
         both = np.concatenate((hashes, hashes + _ONE))
         self.reads += 1
-        if self.reads > INDEX_READS:
+        if self.index is not None or self.reads > INDEX_READS:
             if self.index is None:
                 h = np.concatenate(self.hashes)
                 self.row_of = h.argsort(kind="stable")
