@@ -34,11 +34,7 @@ def one_form(tree: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.In) and isinstance(node.this, exp.Tuple):
             target, written = _row_in(node)
             target.replace(written)
-        elif (
-            isinstance(node, _ORDERS)
-            and isinstance(node.this, exp.Tuple)
-            and isinstance(node.expression, exp.Tuple)
-        ):
+        elif _compares_rows(node):
             node.replace(
                 exp.Paren(
                     this=_row_compare(node, type(node), node.this.expressions, node.expression.expressions)
@@ -101,6 +97,17 @@ def _copy_into(window: exp.Window, named: dict[str, exp.Window], seen: set[str])
 
 
 _ORDERS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
+
+
+def _compares_rows(node: exp.Expression) -> bool:
+    """Whether ``node`` compares two rows (not the assignment ``SET (a, b) = (x, y)``, written alike)."""
+    if isinstance(node.parent, (exp.Update, exp.OnConflict)) and node.arg_key == "expressions":
+        return False
+    return (
+        isinstance(node, _ORDERS)
+        and isinstance(node.this, exp.Tuple)
+        and isinstance(node.expression, exp.Tuple)
+    )
 
 
 def _row_compare(node: exp.Expression, op: type, left: list, right: list) -> exp.Expression:

@@ -697,7 +697,6 @@ REFUSED = [  # (statement, words of the message, the text the error points into)
         "INCREMENT must not be zero",
         None,
     ),
-    ("TRUNCATE ONLY t", "ONLY", None),
     ("BEGIN; INSERT INTO u VALUES (5); DROP TABLE u", "COMMIT them first", "u"),
 ]
 
