@@ -37,6 +37,7 @@ from sql.hoist import over_no_rows
 from sql.lateral import fresh_numbers, join_domain
 from sql.padded import outer_join_as_union
 from sql.scalar import AGGREGATES, and_parts
+from sql.scoping import binding, named
 
 __all__ = ["aggregate_only", "decorrelate", "inside", "skips_a_level", "subquery_values"]
 
@@ -63,7 +64,7 @@ def skips_a_level(tree: exp.Expression) -> bool:
     for node in subquery_values(tree):
         owner = node.parent_select
         for col in _query_of(node).find_all(exp.Column):
-            bound = _binding(col)
+            bound = binding(col)
             if bound is not None and bound is not owner and not inside(bound, node):
                 return True
     return False
@@ -109,22 +110,6 @@ def _query_of(node: exp.Expression) -> exp.Expression:
     while isinstance(q, (exp.Subquery, exp.Paren)):
         q = q.this
     return q
-
-
-def _sources(select: exp.Select) -> set[str]:
-    from_ = select.args.get("from_") or select.args.get("from")
-    items = ([from_.this] if from_ is not None else []) + [j.this for j in select.args.get("joins") or []]
-    return {item.alias_or_name for item in items}
-
-
-def _binding(col: exp.Column) -> exp.Select | None:
-    """The SELECT whose FROM clause holds the relation ``col`` reads (the nearest one, as SQL's scoping)."""
-    s = col.parent_select
-    while s is not None:
-        if isinstance(s, exp.Select) and col.table in _sources(s):
-            return s
-        s = s.parent_select
-    return None
 
 
 def inside(node: exp.Expression, ancestor: exp.Expression) -> bool:
@@ -189,7 +174,7 @@ def _join(
 ) -> None:
     """Join ``derived`` to ``select``'s FROM clause as ``alias``, one row (or none) per outer row: on the outer
     columns ``keys`` (and ``also``, read as ``alias._y``), NULL meeting NULL."""
-    table = _named(derived, alias)
+    table = named(derived, alias)
     if not keys and also is None and "_m" in derived.named_selects:  # at most one row: kept apart
         marker = exp.EQ(this=exp.column("_m", alias), expression=exp.Literal.number(1))
         join = exp.Join(this=table, side="LEFT", on=marker)
@@ -248,14 +233,14 @@ def _into_source(select: exp.Select, node: exp.Expression, n: int) -> bool:
         return False
     names = []
     for col in select.find_all(exp.Column):
-        if col.table == alias and col.name not in names and _binding(col) is select:
+        if col.table == alias and col.name not in names and binding(col) is select:
             names.append(col.name)
     source = holder.this.copy()
     inner = exp.select(*(exp.alias_(exp.column(c, alias), c) for c in names))
     inner.set("from_", exp.From(this=source))
     node.replace(exp.column(f"_on{n}", alias))
     inner.append("expressions", exp.Alias(this=node, alias=exp.to_identifier(f"_on{n}")))
-    holder.set("this", _named(inner, alias))
+    holder.set("this", named(inner, alias))
     return True
 
 
@@ -288,7 +273,7 @@ def _beside_left_values(select: exp.Select, node: exp.Expression, n: int) -> boo
     domain = f"_dom{n}"
     names = []
     for col in select.find_all(exp.Column):
-        if col.table == alias and col.name not in names and _binding(col) is select:
+        if col.table == alias and col.name not in names and binding(col) is select:
             names.append(col.name)
     subquery = node.copy()
     for col in list(subquery.find_all(exp.Column)):
@@ -301,14 +286,14 @@ def _beside_left_values(select: exp.Select, node: exp.Expression, n: int) -> boo
         exp.Alias(this=subquery, alias=exp.to_identifier(f"_on{n}")),
     )
     inner.set("from_", exp.From(this=join.this.copy()))
-    inner.append("joins", exp.Join(this=_named(values, domain), kind="CROSS"))
+    inner.append("joins", exp.Join(this=named(values, domain), kind="CROSS"))
     node.replace(exp.column(f"_on{n}", alias))
     match = [
         exp.NullSafeEQ(this=exp.column(f"_l{i}", alias), expression=exp.column(c, t))
         for i, (t, c) in enumerate(left)
     ]
     join.set("on", exp.and_(join.args["on"], *match))
-    join.set("this", _named(inner, alias))
+    join.set("this", named(inner, alias))
     return True
 
 
@@ -322,7 +307,7 @@ def _split_grouping(select: exp.Select, n: int) -> None:
 
     def outer(node: exp.Expression) -> bool:
         cols = list(node.find_all(exp.Column))
-        return bool(cols) and all(_binding(c) is select for c in cols)
+        return bool(cols) and all(binding(c) is select for c in cols)
 
     def lift(node: exp.Expression) -> exp.Expression:
         aggregate = isinstance(node, (*AGGREGATES, exp.AggFunc, exp.Grouping))
@@ -334,11 +319,11 @@ def _split_grouping(select: exp.Select, n: int) -> None:
                     return exp.column(f"_a{j}", groups)
             aggregates.append(node.copy())
             return exp.column(f"_a{len(aggregates) - 1}", groups)
-        if isinstance(node, exp.Column) and _binding(node) is not select:
+        if isinstance(node, exp.Column) and binding(node) is not select:
             return node
         if not isinstance(node, exp.Literal):
             for i, k in enumerate(keys):
-                if node == k and (not isinstance(node, exp.Column) or _binding(node) is select):
+                if node == k and (not isinstance(node, exp.Column) or binding(node) is select):
                     return exp.column(f"_g{i}", groups)
         if isinstance(node, exp.Column):
             raise error_at(node, f"column {node.sql()!r} must appear in GROUP BY or be used in an aggregate")
@@ -368,7 +353,7 @@ def _split_grouping(select: exp.Select, n: int) -> None:
     if not inner.expressions:
         inner.set("expressions", [exp.alias_(exp.Count(this=exp.Star()), "_a")])
     select.set("expressions", items)
-    select.set("from_", exp.From(this=_named(inner, groups)))
+    select.set("from_", exp.From(this=named(inner, groups)))
     for key in ("joins", "group", "having"):
         select.set(key, None)
     select.set("where", exp.Where(this=condition) if condition is not None else None)
@@ -390,10 +375,6 @@ def _grouping_keys(group: exp.Group) -> list[exp.Expression]:
     for e in group.expressions:
         add(e)
     return out
-
-
-def _named(query: exp.Expression, alias: str) -> exp.Subquery:
-    return exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier(alias)))
 
 
 def _clause(select: exp.Select, node: exp.Expression) -> str:
@@ -424,7 +405,7 @@ def _free_columns(select: exp.Select, node: exp.Expression) -> list[tuple[str, s
     out: list[tuple[str, str]] = []
     for col in node.find_all(exp.Column):
         key = (col.table, col.name)
-        if key not in out and _binding(col) is select:
+        if key not in out and binding(col) is select:
             out.append(key)
     return out
 
@@ -462,9 +443,9 @@ def _dependent(query: exp.Select, select: exp.Select, free: list[tuple[str, str]
     dom = f"_dom{n}"
     index = {key: i for i, key in enumerate(free)}
     for col in list(query.find_all(exp.Column)):
-        if _binding(col) is select:
+        if binding(col) is select:
             col.replace(exp.column(f"_d{index[(col.table, col.name)]}", dom))
-    join_domain(query, _named(_domain(select, free), dom))
+    join_domain(query, named(_domain(select, free), dom))
     return query
 
 
@@ -556,7 +537,7 @@ def _scalar(node: exp.Subquery, query: exp.Expression, select: exp.Select, free,
     first = exp.select(
         *_domain_columns(ranked, free), exp.alias_(exp.column("_v", ranked), "_v"), exp.column("_m", ranked)
     )
-    first.set("from_", exp.From(this=_named(query, ranked)))
+    first.set("from_", exp.From(this=named(query, ranked)))
     first.set("where", exp.Where(this=exp.EQ(this=exp.column("_rn", ranked), expression=exp.Literal.number(1))))
     return first, exp.column("_v", alias)
 
@@ -566,7 +547,7 @@ def _read_from(query: exp.Expression, columns: list[exp.Expression], alias: str)
     the outer query's columns becomes LATERAL when the domain joins it)."""
     select = exp.select(*columns)
     query.replace(select)
-    select.set("from_", exp.From(this=_named(query, alias)))
+    select.set("from_", exp.From(this=named(query, alias)))
     return select
 
 
@@ -592,7 +573,7 @@ def _exists(node: exp.Exists, query: exp.Expression, select: exp.Select, free, n
         counted = exp.select(
             exp.alias_(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0)), "_v")
         )
-        counted.set("from_", exp.From(this=_named(query, f"_set{n}")))
+        counted.set("from_", exp.From(this=named(query, f"_set{n}")))
         return counted, exp.column("_v", alias)
     dependent = _dependent(query, select, free, n)
     dom = f"_dom{n}"
@@ -603,7 +584,7 @@ def _exists(node: exp.Exists, query: exp.Expression, select: exp.Select, free, n
             group.append("expressions", exp.column(f"_d{i}", dom))
         inner = f"_grp{n}"
         found = exp.select(*_domain_columns(inner, free))
-        found.set("from_", exp.From(this=_named(dependent, inner)))
+        found.set("from_", exp.From(this=named(dependent, inner)))
         dependent = found
     dependent.set("expressions", [*dependent.expressions, exp.alias_(exp.Literal.number(1), "_m")])
     dependent.set("distinct", exp.Distinct())
@@ -659,7 +640,7 @@ def _quantified(node: exp.Expression, query: exp.Expression, select: exp.Select,
         exp.alias_(exp.Min(this=y.copy()), "_lo"),
         exp.alias_(exp.Max(this=y.copy()), "_hi"),
     )
-    stats.set("from_", exp.From(this=_named(base.copy(), values)))
+    stats.set("from_", exp.From(this=named(base.copy(), values)))
     if free:
         stats.set("group", exp.Group(expressions=[exp.column(f"_d{i}", values) for i in range(len(free))]))
     st = f"_sub{n}"
@@ -681,7 +662,7 @@ def _quantified(node: exp.Expression, query: exp.Expression, select: exp.Select,
         found = exp.select(
             *_domain_columns(values, free), exp.alias_(y.copy(), "_y"), exp.alias_(exp.Literal.number(1), "_m")
         )
-        found.set("from_", exp.From(this=_named(base, values)))
+        found.set("from_", exp.From(this=named(base, values)))
         found.set("where", exp.Where(this=exp.Not(this=exp.Is(this=y.copy(), expression=exp.Null()))))
         found.set("distinct", exp.Distinct())
         match = f"_sub{n}m"

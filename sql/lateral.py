@@ -31,6 +31,7 @@ from sqlglot import exp
 from sql.errors import error_at
 from sql.hoist import over_no_rows
 from sql.scalar import AGGREGATES, and_parts
+from sql.scoping import binding, named, sources
 
 __all__ = ["fresh_numbers", "join_domain", "laterals_as_joins"]
 
@@ -77,7 +78,7 @@ def _rewrite(lateral: exp.Lateral, n: int) -> None:
             raise error_at(col, f'invalid reference to FROM-clause entry for table "{col.table}"')
     _rename_outputs(query, alias)
     if not free:  # reads nothing before it: a derived table
-        lateral.replace(_named(query, name))
+        lateral.replace(named(query, name))
         return
     side = (join.side or "").upper()
     if side in ("RIGHT", "FULL"):
@@ -109,7 +110,7 @@ def _rewrite(lateral: exp.Lateral, n: int) -> None:
     rewritten = _dependent(query, domain, dom, len(keys), n)
     if condition is not None:
         rewritten = _filtered(rewritten, condition, select, name, index, outputs, n)
-    join.set("this", _named(rewritten, name))
+    join.set("this", named(rewritten, name))
     match = [
         exp.NullSafeEQ(this=exp.column(c, t), expression=exp.column(_key(n, i), name))
         for i, (t, c) in enumerate(keys)
@@ -135,23 +136,9 @@ def _is_comma(join: exp.Join) -> bool:
     return not join.side and not join.kind and join.args.get("on") is None and not join.args.get("using")
 
 
-def _sources(select: exp.Select) -> set[str]:
-    from_ = select.args.get("from_") or select.args.get("from")
-    items = ([from_.this] if from_ is not None else []) + [j.this for j in select.args.get("joins") or []]
-    return {item.alias_or_name for item in items}
-
-
 def _bound(col: exp.Column, select: exp.Select, own: str) -> bool:
-    """Whether ``col`` reads a relation of ``select``'s FROM clause other than ``own`` (the nearest SELECT
-    naming its relation, as SQL's scoping finds it)."""
-    s = col.parent_select
-    while s is not None:
-        if isinstance(s, exp.Select) and s is not select and col.table in _sources(s):
-            return False
-        if s is select:
-            return col.table in _sources(select) and col.table != own
-        s = s.parent_select
-    return False
+    """Whether ``col`` reads a relation of ``select``'s FROM clause other than ``own``."""
+    return col.table != own and binding(col) is select
 
 
 def _reads(node: exp.Expression, select: exp.Select, own: str) -> dict[tuple[str, str], exp.Column]:
@@ -224,7 +211,7 @@ def _dependent(query: exp.Expression, domain: exp.Select, dom: str, width: int, 
         raise error_at(query, "this LATERAL subquery is not supported", unsupported=True)
     if query.args.get("with_") is not None:
         raise error_at(query.args["with_"], "WITH inside a LATERAL subquery is not supported", unsupported=True)
-    join_domain(query, _named(domain, dom))
+    join_domain(query, named(domain, dom))
     ds = [exp.column(_key(n, i), dom) for i in range(width)]
     for window in query.find_all(exp.Window):
         if window.parent_select is query:
@@ -330,18 +317,14 @@ def _per_value(query: exp.Select, domain, dom: str, ds, columns, n: int) -> exp.
         *(d.copy() for d in columns),
         *(exp.alias_(value(over_no_rows(v), exp.column(a, grouped)), a) for a, v in values),
     )
-    out.set("from_", exp.From(this=_named(domain.copy(), dom)))
+    out.set("from_", exp.From(this=named(domain.copy(), dom)))
     on = exp.and_(
         *(exp.NullSafeEQ(this=d.copy(), expression=exp.column(_key(n, i), grouped)) for i, d in enumerate(ds))
     )
-    out.append("joins", exp.Join(this=_named(query, grouped), side="LEFT", on=on))
+    out.append("joins", exp.Join(this=named(query, grouped), side="LEFT", on=on))
     if having is not None:
         out.set("where", exp.Where(this=value(over_no_rows(having.this), exp.column("_h", grouped))))
     return out
-
-
-def _named(query: exp.Expression, alias: str) -> exp.Subquery:
-    return exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier(alias)))
 
 
 def _first_rows(query: exp.Select, columns, width: int, limit: int | None, offset: int, n: int) -> exp.Select:
@@ -389,13 +372,13 @@ def _first_rows(query: exp.Select, columns, width: int, limit: int | None, offse
             "_rn",
         ),
     )
-    ranked.set("from_", exp.From(this=_named(query, rows)))
+    ranked.set("from_", exp.From(this=named(query, rows)))
     kept = f"_lkept{n}"
     rn = exp.column("_rn", kept)
     out = exp.select(
         *(exp.column(_key(n, i), kept) for i in range(width)), *(exp.column(c, kept) for c in shown)
     )
-    out.set("from_", exp.From(this=_named(ranked, kept)))
+    out.set("from_", exp.From(this=named(ranked, kept)))
     conds = []
     if offset:
         conds.append(exp.GT(this=rn.copy(), expression=exp.Literal.number(offset)))
@@ -413,22 +396,17 @@ def _filtered(query, condition, select, name: str, index, outputs: list[str], n:
     for col in list(cond.find_all(exp.Column)):
         if col.table == name:
             col.set("table", exp.to_identifier(rows))
-        elif (col.table, col.name) in index and _bound_copy(col, condition, select):
+        elif (col.table, col.name) in index and _bound_copy(col, select):
             col.replace(exp.column(_key(n, index[(col.table, col.name)]), rows))
     out = exp.select(
         *(exp.column(_key(n, i), rows) for i in range(len(index))), *(exp.column(c, rows) for c in outputs)
     )
-    out.set("from_", exp.From(this=_named(query, rows)))
+    out.set("from_", exp.From(this=named(query, rows)))
     out.set("where", exp.Where(this=cond))
     return out
 
 
-def _bound_copy(col: exp.Column, condition: exp.Expression, select: exp.Select) -> bool:
-    """Whether ``col``, a column of a copy of ``condition``, reads a relation of ``select`` (not one of a
-    subquery inside the condition)."""
-    s = col.parent_select
-    while s is not None:
-        if isinstance(s, exp.Select) and col.table in _sources(s):
-            return False
-        s = s.parent_select
-    return col.table in _sources(select)
+def _bound_copy(col: exp.Column, select: exp.Select) -> bool:
+    """Whether ``col``, a column of a copy of a condition of ``select``, reads a relation of ``select`` (not
+    one of a subquery inside the condition)."""
+    return binding(col) is None and col.table in sources(select)

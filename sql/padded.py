@@ -17,6 +17,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sql.lateral import fresh_numbers
+from sql.scoping import binding, named
 
 __all__ = ["outer_join_as_union", "padded_items_apart"]
 
@@ -119,23 +120,11 @@ def _as_derived(select: exp.Select, group: list[exp.Expression], inner, alias: s
     within = {id(node) for j in group[1:] for node in j.walk()}
     columns: dict[tuple[str, str], str] = {}
     for col in list(select.find_all(exp.Column)):
-        if col.table not in held or id(col) in within or not _reads(col, select):
+        if col.table not in held or id(col) in within or binding(col) is not select:
             continue
         name = columns.setdefault((col.table, col.name), f"_p{len(columns)}")
         col.replace(exp.column(name, alias))
     derived = inner(list(columns), list(columns.values()))
     first, rest = group[0], group[1:]
-    first.set("this", exp.Subquery(this=derived, alias=exp.TableAlias(this=exp.to_identifier(alias))))
+    first.set("this", named(derived, alias))
     select.set("joins", [j for j in select.args.get("joins") or [] if not any(j is r for r in rest)])
-
-
-def _reads(col: exp.Column, select: exp.Select) -> bool:
-    """Whether ``col`` reads a relation of ``select``'s FROM clause (none nearer names its relation)."""
-    s = col.parent_select
-    while s is not None and s is not select:
-        from_ = s.args.get("from_") or s.args.get("from")
-        items = ([from_.this] if from_ is not None else []) + [j.this for j in s.args.get("joins") or []]
-        if col.table in {item.alias_or_name for item in items}:
-            return False
-        s = s.parent_select
-    return s is select

@@ -48,6 +48,7 @@ from sql.logical import (
 from sql.padded import padded_items_apart
 from sql.recursive import translate_recursive, with_key
 from sql.scalar import NULL_TYPE, boolean, coerce, common_type, read_unknown, translate_scalar, value_refused
+from sql.scoping import sources
 from sql.types import BOOL, INT, TEXT, SqlType
 from sql.windows import check_no_windows, check_placement, is_window_function, translate_windows
 
@@ -446,9 +447,10 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
                 conds += pending
                 pending = []
             lk, rk, types, on_rest, where_rest = [], [], [], [], []
-            null_safe = not any(_equi(c, scope, right, widen=True) for c in conds)
+            equalities = [_equi(c, scope, right, widen=True) for c in conds]
+            null_safe = not any(equalities)
             for i, c in enumerate(conds):
-                pair = _null_safe_pair(c, scope, right) if null_safe else _equi(c, scope, right, widen=True)
+                pair = _null_safe_pair(c, scope, right) if null_safe else equalities[i]
                 if pair is None:
                     (on_rest if i < own else where_rest).append(c)
                 else:
@@ -750,15 +752,6 @@ def _linked(alias: str, joined: set[str], conds: list[exp.Expression]) -> bool:
     )
 
 
-def _sources(select: exp.Select) -> set[str]:
-    names = set()
-    from_ = select.args.get("from_") or select.args.get("from")
-    items = ([from_.this] if from_ is not None else []) + [j.this for j in select.args.get("joins") or []]
-    for item in items:
-        names.add(item.alias_or_name)
-    return names
-
-
 def _stash_inequality_exists(tree: exp.Expression) -> None:
     """Take out of each WHERE the [NOT] EXISTS conditions correlated by more than column equalities (which
     sqlglot would turn into array aggregates) and keep them on the SELECT, to be planned as joins."""
@@ -772,7 +765,7 @@ def _stash_inequality_exists(tree: exp.Expression) -> None:
             node = c.this if negated else c
             if isinstance(node, exp.Exists) and isinstance(node.this, exp.Select):
                 inner = node.this
-                local = _sources(inner)
+                local = sources(inner)
                 sub_where = inner.args.get("where")
                 conds = _conjuncts(sub_where.this) if sub_where is not None else []
                 correlated = [d for d in conds if any(col.table not in local for col in d.find_all(exp.Column))]
@@ -807,7 +800,7 @@ def _exists_by_join(scope: Scope, node: exp.Exists, negated: bool, catalog: Cata
     inner_select = node.this
     if inner_select.args.get("group") or inner_select.args.get("having") or inner_select.args.get("limit"):
         raise error_at(node, "this correlated EXISTS is not supported yet", unsupported=True)
-    local = _sources(inner_select)
+    local = sources(inner_select)
     sub_where = inner_select.args.get("where")
     conds = _conjuncts(sub_where.this) if sub_where is not None else []
     correlated = [d for d in conds if any(col.table not in local for col in d.find_all(exp.Column))]
