@@ -199,13 +199,14 @@ def _mix(x: np.ndarray) -> np.ndarray:
 def key_hash(columns: Sequence[np.ndarray], valid: Sequence[Mask], n: int | None = None) -> np.ndarray:
     """An int64 per row summarizing the key columns; equal keys give equal hashes.
 
-    A single integer column is its own hash (order-preserving, and cheap; NULL hashes to ``NULL_HASH``). Other
-    keys are combined column by column (multiply and add) and mixed with the splitmix64 finalizer; when the
-    first column is an integer, it keeps the high bits (the mix of the whole key fills the low ``LOW_BITS``),
-    so hashes follow the first column as keys arriving in its order (new orders' line items) lie past every
-    older batch, which readers then skip without a search. An empty key hashes every row to 0. The hash of a
-    key never depends on the other rows of its batch. Hashes are not spread evenly: a table addressed by them
-    takes the top bits of their product with the golden ratio (``ivm.engine.operators.running``).
+    A single integer column is its own hash (order-preserving, and cheap; NULL hashes to ``NULL_HASH``). So is
+    a pair of integers, when it fits (``pair_hash``). Other keys are combined column by column (multiply and
+    add) and mixed with the splitmix64 finalizer; when the first column is an integer, it keeps the high bits
+    (the mix of the whole key fills the low ``LOW_BITS``), so hashes follow the first column as keys arriving
+    in its order (new orders' line items) lie past every older batch, which readers then skip without a
+    search. An empty key hashes every row to 0. The hash of a key never depends on the other rows of its
+    batch. Hashes are not spread evenly: a table addressed by them takes the top bits of their product with
+    the golden ratio (``ivm.engine.operators.running``).
     """
     if not columns:
         return np.zeros(n or 0, dtype=np.int64)
@@ -215,6 +216,37 @@ def key_hash(columns: Sequence[np.ndarray], valid: Sequence[Mask], n: int | None
         if valid[0] is not None:
             h = np.where(valid[0], h, NULL_HASH)
         return h
+    if len(columns) == 2 and columns[0].dtype.kind in "iub" and columns[1].dtype.kind in "iub":
+        return pair_hash(columns, valid)
+    return _mixed_hash(columns, valid)
+
+
+PAIR_LOW = 32  # bits of a pair's hash holding its second integer
+
+
+def pair_hash(columns: Sequence[np.ndarray], valid: Sequence[Mask]) -> np.ndarray:
+    """The hash of a key of two integer columns: the pair itself, ``first << PAIR_LOW | second``, when the
+    first lies in ``[0, 2**31)`` and the second in ``[0, 2**32)`` (a non-negative hash, which only that pair
+    has, so that equal hashes need no comparison of the columns: see ``identity_hash``); for any other pair,
+    NULLs among them, the mixed hash of ``_mixed_hash`` with the sign bit set (negative, so it meets no
+    pair held exactly). Hashes still follow the first column."""
+    a, b = columns
+    a = a if a.dtype == np.int64 else a.astype(np.int64)
+    b = b if b.dtype == np.int64 else b.astype(np.int64)
+    h = a << PAIR_LOW
+    h |= b
+    apart = (a >> 31) | (b >> PAIR_LOW)  # nonzero where a pair does not fit
+    for m in valid:
+        if m is not None:
+            apart[~m] = 1
+    rows = apart.nonzero()[0]
+    if len(rows):
+        cols = (a[rows], b[rows])
+        h[rows] = _mixed_hash(cols, tuple(None if m is None else m[rows] for m in valid)) | NULL_HASH
+    return h
+
+
+def _mixed_hash(columns: Sequence[np.ndarray], valid: Sequence[Mask]) -> np.ndarray:
     # a multiply-and-add chain over the columns, then one finalizer: few array operations, as small
     # transactions hash a few rows at a time
     h = None

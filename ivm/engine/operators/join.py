@@ -18,7 +18,7 @@ from ivm.engine.lattice import Antichain
 from ivm.engine.operators.arrange import lift_times
 from ivm.engine.scope import Operator, Point, Scope
 from ivm.engine.trace import Spine, TraceBatch
-from ivm.engine.trace.batch import expand_ranges
+from ivm.engine.trace.batch import expand_ranges, identity_hash
 
 __all__ = ["JoinOp", "join_batches", "join_trace"]
 
@@ -46,10 +46,8 @@ def match_batches(a: TraceBatch, b: TraceBatch, nulls_match: bool) -> tuple[np.n
     if len(i):
         acols, avalid = a.key_columns(i)
         bcols, bvalid = b.key_columns(j)
-        exact = len(acols) == 1 and acols[0].dtype.kind in "iub" and avalid[0] is None
-        exact = exact and bvalid[0] is None and bcols[0].dtype.kind in "iub"
         keep = None
-        if not exact:
+        if not (identity_hash(acols, avalid, a.hashes[i]) and _integers(bcols)):
             keep = rows_equal(acols, avalid, bcols, bvalid, n=len(i))
         if not nulls_match:
             for m in avalid:
@@ -75,6 +73,11 @@ def join_batches(a: TraceBatch, b: TraceBatch, dim: int, nulls_match: bool, sign
     if sign < 0:
         diffs = -diffs
     return Batch(cols, valid, times, diffs)
+
+
+def _integers(cols: Sequence[np.ndarray]) -> bool:
+    """Whether the other side's key columns are integers too (hashed as the side whose hashes are its keys)."""
+    return all(c.dtype.kind in "iub" for c in cols)
 
 
 MERGE_FOUND = 1024  # rows found in several batches from which they are consolidated before pairing
@@ -118,13 +121,7 @@ def join_trace(
     nkey = delta.nkey
     dcols, dvalid = u.columns[:nkey], u.valid[:nkey]
     keep = None
-    if not (
-        nkey == 1
-        and dvalid[0] is None
-        and found.valid[0] is None
-        and dcols[0].dtype.kind in "iub"
-        and found.columns[0].dtype.kind in "iub"
-    ):
+    if not (identity_hash(dcols, dvalid, hashes) and _integers(found.columns[:nkey])):
         keep = rows_equal(
             tuple([c[i] for c in dcols]),
             tuple([None if m is None else m[i] for m in dvalid]),

@@ -686,11 +686,6 @@ def streams(reducer: Reducer, scope: Scope) -> bool:
     return isinstance(reducer, Aggregate) and reducer.linear and scope.dim == 1
 
 
-def _own_hash(cols: tuple, valid: tuple) -> bool:
-    """Whether rows' key hashes are their keys: one integer column without NULLs."""
-    return len(cols) == 1 and valid[0] is None and cols[0].dtype.kind in "iub"
-
-
 def _trigger_keys(deltas: list[TraceBatch], pending: list[Keys], nkey: int) -> Keys:
     """The distinct keys of new input batches and of keys found due at this point, each with the least
     epoch it was triggered at (sorted by key hash, then key)."""
@@ -708,7 +703,7 @@ def _trigger_keys(deltas: list[TraceBatch], pending: list[Keys], nkey: int) -> K
         epochs = np.concatenate([k[3] for k in sets])
     if len(h) == 1:
         return h, cols, valid, epochs
-    keys = [h] if _own_hash(cols, valid) else [h, *sort_keys(cols, valid, None, False)]
+    keys = [h] if identity_hash(cols, valid, h) else [h, *sort_keys(cols, valid, None, False)]
     order, starts = sort_groups(keys)
     if np.count_nonzero(starts) == len(starts):
         rows = order
@@ -743,7 +738,7 @@ def _sorted_unique_keys(tb: TraceBatch, nkey: int) -> Keys:
     starts[0] = True
     np.not_equal(h[1:], h[:-1], out=starts[1:])
     distinct = np.count_nonzero(starts)
-    if distinct < n and not _own_hash(cols, valid):  # equal hashes: the same key, or a collision
+    if distinct < n and not identity_hash(cols, valid, h):  # equal hashes: the same key, or a collision
         starts = group_starts([h, *sort_keys(cols, valid, None, False)], n)
         distinct = np.count_nonzero(starts)
     if distinct == n:

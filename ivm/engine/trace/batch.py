@@ -166,6 +166,8 @@ def consolidation(
         return keep, updates.diffs[keep]
     columns, valid = updates.columns, updates.valid
     skip = 1 if nkey == 1 and valid[0] is None and columns[0].dtype.kind in "iub" else 0
+    if nkey == 2 and identity_hash(columns[:2], valid[:2], hashes):
+        skip = 2
     packed = None
     if skip and n >= SMALL_SORT:  # a key that is its own hash, and small values: all keys in one integer
         rest = sort_keys(columns[1:], valid[1:], updates.times)
@@ -195,8 +197,13 @@ def consolidation(
 
 
 def identity_hash(cols: tuple, valid: tuple, hashes: np.ndarray | None = None) -> bool:
-    """Whether equal hashes imply equal keys: one integer key column without NULLs (whose hashes then
-    cannot meet the hash of a NULL)."""
+    """Whether equal hashes imply equal keys ``cols`` (with hashes ``hashes``): one integer key column without
+    NULLs (whose hashes then cannot meet the hash of a NULL), or two integer columns whose pairs are all
+    their own hashes (non-negative: see ``pair_hash``)."""
+    if len(cols) == 2:
+        if hashes is None or not (cols[0].dtype.kind in "iub" and cols[1].dtype.kind in "iub"):
+            return False
+        return not len(hashes) or np.minimum.reduce(hashes) >= 0
     if not (len(cols) == 1 and cols[0].dtype.kind in "iub" and valid[0] is None):
         return False
     return hashes is None or not len(hashes) or np.minimum.reduce(hashes) > NULL_HASH  # (the least int64)
