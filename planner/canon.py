@@ -30,6 +30,7 @@ from sql.logical import (
     Project,
     Scan,
     SemiJoin,
+    Series,
     TopK,
     UnionAll,
     Window,
@@ -105,6 +106,10 @@ class _Rewriter:
         if isinstance(plan, Negate):
             inner, loose = self.rewrite(plan.input)
             return Negate(inner), loose
+        if isinstance(plan, Series):  # (its arguments are numbers and times)
+            inner, loose = self.rewrite(plan.input)
+            args = (plan.start, plan.stop, plan.step)
+            return Series(inner, *args, plan.columns, plan.ordinality, plan.outer), loose
         if isinstance(plan, UnionAll):
             parts = [self.rewrite(p) for p in plan.inputs]
             loose = frozenset().union(*(lo for _, lo in parts))

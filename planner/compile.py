@@ -21,6 +21,7 @@ from ivm.engine.strings import POOL
 from planner.explain import Step, arrangement, describe, render
 from planner.expr import compile_exprs, compile_predicate
 from planner.registry import Registry
+from planner.series import series_rows
 from planner.simplify import column_picks, renames
 from planner.values import encode
 from sql.logical import (
@@ -41,6 +42,7 @@ from sql.logical import (
     RecRef,
     Scan,
     SemiJoin,
+    Series,
     TopK,
     UnionAll,
     Values,
@@ -217,6 +219,9 @@ class _Compiler:
             return _restore_order(arr.as_collection(), key, len(plan.columns))
         if isinstance(plan, Filter):
             return self.collection(plan.input).filter(compile_predicate(plan.predicate))
+        if isinstance(plan, Series):
+            dtypes = [c.type.dtype for c in plan.columns]
+            return self.collection(plan.input).expand(series_rows(plan), dtypes, _texts(plan))
         if isinstance(plan, Canon):
             return self.collection(plan.input).map(
                 _canonical(plan.positions), [c.type.dtype for c in plan.columns]

@@ -29,6 +29,7 @@ from sql.logical import (
     RecRef,
     Scan,
     SemiJoin,
+    Series,
     TopK,
     UnionAll,
     Values,
@@ -95,6 +96,12 @@ def describe(plan: Plan) -> str:
         )
         group = [plan.input.columns[i].name for i in plan.group]
         return f"Aggregate group=[{', '.join(group)}] aggs=[{aggs}]"
+    if isinstance(plan, Series):
+        args = ", ".join(_expr(e, plan.input) for e in (plan.start, plan.stop, plan.step))
+        n = len(plan.input.columns)
+        names = ", ".join(c.name for c in plan.columns[n:])
+        extra = (" with ordinality" if plan.ordinality else "") + (" (left, padded)" if plan.outer else "")
+        return f"Series generate_series({args}) AS {names}{extra}"
     if isinstance(plan, Distinct):
         return "Distinct"
     if isinstance(plan, UnionAll):

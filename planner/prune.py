@@ -29,6 +29,7 @@ from sql.logical import (
     Project,
     Scan,
     SemiJoin,
+    Series,
     TopK,
     UnionAll,
     Window,
@@ -123,6 +124,8 @@ class _Pruner:
         if isinstance(plan, Negate):
             inner, m = self.prune(plan.input, needed)
             return Negate(inner), m
+        if isinstance(plan, Series):
+            return self._series(plan, needed)
         identity = {i: i for i in range(len(plan.columns))}
         if isinstance(plan, Distinct):
             return Distinct(self.exact(plan.input)), identity
@@ -133,6 +136,18 @@ class _Pruner:
         if isinstance(plan, TopK):
             return TopK(self.exact(plan.input), plan.order, plan.limit, plan.offset, plan.group), identity
         return plan, identity  # scans, constants, recursive definitions and their results
+
+    def _series(self, plan: Series, needed: frozenset[int]) -> tuple[Plan, Mapping]:
+        """The input narrowed to the columns read above and by the series' arguments; the values follow."""
+        n = len(plan.input.columns)
+        args = (plan.start, plan.stop, plan.step)
+        need = frozenset(i for i in needed if i < n).union(*(column_refs(e) for e in args))
+        inner, m = self.prune(plan.input, need)
+        start, stop, step = (_remap(e, m) for e in args)
+        own = plan.columns[n:]
+        out = Series(inner, start, stop, step, inner.columns + own, plan.ordinality, plan.outer)
+        width = len(inner.columns)
+        return out, {**{i: m[i] for i in range(n) if i in m}, **{n + j: width + j for j in range(len(own))}}
 
     def _window(self, plan: Window, needed: frozenset[int]) -> tuple[Plan, Mapping]:
         """A window's input narrowed to its partition, order and argument columns and those read above: the

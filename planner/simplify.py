@@ -41,6 +41,7 @@ from sql.logical import (
     Positive,
     Project,
     SemiJoin,
+    Series,
     TopK,
     UnionAll,
     Window,
@@ -116,6 +117,9 @@ class _Simplifier:
             return Window(self.plan(plan.input), plan.partition, plan.order, plan.calls, plan.columns)
         if isinstance(plan, Canon):
             return Canon(self.plan(plan.input), plan.positions)
+        if isinstance(plan, Series):
+            args = (plan.start, plan.stop, plan.step)
+            return Series(self.plan(plan.input), *args, plan.columns, plan.ordinality, plan.outer)
         if isinstance(plan, FixpointResult):
             fx = plan.fixpoint
             bodies = tuple(self.plan(b) for b in fx.bodies)

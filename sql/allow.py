@@ -54,10 +54,11 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.CTE: frozenset({"this", "alias", "materialized"}),
     exp.From: _UNARY,
     exp.Join: frozenset({"this", "on", "side", "kind", "using", "method"}),
-    exp.Table: frozenset({"this", "alias"}),
+    exp.Table: frozenset({"this", "alias", "ordinality"}),  # WITH ORDINALITY: of generate_series only
     exp.TableAlias: frozenset({"this", "columns"}),
     exp.Subquery: frozenset({"this", "alias"}),
-    exp.Lateral: frozenset({"this", "alias"}),  # over a subquery (``sql.lateral`` refuses a function by name)
+    exp.Lateral: frozenset({"this", "alias", "ordinality"}),  # over a subquery or generate_series
+    exp.ExplodingGenerateSeries: frozenset({"start", "end", "step"}),  # in FROM (``sql.series``)
     exp.Where: _UNARY,
     exp.Group: frozenset({"expressions"}),
     exp.Having: _UNARY,

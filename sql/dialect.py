@@ -36,7 +36,12 @@ def _by_name(name: str):
 class Ivm(Postgres):
     class Parser(Postgres.Parser):
         ADD_CONSTRAINT_KEYWORDS = {*Postgres.Parser.ADD_CONSTRAINT_KEYWORDS, "CHECK"}  # ALTER TABLE t ADD CHECK
-        FUNCTIONS = {**Postgres.Parser.FUNCTIONS, **{name: _by_name(name) for name in _BY_NAME}}
+        FUNCTIONS = {
+            **Postgres.Parser.FUNCTIONS,
+            **{name: _by_name(name) for name in _BY_NAME},
+            # the step as written (``sql.series`` reads it; sqlglot's rewriting fails on several units)
+            "GENERATE_SERIES": exp.ExplodingGenerateSeries.from_arg_list,
+        }
         FUNCTION_PARSERS = {k: v for k, v in Postgres.Parser.FUNCTION_PARSERS.items() if k not in _BY_NAME}
 
         def _parse_interval_span(self, this, parse_function_unit: bool = True):

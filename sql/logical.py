@@ -35,6 +35,7 @@ __all__ = [
     "Window",
     "Canon",
     "Values",
+    "Series",
     "RecRef",
     "Fixpoint",
     "FixpointResult",
@@ -293,6 +294,23 @@ class Values:
 
 
 @dataclass(frozen=True)
+class Series:
+    """Each row of ``input`` once for each value of PostgreSQL's ``generate_series(start, stop, step)`` over
+    it (expressions of the row: integers, or timestamps and a step of microseconds), that value after the
+    row's columns, then with ``ordinality`` its number from 1: no row for a NULL argument or a step that moves
+    away from ``stop``. With ``outer``, a row without values is kept once, the value NULL (``LEFT JOIN
+    LATERAL generate_series(...) ON true``)."""
+
+    input: Plan
+    start: Expr
+    stop: Expr
+    step: Expr
+    columns: tuple[Column, ...]
+    ordinality: bool = False
+    outer: bool = False
+
+
+@dataclass(frozen=True)
 class RecRef:
     """Inside the body of a ``Fixpoint``, the current value of its definition ``name``."""
 
@@ -337,6 +355,7 @@ Plan = (
     | Window
     | Canon
     | Values
+    | Series
     | RecRef
     | FixpointResult
 )
@@ -344,7 +363,7 @@ Plan = (
 
 def children(plan: Plan) -> tuple[Plan, ...]:
     """The plans ``plan`` reads (a fixpoint result reads its fixpoint's bodies)."""
-    if isinstance(plan, (Filter, Project, Aggregate, Distinct, Negate, Positive, TopK, Window, Canon)):
+    if isinstance(plan, (Filter, Project, Aggregate, Distinct, Negate, Positive, TopK, Window, Canon, Series)):
         return (plan.input,)
     if isinstance(plan, (Join, SemiJoin)):
         return (plan.left, plan.right)
@@ -416,6 +435,7 @@ _PLANS = (
     Window,
     Canon,
     Values,
+    Series,
     RecRef,
     FixpointResult,
     Fixpoint,

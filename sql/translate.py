@@ -49,6 +49,7 @@ from sql.padded import padded_items_apart
 from sql.recursive import translate_recursive, with_key
 from sql.scalar import NULL_TYPE, boolean, coerce, common_type, read_unknown, translate_scalar, value_refused
 from sql.scoping import sources
+from sql.series import is_series, named_series, series_over
 from sql.types import BOOL, INT, TEXT, SqlType
 from sql.windows import check_no_windows, check_placement, is_window_function, translate_windows
 
@@ -126,11 +127,15 @@ def qualify_query(tree: exp.Expression, catalog: Catalog) -> exp.Expression:
     ``*`` expanded (sqlglot's ``qualify``), or the error naming what cannot be resolved."""
     _check_relations(tree, catalog)
     rewrite.check_using_star(tree, catalog.sqlglot_schema())
-    tree = tree.copy()
+    tree = named_series(tree.copy())
     for node in tree.find_all(exp.Subquery, exp.CTE):
         alias = node.args.get("alias")
         if isinstance(alias, exp.TableAlias) and alias.columns:
             node.meta["ivm_alias_columns"] = (len(alias.columns), alias.name, position(alias))
+    bare = {}  # each name written without a table, first where written (sqlglot changes the tree in place)
+    for c in tree.find_all(exp.Column):
+        if not c.table and c.name not in bare:
+            bare[c.name] = c.copy()
     try:
         qualified = qualify(
             tree,
@@ -143,6 +148,10 @@ def qualify_query(tree: exp.Expression, catalog: Catalog) -> exp.Expression:
         raise _locate(tree, str(err), catalog.sqlglot_schema()) from err
     except (AssertionError, KeyError, ValueError, TypeError) as err:  # sqlglot's own, on what it cannot resolve
         raise error_at(tree, f"the query cannot be resolved: {err}") from err
+    series = {t.alias_or_name for t in qualified.find_all(exp.Table) if is_series(t)}
+    for node in qualified.find_all(exp.TableColumn):  # how sqlglot leaves a series' column another item has
+        if node.name in series:
+            raise error_at(bare.get(node.name, node), f'column reference "{node.name}" is ambiguous')
     for node in qualified.find_all(exp.Subquery, exp.CTE):
         named = node.meta.get("ivm_alias_columns")
         if named is not None and named[0] > len(node.this.selects):  # (sqlglot drops the names left over)
@@ -433,6 +442,9 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
         scope = _filtered(scope, leftover)
     outer = sources[k:]
     for n, (src, kind, on) in enumerate(outer):
+        if _reads_before(src):
+            scope = _lateral_series(scope, src, kind, on)
+            continue
         plan, alias = _source(src, catalog)
         names = {(alias, c.name): i for i, c in enumerate(plan.columns)}
         offset = len(scope.plan.columns)
@@ -466,13 +478,44 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
     return scope, pending
 
 
+def _lateral_series(scope: Scope, src: exp.Table, kind: str, on: exp.Expression | None) -> Scope:
+    """A generate_series reading the items before it, joined to them after an outer join: CROSS JOIN or JOIN
+    ... ON (its condition filters the rows), or LEFT JOIN ... ON true (a row without values is padded)."""
+    conds = [c for c in (_conjuncts(on) if on is not None else []) if not _is_true(c)]
+    if kind == "left" and conds:
+        raise error_at(
+            conds[0],
+            "LEFT JOIN generate_series(...) reading the items before it is supported with ON true only",
+            True,
+        )
+    if kind not in ("inner", "left"):
+        raise error_at(
+            src, f"{kind.upper()} JOIN generate_series(...) reading the items before it is not supported", True
+        )
+    return _filtered(_with_series(scope, src, kind == "left"), conds)
+
+
+def _is_true(cond: exp.Expression) -> bool:
+    return isinstance(cond, exp.Boolean) and cond.this is True
+
+
 def _padded_first(groups: list[list]) -> list[list]:
     """FROM's items in an order whose left-deep chain of joins means what the items cross-joined mean: a
     comma binds looser than any JOIN, so an item holding a RIGHT or FULL join (which pads the rows before it
     with NULLs) goes first; LEFT and inner joins of an item read only that item, so they may join the items
     before it too. Two such items are refused by name."""
     padding = [n for n, g in enumerate(groups) if any(kind in ("right", "full") for _, kind, _ in g[1:])]
-    if not padding or padding == [0]:
+    if not padding:
+        return groups
+    series = next((src for g in groups for src, _, _ in g if _reads_before(src)), None)
+    if series is not None:
+        raise error_at(
+            series,
+            "generate_series(...) reading other items of a FROM clause holding a RIGHT or "
+            "FULL join is not supported",
+            True,
+        )
+    if padding == [0]:
         return groups
     if len(padding) > 1:
         src = groups[padding[1]][0][0]
@@ -700,9 +743,12 @@ def _inner_joins(sources, conds: list[exp.Expression], catalog: Catalog) -> tupl
             conds += _conjuncts(on)
     rels = []
     for src, _, _ in sources:
+        if _reads_before(src):
+            rels.append([src.alias_or_name, src])  # planned once the items it reads are joined
+            continue
         plan, alias = _source(src, catalog)
         rels.append([alias, plan])
-    aliases = {a for a, _ in rels}
+    aliases = {a for a, p in rels if not isinstance(p, exp.Expression)}
     rest = []
     for c in conds:
         tables = _tables_of(c)
@@ -714,10 +760,25 @@ def _inner_joins(sources, conds: list[exp.Expression], catalog: Catalog) -> tupl
         else:
             rest.append(c)
     first, *remaining = rels
+    if isinstance(first[1], exp.Expression):  # reading an enclosing query's columns: refused as it reads them
+        first[1] = _source(first[1], catalog)[0]
     scope = Scope({(first[0], c.name): i for i, c in enumerate(first[1].columns)}, first[1])
     joined = {first[0]}
     while remaining:
-        rel = next((r for r in remaining if _linked(r[0], joined, rest)), remaining[0])
+        items = [r for r in remaining if not isinstance(r[1], exp.Expression)]
+        ready = [r for r in remaining if isinstance(r[1], exp.Expression) and _tables_of(r[1].this) <= joined]
+        if ready or not items:
+            rel = (ready or remaining)[0]
+            remaining.remove(rel)
+            scope = _with_series(scope, rel[1])
+            joined.add(rel[0])
+            here = [
+                c for c in rest if rel[0] in _tables_of(c) and _tables_of(c) <= joined and not _has_subquery(c)
+            ]
+            rest = [c for c in rest if all(c is not h for h in here)]
+            scope = _filtered(scope, here)
+            continue
+        rel = next((r for r in items if _linked(r[0], joined, rest)), items[0])
         remaining.remove(rel)
         alias, plan = rel
         names = {(alias, c.name): i for i, c in enumerate(plan.columns)}
@@ -742,6 +803,25 @@ def _inner_joins(sources, conds: list[exp.Expression], catalog: Catalog) -> tupl
         scope = Scope({**scope.names, **{k: v + offset for k, v in names.items()}}, join)
         joined.add(alias)
     return scope, rest
+
+
+def _reads_before(src: exp.Expression) -> bool:
+    """Whether ``src`` is a generate_series reading columns of the items before it (or of an enclosing
+    query)."""
+    return is_series(src) and next(src.this.find_all(exp.Column), None) is not None
+
+
+def _with_series(scope: Scope, item: exp.Table, outer: bool = False) -> Scope:
+    """The scope's rows, each with the values of the generate_series ``item`` reading them."""
+    series = series_over(item, scope.plan, scope.resolve, outer)
+    offset = len(scope.plan.columns)
+    alias = item.alias_or_name
+    names = {(alias, c.name): offset + j for j, c in enumerate(series.columns[offset:])}
+    return Scope({**scope.names, **names}, series, scope.extra)
+
+
+def _has_subquery(cond: exp.Expression) -> bool:
+    return next(cond.find_all(exp.Exists, exp.Subquery), None) is not None
 
 
 def _linked(alias: str, joined: set[str], conds: list[exp.Expression]) -> bool:
@@ -887,6 +967,12 @@ def _equi(cond: exp.Expression, left: Scope, right: Scope, widen: bool = False):
 
 
 def _source(src: exp.Expression, catalog: Catalog) -> tuple[Plan, str]:
+    if is_series(src):  # reading nothing before it: over one row
+        one = Values(((0,),), (Column("?", INT, False),))
+        series = series_over(src, one, Scope({}, one).resolve)
+        cols = series.columns[1:]
+        plan = Project(series, tuple(ColRef(i + 1, c.type) for i, c in enumerate(cols)), cols)
+        return plan, src.alias_or_name
     if isinstance(src, exp.Table):
         name = src.name
         alias = src.alias_or_name

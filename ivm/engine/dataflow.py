@@ -33,6 +33,8 @@ from ivm.engine.operators.basic import (
     CaptureOp,
     ConcatOp,
     EvaluationError,
+    ExpandFn,
+    ExpandOp,
     FilterOp,
     MapFn,
     MapOp,
@@ -346,6 +348,11 @@ class Collection:
             cols, _ = fn(*empty, 0) if takes_rows(fn) else fn(*empty)
             dtypes = [np.asarray(c).dtype for c in cols]
         return Collection(self.scope, MapOp(self.scope, self.op, fn), dtypes)
+
+    def expand(self, fn: ExpandFn, dtypes: Sequence, texts: Sequence[int] | None = None) -> Collection:
+        """Each row as the rows ``fn(columns, validity, n) -> (columns, validity, rows)`` gives it (``rows``:
+        the input row of each output row, ascending), of types ``dtypes`` (text at positions ``texts``)."""
+        return Collection(self.scope, ExpandOp(self.scope, self.op, fn), dtypes, texts)
 
     def filter(self, pred: PredicateFn) -> Collection:
         """Rows for which ``pred(columns, validity)`` is True."""

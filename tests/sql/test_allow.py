@@ -60,6 +60,7 @@ QUERIES = [
     "SELECT DISTINCT g FROM t",
     "SELECT t.id, x.v FROM t, LATERAL (SELECT u.v FROM u WHERE u.k = t.g ORDER BY u.v LIMIT 1) x",
     "SELECT t.id, x.n FROM t LEFT JOIN LATERAL (SELECT COUNT(*) AS n FROM u WHERE u.k >= t.g) x ON TRUE",
+    "SELECT t.id, x.v FROM t, generate_series(1, t.g) AS x(v)",
     "SELECT t.id, u.v FROM t JOIN u ON t.g = u.k",
     "SELECT t.id, u.v FROM t LEFT JOIN u ON t.g = u.k",
     "SELECT t.id, u.v FROM t RIGHT JOIN u ON t.g = u.k",

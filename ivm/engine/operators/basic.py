@@ -1,4 +1,4 @@
-"""Stateless operators: map, filter, project, concat, negate, and the capture of output diffs.
+"""Stateless operators: map, expand, filter, project, concat, negate, and the capture of output diffs.
 
 Map and filter apply vectorized functions to whole column arrays; none of them looks at a row alone. Having no
 state, they (and project, negate, concat) handle each batch when it is emitted, at its point, rather than
@@ -18,6 +18,8 @@ __all__ = [
     "EvaluationError",
     "takes_rows",
     "MapOp",
+    "ExpandOp",
+    "ExpandFn",
     "FilterOp",
     "ConcatOp",
     "NegateOp",
@@ -29,6 +31,9 @@ __all__ = [
 Columns = tuple[tuple[np.ndarray, ...], tuple[Mask, ...]]
 MapFn = Callable[[tuple[np.ndarray, ...], tuple[Mask, ...]], Columns]
 PredicateFn = Callable[[tuple[np.ndarray, ...], tuple[Mask, ...]], np.ndarray]
+ExpandFn = Callable[
+    [tuple[np.ndarray, ...], tuple[Mask, ...], int], tuple[tuple[np.ndarray, ...], tuple[Mask, ...], np.ndarray]
+]
 
 
 class EvaluationError(RuntimeError):
@@ -136,6 +141,23 @@ class MapOp(_Fallible):
         else:
             cols, valid = self.fn(batch.columns, batch.valid)
         return Batch.build(cols, valid, batch.times, batch.diffs)
+
+
+class ExpandOp(_Fallible):
+    """Each row to as many rows as a vectorized function gives it (none, one or many): ``fn(columns,
+    validity, n) -> (columns, validity, rows)`` where ``rows`` names the input row of each output row, in
+    ascending order, and the output rows take its time and diff. Linear, as a map is: a row's retraction
+    retracts the rows it gave."""
+
+    def __init__(self, scope: Scope, source: Operator, fn: ExpandFn) -> None:
+        super().__init__(scope, "expand", source)
+        self.fn = fn
+
+    def apply(self, batch: Batch) -> Batch | None:
+        cols, valid, rows = self.fn(batch.columns, batch.valid, len(batch))
+        if not len(rows):
+            return None
+        return Batch.build(cols, valid, batch.times.take(rows, axis=0), batch.diffs[rows])
 
 
 def takes_rows(fn) -> bool:
