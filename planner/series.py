@@ -43,7 +43,7 @@ def series_rows(plan: Series) -> ExpandFn:
             msg = f"generate_series would give {most:,} rows for one row (at most {MAX_ROWS:,})"
             raise EvaluationError(msg)
         counts = counts.astype(np.int64)
-        padded = outer & (counts == 0) if outer else None
+        padded = (counts == 0) if outer else None
         if padded is not None:
             counts[padded] = 1
         rows = np.repeat(np.arange(n, dtype=np.int64), counts)

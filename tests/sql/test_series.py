@@ -51,11 +51,13 @@ VIEWS = [
     "SELECT * FROM generate_series(9223372036854775800, 9223372036854775807, 3) AS x",
     "SELECT * FROM generate_series(-2147483648, -2147483647) AS x",
     "SELECT x FROM generate_series(5, 1) AS x",
-    # inside subqueries, correlated and not, and WITH
+    # inside subqueries, correlated and not, WITH and WITH RECURSIVE
     "SELECT t.id, (SELECT sum(x) FROM generate_series(t.g, t.a) x) AS s FROM t",
     "SELECT t.id FROM t WHERE EXISTS (SELECT 1 FROM generate_series(1, t.g) x WHERE x = t.a)",
     "SELECT t.id FROM t WHERE t.a IN (SELECT x * 2 FROM generate_series(1, 3) x)",
     "WITH s AS (SELECT t.id, v FROM t, generate_series(1, t.a) v) SELECT v, count(*) AS c FROM s GROUP BY v",
+    "WITH RECURSIVE r(n) AS (SELECT t.a FROM t WHERE t.a > 0 UNION SELECT x FROM r, "
+    "generate_series(r.n + 1, r.n + 2) x WHERE x < 12) SELECT n FROM r",
     # BIGINT and timestamps (days of 24 hours in the session's time zone, UTC)
     "SELECT e.id, v FROM e, generate_series(e.n, e.n + 2) v",
     "SELECT e.id, d FROM e, generate_series(e.s, e.f, interval '1 day') d",
