@@ -428,6 +428,7 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
             groups.append([])
         groups[-1].append((j.this, side or "inner", j.args.get("on")))
     sources = [s for g in _padded_first(groups) for s in g]
+    _series_read_before(sources)
     pending = _conjuncts(where.this) if where is not None else []
     k = next((i for i, (_, kind, _) in enumerate(sources) if kind != "inner"), len(sources))
     if k == len(sources):
@@ -803,6 +804,16 @@ def _inner_joins(sources, conds: list[exp.Expression], catalog: Catalog) -> tupl
         scope = Scope({**scope.names, **{k: v + offset for k, v in names.items()}}, join)
         joined.add(alias)
     return scope, rest
+
+
+def _series_read_before(sources: list) -> None:
+    """PostgreSQL's error for a generate_series reading an item that comes after it in FROM."""
+    for n, (src, _, _) in enumerate(sources):
+        if _reads_before(src):
+            later = {s.alias_or_name for s, _, _ in sources[n + 1 :]}
+            col = next((c for c in src.this.find_all(exp.Column) if c.table in later), None)
+            if col is not None:
+                raise error_at(col, f'invalid reference to FROM-clause entry for table "{col.table}"')
 
 
 def _reads_before(src: exp.Expression) -> bool:

@@ -210,6 +210,12 @@ def test_a_zero_step_puts_its_view_in_error_until_the_row_changes():
             "g FROM",
         ),
         (
+            "SELECT * FROM generate_series(1, t.a) s, t",
+            ProgrammingError,
+            'invalid reference to FROM-clause entry for table "t"',
+            "t.a",
+        ),
+        (
             "SELECT * FROM generate_series(1, 3) g(x, y)",
             ProgrammingError,
             "too many column aliases specified for function generate_series",
