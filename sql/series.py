@@ -74,13 +74,14 @@ def series_over(item: exp.Table, plan: Plan, resolve: Resolver, outer: bool = Fa
     node = item.this
     start, stop, step = node.args.get("start"), node.args.get("end"), node.args.get("step")
     bounds = [translate_scalar(a, resolve) for a in (start, stop)]
-    kind = _kind(node, bounds, step, resolve)
+    by = translate_scalar(step, resolve) if step is not None else None
+    kind = _kind(node, bounds, step, by)
     bounds = [
         e if _fits(e, kind) else translate_scalar(_as(a, kind), resolve)
         for e, a in zip(bounds, (start, stop), strict=True)
     ]
     if kind.kind == "int":
-        by = translate_scalar(step, resolve) if step is not None else Const(1, kind)
+        by = Const(1, kind) if by is None else by
         if not _fits(by, kind):
             by = translate_scalar(_as(step, kind), resolve)
     else:
@@ -99,10 +100,11 @@ def _fits(e: Expr, kind: SqlType) -> bool:
     return e.type.bits <= kind.bits if kind.kind == "int" else e.type.tz == kind.tz
 
 
-def _kind(node: exp.Expression, bounds: list[Expr], step: exp.Expression | None, resolve: Resolver) -> SqlType:
-    """The type of the series' values, as PostgreSQL resolves generate_series over these arguments."""
+def _kind(node: exp.Expression, bounds: list[Expr], step: exp.Expression | None, by: Expr | None) -> SqlType:
+    """The type of the series' values, as PostgreSQL resolves generate_series over these arguments (the step
+    ``step`` translated as ``by``)."""
     known = [e.type for e in bounds if not _unknown(e)]
-    step_type = translate_scalar(step, resolve).type if step is not None else None
+    step_type = by.type if by is not None else None
     if all(t.kind == "int" for t in known) and (step_type is None or step_type.kind in ("int", "text")):
         if not known:
             return INTEGER
@@ -119,7 +121,7 @@ def _kind(node: exp.Expression, bounds: list[Expr], step: exp.Expression | None,
             )
         plain = all(t.kind == "timestamp" and not t.tz for t in known)
         return TIMESTAMP if plain else TIMESTAMPTZ
-    args = bounds + ([translate_scalar(step, resolve)] if step is not None else [])
+    args = bounds + ([by] if by is not None else [])
     shown = ", ".join("unknown" if _unknown(e) else e.type.pg_name for e in args)
     raise error_at(
         node, f"generate_series({shown}) is not supported (integers, or timestamps and an interval)", True

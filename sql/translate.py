@@ -132,9 +132,10 @@ def qualify_query(tree: exp.Expression, catalog: Catalog) -> exp.Expression:
         alias = node.args.get("alias")
         if isinstance(alias, exp.TableAlias) and alias.columns:
             node.meta["ivm_alias_columns"] = (len(alias.columns), alias.name, position(alias))
-    bare = {}  # each name written without a table, first where written (sqlglot changes the tree in place)
-    for c in tree.find_all(exp.Column):
-        if not c.table and c.name not in bare:
+    series = {t.alias_or_name for t in tree.find_all(exp.Table) if is_series(t)}
+    bare = {}  # a series' name written without a table, first where written (sqlglot changes the tree in place)
+    for c in tree.find_all(exp.Column) if series else ():
+        if not c.table and c.name in series and c.name not in bare:
             bare[c.name] = c.copy()
     try:
         qualified = qualify(
@@ -148,8 +149,9 @@ def qualify_query(tree: exp.Expression, catalog: Catalog) -> exp.Expression:
         raise _locate(tree, str(err), catalog.sqlglot_schema()) from err
     except (AssertionError, KeyError, ValueError, TypeError) as err:  # sqlglot's own, on what it cannot resolve
         raise error_at(tree, f"the query cannot be resolved: {err}") from err
-    series = {t.alias_or_name for t in qualified.find_all(exp.Table) if is_series(t)}
-    for node in qualified.find_all(exp.TableColumn):  # how sqlglot leaves a series' column another item has
+    for node in (
+        qualified.find_all(exp.TableColumn) if series else ()
+    ):  # how sqlglot leaves a series' column another item has
         if node.name in series:
             raise error_at(bare.get(node.name, node), f'column reference "{node.name}" is ambiguous')
     for node in qualified.find_all(exp.Subquery, exp.CTE):
@@ -481,17 +483,14 @@ def _from(select: exp.Select, catalog: Catalog) -> tuple[Scope, list[exp.Express
 
 def _lateral_series(scope: Scope, src: exp.Table, kind: str, on: exp.Expression | None) -> Scope:
     """A generate_series reading the items before it, joined to them after an outer join: CROSS JOIN or JOIN
-    ... ON (its condition filters the rows), or LEFT JOIN ... ON true (a row without values is padded)."""
+    ... ON (its condition filters the rows), or LEFT JOIN ... ON true (a row without values is padded). (A
+    RIGHT or FULL join beside it is refused by ``_padded_first``.)"""
     conds = [c for c in (_conjuncts(on) if on is not None else []) if not _is_true(c)]
     if kind == "left" and conds:
         raise error_at(
             conds[0],
             "LEFT JOIN generate_series(...) reading the items before it is supported with ON true only",
             True,
-        )
-    if kind not in ("inner", "left"):
-        raise error_at(
-            src, f"{kind.upper()} JOIN generate_series(...) reading the items before it is not supported", True
         )
     return _filtered(_with_series(scope, src, kind == "left"), conds)
 

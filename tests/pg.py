@@ -3,7 +3,7 @@ PostgreSQL's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import psycopg
 
@@ -28,3 +28,41 @@ def postgres_with(table_sql: str, insert_sql: str, rows: Sequence[tuple]) -> Ite
         with conn.cursor() as cur:
             cur.executemany(insert_sql, rows)
         yield conn
+
+
+def views_follow(
+    pg: psycopg.Connection,
+    db,
+    views: Sequence,
+    transaction: Callable[[], list[str]],
+    rows: Callable[[list], list],
+    steps: int = 20,
+) -> None:
+    """Create ``views`` in ivm's ``db`` (each a query, or a pair of ivm's query and PostgreSQL's for the same
+    rows), then run ``steps`` transactions of ``transaction()`` in both and after each compare every view with
+    PostgreSQL's answer (``rows`` makes both comparable). PostgreSQL's changes are rolled back at the end."""
+    for i, q in enumerate(views):
+        db.execute(f"CREATE MATERIALIZED VIEW v{i} AS {q[0] if isinstance(q, tuple) else q}")
+    pg.execute("BEGIN")
+    try:
+        for step in range(steps):
+            statements = transaction()
+            db.execute("; ".join(["BEGIN", *statements, "COMMIT"]))
+            for s in statements:
+                pg.execute(s)
+            for i, q in enumerate(views):
+                got = rows(db.execute(f"SELECT * FROM v{i}").fetchall())
+                assert got == rows(pg.execute(q[1] if isinstance(q, tuple) else q).fetchall()), (step, q)
+    finally:
+        pg.execute("ROLLBACK")
+
+
+def error_at(db, sql: str, error: type, words: str, at: str) -> None:
+    """``sql`` in ``db`` raises ``error`` saying ``words``, at line 1 within the text ``at``."""
+    import pytest
+
+    with pytest.raises(error) as err:
+        db.execute(sql)
+    assert words in err.value.message
+    start = sql.index(at) + 1
+    assert err.value.line == 1 and start <= err.value.col < start + len(at), (err.value.col, start)

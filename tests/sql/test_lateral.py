@@ -14,6 +14,7 @@ import pytest
 
 import ivm
 from ivm.errors import NotSupportedError, ProgrammingError
+from tests.pg import error_at, views_follow
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -198,20 +199,7 @@ def test_lateral_views_follow_their_tables_as_postgresql_answers(pg, seed):
     db = ivm.connect()
     for s in TABLES:
         db.execute(s)
-    for i, q in enumerate(VIEWS):
-        db.execute(f"CREATE MATERIALIZED VIEW v{i} AS {q[0] if isinstance(q, tuple) else q}")
-    pg.execute("BEGIN")
-    try:
-        for step in range(20):
-            statements = _transaction(rng)
-            db.execute("; ".join(["BEGIN", *statements, "COMMIT"]))
-            for s in statements:
-                pg.execute(s)
-            for i, q in enumerate(VIEWS):
-                got = _rows(db.execute(f"SELECT * FROM v{i}").fetchall())
-                assert got == _rows(pg.execute(q[1] if isinstance(q, tuple) else q).fetchall()), (step, q)
-    finally:
-        pg.execute("ROLLBACK")
+    views_follow(pg, db, VIEWS, lambda: _transaction(rng), _rows)
 
 
 @pytest.mark.parametrize(
@@ -274,8 +262,4 @@ def test_what_lateral_cannot_take_is_an_error_at_it(pg, sql, error, words, at):
     db = ivm.connect()
     for s in TABLES:
         db.execute(s)
-    with pytest.raises(error) as err:
-        db.execute(sql)
-    assert words in err.value.message
-    start = sql.index(at) + 1
-    assert err.value.line == 1 and start <= err.value.col < start + len(at), (err.value.col, start)
+    error_at(db, sql, error, words, at)

@@ -15,6 +15,7 @@ import pytest
 
 import ivm
 from ivm.errors import DataError, NotSupportedError, ProgrammingError
+from tests.pg import error_at, views_follow
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -137,20 +138,7 @@ def test_series_views_follow_their_tables_as_postgresql_answers(pg, seed):
     db = ivm.connect()
     for s in TABLES:
         db.execute(s)
-    for i, q in enumerate(VIEWS):
-        db.execute(f"CREATE MATERIALIZED VIEW v{i} AS {q}")
-    pg.execute("BEGIN")
-    try:
-        for step in range(20):
-            statements = _transaction(rng)
-            db.execute("; ".join(["BEGIN", *statements, "COMMIT"]))
-            for s in statements:
-                pg.execute(s)
-            for i, q in enumerate(VIEWS):
-                got = _rows(db.execute(f"SELECT * FROM v{i}").fetchall())
-                assert got == _rows(pg.execute(q).fetchall()), (step, q)
-    finally:
-        pg.execute("ROLLBACK")
+    views_follow(pg, db, VIEWS, lambda: _transaction(rng), _rows)
 
 
 def test_a_zero_step_puts_its_view_in_error_until_the_row_changes():
@@ -234,8 +222,4 @@ def test_what_series_cannot_take_is_an_error_at_it(pg, sql, error, words, at):
     db = ivm.connect()
     for s in TABLES:
         db.execute(s)
-    with pytest.raises(error) as err:
-        db.execute(sql)
-    assert words in err.value.message
-    start = sql.index(at) + 1
-    assert err.value.line == 1 and start <= err.value.col < start + len(at), (err.value.col, start)
+    error_at(db, sql, error, words, at)

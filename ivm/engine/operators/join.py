@@ -29,12 +29,12 @@ def match_batches(a: TraceBatch, b: TraceBatch, nulls_match: bool) -> tuple[np.n
         z = np.zeros(0, dtype=np.int64)
         return z, z
     if len(a) <= len(b):
-        ha, sa, ea = a.runs()
-        sb, eb = b.seek(ha)
+        sought, sa, ea = a.runs()
+        sb, eb = b.seek(sought)
         hit = eb > sb
     else:
-        hb, sb, eb = b.runs()
-        sa, ea = a.seek(hb)
+        sought, sb, eb = b.runs()
+        sa, ea = a.seek(sought)
         hit = ea > sa
     if not hit.any():
         z = np.zeros(0, dtype=np.int64)
@@ -47,7 +47,7 @@ def match_batches(a: TraceBatch, b: TraceBatch, nulls_match: bool) -> tuple[np.n
         acols, avalid = a.key_columns(i)
         bcols, bvalid = b.key_columns(j)
         keep = None
-        if not (identity_hash(acols, avalid, a.hashes[i]) and _integers(bcols)):
+        if not (identity_hash(acols, avalid, sought) and _integers(bcols)):  # (every pair's hash was sought)
             keep = rows_equal(acols, avalid, bcols, bvalid, n=len(i))
         if not nulls_match:
             for m in avalid:
