@@ -61,7 +61,7 @@ class Engine:
         self.failed: list[Dataflow] = []
         self.crashed: Dataflow | None = None  # the dataflow an unexpected exception stopped in its step
         self.step_seconds: dict[str, float] = {}  # time spent stepping each dataflow, by name
-        self.some_failed = False  # whether a dataflow ever failed (only then are readers checked each step)
+        self.some_failed = False  # a dataflow failed since the last step (its readers are failed at the next)
         # set before any dataflow is made: this engine is one shard of several (``ivm.engine.exchange``)
         self.sharding: Sharding | None = None
 
@@ -76,7 +76,12 @@ class Engine:
 
         A dataflow whose loop exceeds its iteration limit, or whose functions cannot evaluate a row, is dropped
         with the error kept in its ``error``, as are the dataflows reading its arrangements; the others go on.
-        ``failed`` lists them after the step."""
+        ``failed`` lists them after the step.
+
+        A dataflow that reads only other dataflows' arrangements and that nothing reached in a step falls
+        *asleep*: later steps pass it by, at the cost of looking at one flag, and its frontier is its sources'
+        whenever it is read, until something reaches it again (see ``Dataflow.asleep``). So views that a
+        transaction does not reach cost it next to nothing, however many there are."""
         self.failed = failed = []
         self.crashed = None
         t0 = time.perf_counter()
@@ -89,9 +94,12 @@ class Engine:
                 df.fail(RuntimeError(f"it reads {broken.name!r}, which failed: {broken.error}"))
                 failed.append(df)
                 continue
+            if df.asleep:
+                continue
             try:
                 if self.sharding is None and df.follows_only and not df.scope.active:
                     df.follow()  # idle: nothing reached it, its frontier follows its sources'
+                    df.asleep = True
                     continue
                 if self.sharding is None:
                     df.step()
@@ -113,6 +121,7 @@ class Engine:
             now = time.perf_counter()
             self.step_seconds[df.name] = self.step_seconds.get(df.name, 0.0) + now - t0
             t0 = now
+        self.some_failed = False  # every reader of a failed dataflow came after it, and failed with it
 
     def _agree(self, dataflows: list[Dataflow], prepared: set[int]) -> dict[int, int | None]:
         """Prepare the step of each of ``dataflows`` not in ``prepared`` yet, and agree with the other shards
@@ -148,7 +157,8 @@ class Dataflow:
     def __init__(self, engine: Engine, name: str) -> None:
         self.engine = engine
         self.name = name
-        self.frontier = 0
+        self._frontier = 0
+        self.asleep = False
         self.handles: list[TraceHandle] = []
         self.inputs: list[Input] = []
         self.imports: list[tuple[ImportOp, Dataflow]] = []
@@ -240,6 +250,27 @@ class Dataflow:
 
     # -- running --------------------------------------------------------------------------------
     @property
+    def frontier(self) -> int:
+        """The least epoch not yet retired. Asleep (``Engine.step``), the dataflow has retired what its sources
+        have: what stepping it would have moved its frontier to (``follow``), found when asked."""
+        if self.asleep and self.imports:
+            least = min(df.frontier for _, df in self.imports)
+            if least > self._frontier:
+                self._frontier = least
+        return self._frontier
+
+    @frontier.setter
+    def frontier(self, epoch: int) -> None:
+        self._frontier = epoch
+
+    def wake(self) -> None:
+        """Something reached the dataflow asleep (its scope's first activation): from here on it steps, from
+        the frontier it has now, which its sources have not moved past yet (they move theirs at the end of their
+        step, after what they send)."""
+        self._frontier = self.frontier
+        self.asleep = False
+
+    @property
     def follows_only(self) -> bool:
         """Whether the dataflow has no inputs and no loop variables of its own: it reads only other dataflows'
         arrangements, so when nothing reached it a step only moves its frontier (``follow``)."""
@@ -264,6 +295,8 @@ class Dataflow:
         give new operators their stages."""
         if self.dropped:
             return
+        if self.asleep:
+            self.wake()
         for v in self.variables:
             if not v.is_set:
                 raise RuntimeError("a loop variable was never set")
@@ -296,6 +329,7 @@ class Dataflow:
         self.error = error
         self.engine.some_failed = True
         self.drop()
+        self.asleep = False
 
     def drop(self) -> None:
         """Remove the dataflow, releasing its trace handles (traces go with their last reader)."""

@@ -231,6 +231,8 @@ class Scope:
     def activate(self, op: Operator, point: Point) -> None:
         ops = self.active.get(point)
         if ops is None:
+            if self.parent is None and self.dataflow.asleep:
+                self.dataflow.wake()
             self.active[point] = {op.order: op}
             self._due[point] = [op.order]
         elif op.order not in ops:

@@ -183,3 +183,76 @@ def test_most_views_idle_one_changing_equals_duckdb(seed):
             assert got == sorted(con.execute(views[name]).fetchall()), (step, name)
     idle_names = {db.views[f"idle{i}"].df.name for i in range(30)}
     assert not any(runs[(name, path)] for name, path in runs if name in idle_names)
+
+
+def test_idle_dataflows_fall_asleep_cost_a_step_no_visit_and_wake_when_reached():
+    engine = ivm.Engine()
+    base = engine.dataflow("base")
+    a, b = base.input([np.int64, np.int64], "a"), base.input([np.int64, np.int64], "b")
+    b_arr = b.arrange([0])
+    a.arrange([0])
+    counted, captures = {}, {}
+    for i in range(40):
+        df = engine.dataflow(f"b{i}")
+        counted[i] = df.import_arranged(b_arr).as_collection().filter(_not_residue(i)).count([0])
+        captures[f"b{i}"] = counted[i].as_collection().capture()
+    chained = engine.dataflow("chained")  # reads what a follower of b makes: asleep, it follows one asleep
+    captures["chained"] = chained.import_arranged(counted[0]).as_collection().capture()
+    follows: Counter = Counter()
+    for df in engine.dataflows:
+        df.follow = (lambda inner, name: lambda: (follows.update([name]), inner()))(df.follow, df.name)
+    rows: list[tuple[int, int]] = []
+    t = 0
+
+    def step(send_b: bool) -> None:
+        nonlocal t
+        if send_b:
+            row = (t % 7, t)
+            rows.append(row)
+            _send(b, [[row[0]], [row[1]]], t)
+        else:
+            _send(a, [[t], [t]], t)
+        t += 1
+        for inp in (a, b):
+            inp.advance_to(t)
+        engine.step()
+
+    step(True)
+    step(False)  # nothing reaches the followers: each follows once and falls asleep
+    assert all(engine.dataflows[i].asleep for i in range(1, 42))
+    follows.clear()
+    for _ in range(10):
+        step(False)
+    assert not follows  # asleep, they were passed by
+    assert all(df.frontier == t for df in engine.dataflows)  # yet their frontiers are their sources'
+    assert b_arr.trace.since.elements.tolist() == [[t]]  # and b's trace may compact up to there
+    step(True)  # reached again: they wake, step, and fall asleep at the next step nothing reaches them
+    assert not any(df.asleep for df in engine.dataflows)
+    step(False)
+    assert all(engine.dataflows[i].asleep for i in range(1, 42))
+    for i in range(40):
+        kept = Counter(k for k, v in rows if v % 40 != i)
+        assert captures[f"b{i}"].rows_at(t) == {(k, n): 1 for k, n in kept.items()}
+    assert captures["chained"].rows_at(t) == captures["b0"].rows_at(t)
+
+
+def test_a_dataflow_asleep_fails_with_the_dataflow_it_reads():
+    engine = ivm.Engine()
+    base = engine.dataflow("base")
+    b = base.input([np.int64, np.int64], "b")
+    source = engine.dataflow("source")
+    made = source.import_arranged(b.arrange([0])).as_collection().count([0])
+    reader = engine.dataflow("reader")
+    reader.import_arranged(made).as_collection().capture()
+    for t in range(3):
+        _send(b, [[t], [t]], t)
+        b.advance_to(t + 1)
+        engine.step()
+    b.advance_to(4)
+    engine.step()
+    assert reader.asleep
+    source.fail(RuntimeError("broken"))
+    b.advance_to(5)
+    engine.step()
+    assert engine.failed == [reader] and reader.dropped
+    assert "it reads 'source', which failed: broken" in str(reader.error)
