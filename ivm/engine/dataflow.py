@@ -80,8 +80,8 @@ class Engine:
 
         A dataflow that reads only other dataflows' arrangements and that nothing reached in a step falls
         *asleep*: later steps pass it by, at the cost of looking at one flag, and its frontier is its sources'
-        whenever it is read, until something reaches it again (see ``Dataflow.asleep``). So views that a
-        transaction does not reach cost it next to nothing, however many there are."""
+        whenever it is read, until something reaches it again (``Dataflow.frontier``, ``Dataflow.wake``). So
+        views that a transaction does not reach cost it next to nothing, however many there are."""
         self.failed = failed = []
         self.crashed = None
         t0 = time.perf_counter()
