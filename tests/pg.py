@@ -1,8 +1,9 @@
 """A throwaway PostgreSQL (empty, or holding one table), for tests that compare ivm's answers with
-PostgreSQL's."""
+PostgreSQL's, and the statements of the random transactions they send to both."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Iterator, Sequence
 
 import psycopg
@@ -66,3 +67,23 @@ def error_at(db, sql: str, error: type, words: str, at: str) -> None:
     assert words in err.value.message
     start = sql.index(at) + 1
     assert err.value.line == 1 and start <= err.value.col < start + len(at), (err.value.col, start)
+
+
+def literal(v) -> str:
+    """A Python value as an SQL constant of the random transactions (text and timestamps quoted, None NULL)."""
+    if isinstance(v, dt.datetime):
+        return f"'{v.isoformat(sep=' ')}'"
+    return "NULL" if v is None else repr(v) if isinstance(v, str) else str(v)
+
+
+def change(table: str, key: int, kind: float, g, a, b) -> str:
+    """One statement of a random transaction over a table ``(id, g, a or x, b)`` keyed by ``id``: by ``kind``
+    (in [0, 1)), the row ``(key, g, a, b)`` inserted unless present, the row ``key`` deleted, or its value
+    column set to ``a`` and ``g`` to ``g``."""
+    if kind < 0.5:
+        values = ", ".join(literal(v) for v in (key, g, a, b))
+        return f"INSERT INTO {table} VALUES ({values}) ON CONFLICT (id) DO NOTHING"
+    if kind < 0.75:
+        return f"DELETE FROM {table} WHERE id = {key}"
+    col = "a" if table == "t" else "x"
+    return f"UPDATE {table} SET {col} = {literal(a)}, g = {literal(g)} WHERE id = {key}"

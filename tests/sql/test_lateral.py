@@ -14,7 +14,7 @@ import pytest
 
 import ivm
 from ivm.errors import NotSupportedError, ProgrammingError
-from tests.pg import error_at, views_follow
+from tests.pg import change, error_at, views_follow
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -161,25 +161,13 @@ def _rows(rows) -> list:
     return sorted((tuple(_cell(v) for v in r) for r in rows), key=repr)
 
 
-def _value(v) -> str:
-    return "NULL" if v is None else repr(v) if isinstance(v, str) else str(v)
-
-
 def _transaction(rng: random.Random) -> list[str]:
     out = []
     for _ in range(rng.randint(1, 6)):
         table = rng.choice("tu")
         key = rng.randint(1, 12)
         g, a, b = rng.choice([1, 2, 3, None]), rng.choice([1, 2, 5, 9, None]), rng.choice(["p", "q", None])
-        kind = rng.random()
-        if kind < 0.5:
-            values = ", ".join(_value(v) for v in (key, g, a, b))
-            out.append(f"INSERT INTO {table} VALUES ({values}) ON CONFLICT (id) DO NOTHING")
-        elif kind < 0.75:
-            out.append(f"DELETE FROM {table} WHERE id = {key}")
-        else:
-            col = "a" if table == "t" else "x"
-            out.append(f"UPDATE {table} SET {col} = {_value(a)}, g = {_value(g)} WHERE id = {key}")
+        out.append(change(table, key, rng.random(), g, a, b))
     return out
 
 

@@ -15,7 +15,7 @@ import pytest
 
 import ivm
 from ivm.errors import DataError, NotSupportedError, ProgrammingError
-from tests.pg import error_at, views_follow
+from tests.pg import change, error_at, literal, views_follow
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -86,12 +86,6 @@ def _rows(rows) -> list:
     return sorted((tuple(_cell(v) for v in r) for r in rows), key=repr)
 
 
-def _value(v) -> str:
-    if isinstance(v, dt.datetime):
-        return f"'{v.isoformat(sep=' ')}'"
-    return "NULL" if v is None else repr(v) if isinstance(v, str) else str(v)
-
-
 def _transaction(rng: random.Random) -> list[str]:
     out = []
     for _ in range(rng.randint(1, 6)):
@@ -102,22 +96,15 @@ def _transaction(rng: random.Random) -> list[str]:
             s, f, z = rng.choice(_TIMES), rng.choice(_TIMES), rng.choice(_TIMES)
             n = rng.choice([1, -5, 9223372036854775805, None])
             if kind < 0.5:
-                values = ", ".join(_value(v) for v in (key, s, f, z, n))
+                values = ", ".join(literal(v) for v in (key, s, f, z, n))
                 out.append(f"INSERT INTO e VALUES ({values}) ON CONFLICT (id) DO NOTHING")
             elif kind < 0.75:
                 out.append(f"DELETE FROM e WHERE id = {key}")
             else:
-                out.append(f"UPDATE e SET s = {_value(s)}, n = {_value(n)} WHERE id = {key}")
+                out.append(f"UPDATE e SET s = {literal(s)}, n = {literal(n)} WHERE id = {key}")
             continue
         g, a, b = rng.choice([1, 2, 3, None]), rng.choice([1, 2, 5, 9, -1, None]), rng.choice(["p", "q", None])
-        if kind < 0.5:
-            values = ", ".join(_value(v) for v in (key, g, a, b))
-            out.append(f"INSERT INTO {table} VALUES ({values}) ON CONFLICT (id) DO NOTHING")
-        elif kind < 0.75:
-            out.append(f"DELETE FROM {table} WHERE id = {key}")
-        else:
-            col = "a" if table == "t" else "x"
-            out.append(f"UPDATE {table} SET {col} = {_value(a)}, g = {_value(g)} WHERE id = {key}")
+        out.append(change(table, key, kind, g, a, b))
     return out
 
 
