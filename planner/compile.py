@@ -409,8 +409,8 @@ class _Compiler:
 
 def _window_call(c, values: list[int], types) -> windows.Call:
     """The engine's window function for a logical one, over the reducer's value columns ``values``."""
-    mode, start, end = c.frame
-    frame = windows.Frame(mode, windows.Bound(*start), windows.Bound(*end))
+    mode, start, end, exclude = c.frame
+    frame = windows.Frame(mode, windows.Bound(*start), windows.Bound(*end), exclude)
     arg = None if c.arg is None else values.index(c.arg)
     t = None if c.arg is None else types[c.arg]
     divisor = 10.0**t.scale if c.func == "avg" and t.kind == "decimal" else None

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ivm.engine.calendar import DAY_MICROS, date_parts
 from ivm.engine.strings import POOL
 from sql.logical import Call
 
@@ -29,7 +30,6 @@ __all__ = [
     "epoch_to_ts",
 ]
 
-DAY_MICROS = 86_400_000_000
 _HOUR = 3_600_000_000
 _MINUTE = 60_000_000
 _SECOND = 1_000_000
@@ -48,17 +48,6 @@ def split_ts(ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Timestamps (microseconds) as days since the epoch and microseconds into the day."""
     day = np.floor_divide(ts, DAY_MICROS)
     return day, ts - day * DAY_MICROS
-
-
-def date_parts(days: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Days since 1970-01-01 as (year, month, day) of the proleptic Gregorian calendar (year 0 is 1 BC)."""
-    d = days.astype("datetime64[D]")
-    y = d.astype("datetime64[Y]")
-    m = d.astype("datetime64[M]")
-    year = y.astype(np.int64) + 1970
-    month = (m - y).astype(np.int64) + 1
-    day = (d - m).astype(np.int64) + 1
-    return year, month, day
 
 
 def _jan1(year: np.ndarray) -> np.ndarray:

@@ -148,8 +148,10 @@ def _window(plan: Window) -> str:
             args.append(str(c.param))
         if c.default is not None:
             args.append(sql_literal(c.default, c.type))
-        mode, start, end = c.frame
+        mode, start, end, exclude = c.frame
         frame = f" {mode} {_bound(start)} to {_bound(end)}" if c.func not in _UNFRAMED else ""
+        if exclude is not None and c.func not in _UNFRAMED:
+            frame += f" exclude {exclude}"
         name = "count" if c.func == "count_star" else c.func
         calls.append(f"{name}({', '.join(args)}){frame} AS {out.name}")
     part = ", ".join(cols[i].name for i in plan.partition)
@@ -160,8 +162,12 @@ _UNFRAMED = frozenset({"row_number", "rank", "dense_rank", "percent_rank", "cume
 
 
 def _bound(b: tuple) -> str:
-    kind, offset = b
-    return kind if kind in ("unbounded", "current") else f"{offset} {kind}"
+    kind, offset = b[:2]
+    if kind in ("unbounded", "current"):
+        return kind
+    if len(b) > 2:  # an interval of months and microseconds
+        return f"{b[2]} months {offset} us {kind}"
+    return f"{offset} {kind}"
 
 
 def arrangement(plan: Plan, key: tuple[int, ...]) -> str:

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ivm.engine.calendar import add_months
 from ivm.engine.operators.basic import EvaluationError
 from ivm.engine.strings import POOL
 from planner import datetimes
@@ -515,19 +516,9 @@ def _ts_add(e: Call, cols, valid, n):
     months, micros = e.param
     if months:
         day, tod = _split_ts(a)
-        day = _add_months(day, months)
+        day = add_months(day, months)
         a = day * DAY_MICROS + tod
     return a + micros, m
-
-
-def _add_months(days: np.ndarray, months: int) -> np.ndarray:
-    """Days plus whole months, clamped to the last day of the month reached (as PostgreSQL)."""
-    year, month, day = _date_parts(days)
-    total = (year - 1970) * 12 + (month - 1) + months
-    first = total.astype("datetime64[M]").astype("datetime64[D]")
-    nxt = (total + 1).astype("datetime64[M]").astype("datetime64[D]")
-    last_day = (nxt - first).astype(np.int64)
-    return first.astype(np.int64) + np.minimum(day, last_day) - 1
 
 
 def _date_to_ts(e: Call, cols, valid, n):
@@ -562,7 +553,7 @@ def _date_add(e: Call, cols, valid, n):
     months = e.param
     out = a.astype(np.int64)
     if months:
-        out = _add_months(out, months)
+        out = add_months(out, months)
     return (out + d).astype(np.int32), _and_masks(ma, md)
 
 

@@ -128,7 +128,7 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Max: _UNARY,
     # window functions
     exp.Window: frozenset({"this", "partition_by", "order", "spec", "over"}),
-    exp.WindowSpec: frozenset({"kind", "start", "start_side", "end", "end_side"}),
+    exp.WindowSpec: frozenset({"kind", "start", "start_side", "end", "end_side", "exclude"}),
     exp.RowNumber: frozenset(),
     exp.Rank: frozenset(),
     exp.DenseRank: frozenset(),
@@ -260,7 +260,6 @@ _ARG_NAMES: dict[tuple[type[exp.Expression], str], str] = {
     (exp.Select, "windows"): "WINDOW",
     (exp.Window, "alias"): "named windows (OVER name)",
     (exp.Window, "first"): "KEEP (DENSE_RANK FIRST/LAST)",
-    (exp.WindowSpec, "exclude"): "EXCLUDE in a window frame",
     (exp.NthValue, "from_first"): "NTH_VALUE ... FROM FIRST/LAST",
     (exp.Select, "qualify"): "QUALIFY",
     (exp.Select, "laterals"): "LATERAL",

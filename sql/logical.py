@@ -245,8 +245,10 @@ class TopK:
 class WindowCall:
     """A window function: ``func`` (row_number, rank, dense_rank, percent_rank, cume_dist, ntile, lag, lead,
     first_value, last_value, nth_value, count_star, count, sum, avg, min, max) of the input column ``arg``.
-    ``frame`` is ``(mode, start, end)`` with mode rows or range and each bound ``(kind, offset)``, kind in
-    unbounded, preceding, current, following (offsets of RANGE in the ORDER BY column's stored units);
+    ``frame`` is ``(mode, start, end, exclude)`` with mode rows, range or groups, each bound ``(kind, offset)``,
+    kind in unbounded, preceding, current, following (offsets of RANGE in the ORDER BY column's stored units,
+    or ``(kind, microseconds, months, dates)`` for an interval of months: see ``sql.windows``), and
+    ``exclude`` None or what EXCLUDE takes out of the frame (current row, group, ties);
     ``param`` is NTILE's buckets, LAG's and LEAD's offset or NTH_VALUE's n; ``default`` LAG's and LEAD's
     default value (None for NULL)."""
 

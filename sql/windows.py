@@ -5,10 +5,10 @@ rows they read (the FROM clause's, or the groups') get the expressions the windo
 compute on as extra columns; then each distinct (PARTITION BY, ORDER BY) gets one ``Window`` node, which
 appends one column per function, and the SELECT list reads those columns where it names the functions.
 
-What PostgreSQL has and this does not implement is refused by name and position: GROUPS frames (refused when
-parsing), EXCLUDE, named windows, IGNORE NULLS, FILTER, DISTINCT inside a window function, offsets and NTILE
-counts that are not constants, RANGE offsets over dates and timestamps, and window functions in a recursive
-query or outside the SELECT list.
+Frames are ROWS, RANGE (offsets of numbers over numbers, of intervals over dates, timestamps and intervals) or
+GROUPS, with EXCLUDE. What PostgreSQL has and this does not implement is refused by name and position: named
+windows, IGNORE NULLS, FILTER, DISTINCT inside a window function, offsets and NTILE counts that are not
+constants, and window functions in a recursive query or outside the SELECT list.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import math
 
 from sqlglot import exp
 
-from sql.errors import error_at
+from sql.datetimes import interval_from_text
+from sql.errors import error_at, position
 from sql.logical import ColRef, Column, Const, Expr, Plan, Project, Window, WindowCall
 from sql.scalar import AGGREGATES, Resolver, aggregate_type, coerce, translate_scalar
-from sql.types import FLOAT, INT, INTEGER
+from sql.types import DAY_MICROS, FLOAT, INT, INTEGER, interval_value
 
 __all__ = ["window_nodes", "is_window_function", "translate_windows", "check_no_windows", "check_placement"]
 
@@ -124,7 +125,7 @@ def _call(w: exp.Window, resolve: Resolver, position, order: list, plan: Plan, e
     f = w.this
     if w.args.get("alias") is not None:  # OVER w: a window named in a WINDOW clause
         raise error_at(w, "named windows (OVER name) are not supported", unsupported=True)
-    frame = _frame(w, order, plan, extra)
+    frame = _frame(w, order, plan, extra, resolve)
     name = type(f).__name__.upper()
 
     def arg(node: exp.Expression) -> tuple[int, Expr]:
@@ -193,17 +194,22 @@ def _constant(node: exp.Expression, resolve: Resolver, what: str) -> int:
     return int(e.value)
 
 
-def _frame(w: exp.Window, order: list, plan: Plan, extra: list) -> tuple:
-    """The frame as ``(mode, start, end)``: PostgreSQL's default without a frame clause, checked as
-    PostgreSQL checks it; RANGE offsets in the ORDER BY column's stored units."""
+def _frame(w: exp.Window, order: list, plan: Plan, extra: list, resolve: Resolver) -> tuple:
+    """The frame as ``(mode, start, end, exclude)``: PostgreSQL's default without a frame clause, checked as
+    PostgreSQL checks it; RANGE offsets in the ORDER BY column's stored units (see ``_offset``); ``exclude``
+    None, or the rows EXCLUDE takes out: ``current row``, ``group`` or ``ties``."""
     spec = w.args.get("spec")
     if spec is None:
-        return ("range", ("unbounded", 0), ("current", 0))
-    if spec.args.get("exclude") is not None:
-        raise error_at(spec, "EXCLUDE in a window frame is not supported", unsupported=True)
+        return ("range", ("unbounded", 0), ("current", 0), None)
     mode = str(spec.args.get("kind") or "range").lower()
-    if mode not in ("rows", "range"):
+    if mode not in ("rows", "range", "groups"):
         raise error_at(spec, f"{mode.upper()} window frames are not supported", unsupported=True)
+    if mode == "groups" and not order:
+        raise error_at(spec if position(spec)[0] is not None else w, "GROUPS mode requires an ORDER BY clause")
+    exclude = spec.args.get("exclude")
+    if exclude is not None:
+        exclude = " ".join(exclude.name.lower().split())
+        exclude = None if exclude == "no others" else exclude
     start = _side(spec, "start")
     end = _side(spec, "end") if spec.args.get("end") is not None else ("current", None)
     if start == ("unbounded", "following"):
@@ -222,8 +228,8 @@ def _frame(w: exp.Window, order: list, plan: Plan, extra: list) -> tuple:
         if what in ("unbounded", "current"):
             bounds.append((what, 0))
             continue
-        bounds.append((side, _offset(node, mode, side, is_start, order, plan, extra)))
-    return (mode, bounds[0], bounds[1])
+        bounds.append((side, *_offset(node, mode, side, is_start, order, plan, extra, resolve)))
+    return (mode, bounds[0], bounds[1], exclude)
 
 
 def _side(spec: exp.WindowSpec, which: str) -> tuple[str, str | None]:
@@ -239,37 +245,81 @@ def _side(spec: exp.WindowSpec, which: str) -> tuple[str, str | None]:
     return "offset", side
 
 
-def _offset(node, mode: str, side: str, is_start: bool, order: list, plan: Plan, extra: list) -> int | float:
-    """A frame offset as the engine takes it: rows for ROWS; for RANGE, a distance in the ORDER BY column's
-    stored units (a decimal's scaled integers, rounded so that the frame holds exactly the values within it)."""
+_INVALID_SIZE = "invalid preceding or following size in window function"
+
+
+def _offset(node, mode: str, side: str, is_start: bool, order: list, plan: Plan, extra: list, resolve) -> tuple:
+    """A frame offset as the engine takes it: rows for ROWS, peer groups for GROUPS; for RANGE, a distance in
+    the ORDER BY column's stored units (a decimal's scaled integers, rounded so that the frame holds exactly
+    the values within it; a date's days, likewise, for an interval of days and time), or for an interval with
+    months ``(microseconds, months, dates)``: the calendar interval the engine adds to each row's value (a
+    date's, as PostgreSQL does, as a timestamp)."""
     word = "starting" if is_start else "ending"
-    value = _literal(node)
-    if value is None:
-        raise error_at(node, f"frame {word} offsets must be constants", unsupported=True)
-    if value < 0:
-        raise error_at(node, f"frame {word} offset must not be negative")
-    if mode == "rows":
+    if mode in ("rows", "groups"):
+        value = _literal(node)
+        if value is None:
+            raise error_at(node, f"frame {word} offsets must be constants", unsupported=True)
+        if value < 0:
+            raise error_at(node, f"frame {word} offset must not be negative")
         if value != int(value):
-            raise error_at(node, "ROWS offsets must be integers", unsupported=True)
-        return int(value)
+            raise error_at(node, f"{mode.upper()} offsets must be integers", unsupported=True)
+        return (int(value),)
     if len(order) != 1:
         raise error_at(node, "RANGE with offset PRECEDING/FOLLOWING requires exactly one ORDER BY column")
     pos = order[0][0]
     columns = list(plan.columns) + [Column("", e.type) for e in extra]
     t = columns[pos].type
+    if t.kind not in ("int", "decimal", "float", "date", "timestamp", "interval"):
+        what = f"RANGE with offset PRECEDING/FOLLOWING is not supported for column type {t.pg_name}"
+        raise error_at(node, what, unsupported=True)
+    value = _literal(node)
+    interval = None
+    if value is None:
+        e = translate_scalar(node, resolve)
+        untyped = isinstance(e, Const) and e.type.kind == "text" and e.value is not None  # '1 day'
+        if untyped and t.kind in ("date", "timestamp", "interval"):
+            e = interval_from_text(node, e.value)
+        if not isinstance(e, Const) or e.value is None:
+            raise error_at(node, f"frame {word} offsets must be constants", unsupported=True)
+        if e.type.kind != "interval":
+            raise error_at(node, f"RANGE offsets of type {e.type} are not supported", unsupported=True)
+        interval = interval_value(e.value)
+    if (interval is not None) != (t.kind in ("date", "timestamp", "interval")):
+        offset_type = "interval" if interval is not None else "integer" if value == int(value) else "numeric"
+        raise error_at(
+            node,
+            f"RANGE with offset PRECEDING/FOLLOWING is not supported for column type {t.pg_name} and offset "
+            f"type {offset_type}",
+            unsupported=True,
+        )
+    if interval is not None:
+        months, days, micros = interval
+        if (months * 30 + days) * DAY_MICROS + micros < 0:  # PostgreSQL's order of intervals
+            raise error_at(node, _INVALID_SIZE)
+        if t.kind == "interval":  # an interval column holds days of 24 hours: months count 30 days
+            return ((months * 30 + days) * DAY_MICROS + micros,)
+        micros += days * DAY_MICROS
+        if months:
+            return (micros, months, t.kind == "date")
+        if t.kind == "timestamp":
+            return (micros,)
+        return (_inward(decimal.Decimal(micros) / DAY_MICROS, side, is_start),)
+    if value < 0:
+        raise error_at(node, _INVALID_SIZE)
     if t.kind == "float":
-        return float(value)
+        return (float(value),)
     if t.kind == "int":
         if value != int(value):
             raise error_at(node, f"RANGE with a fractional offset over {t} is not supported", unsupported=True)
-        return int(value)
-    if t.kind == "decimal":
-        scaled = value * (decimal.Decimal(10) ** t.scale)
-        # a start PRECEDING or an end FOLLOWING reaches values within the offset: round it down; the others
-        # exclude values nearer than it: round it up
-        inward = (side == "preceding") == is_start
-        return int(math.floor(scaled) if inward else math.ceil(scaled))
-    raise error_at(node, f"RANGE with an offset over {t} values is not supported", unsupported=True)
+        return (int(value),)
+    return (_inward(value * (decimal.Decimal(10) ** t.scale), side, is_start),)
+
+
+def _inward(scaled: decimal.Decimal, side: str, is_start: bool) -> int:
+    """An offset in units coarser than it as a whole number of them: a start PRECEDING or an end FOLLOWING
+    reaches values within the offset (rounded down); the others exclude values nearer than it (rounded up)."""
+    inward = (side == "preceding") == is_start
+    return int(math.floor(scaled) if inward else math.ceil(scaled))
 
 
 def _literal(node: exp.Expression) -> decimal.Decimal | None:

@@ -92,7 +92,7 @@ def _parsed(sql: str, named: bool | None) -> tuple[tuple[exp.Expression, ...], t
         _locate_commands(sql, statements)
         attach_mutually_recursive(statements, mutual)
     except ParseError as err:
-        _refuse_groups_frames(sql)
+        _groups_without_order(sql)
         _refuse_overriding(sql)
         e = err.errors[0] if err.errors else {}
         what = e.get("description", str(err))
@@ -270,20 +270,20 @@ def _parse_spark(sql: str, params, spark: Spark, catalog) -> list[exp.Expression
     return out
 
 
-def _refuse_groups_frames(sql: str) -> None:
-    """Refuse a window frame in GROUPS mode by name (the parser does not know GROUPS and would only say where
-    it stopped)."""
+def _groups_without_order(sql: str) -> None:
+    """A frame in GROUPS mode first in its window (``OVER (GROUPS ...)``, which the parser reads as a window's
+    name and then stops): PostgreSQL's error, that GROUPS needs an ORDER BY."""
     try:
         toks = Postgres().tokenize(sql)
     except TokenError:
         return
-    for t, nxt in zip(toks, toks[1:], strict=False):
-        if t.text.upper() == "GROUPS" and (
-            nxt.text.upper() in ("BETWEEN", "UNBOUNDED", "CURRENT") or nxt.token_type == TokenType.NUMBER
+    for before, t, nxt in zip(toks, toks[1:], toks[2:], strict=False):
+        if (
+            t.text.upper() == "GROUPS"
+            and before.token_type == TokenType.L_PAREN
+            and (nxt.text.upper() in ("BETWEEN", "UNBOUNDED", "CURRENT") or nxt.token_type == TokenType.NUMBER)
         ):
-            raise NotSupportedError(
-                "window frames in GROUPS mode are not supported", t.line, t.col - (t.end - t.start)
-            )
+            raise ProgrammingError("GROUPS mode requires an ORDER BY clause", t.line, t.col - (t.end - t.start))
 
 
 def _numbered(sql: str, named: bool) -> tuple[str, list[str] | None]:
@@ -331,6 +331,8 @@ def _numbered(sql: str, named: bool) -> tuple[str, list[str] | None]:
         i += 1
     out = sql
     for start, end, text in reversed(edits):
+        if text != "%" and end + 1 < len(sql) and not sql[end + 1].isspace():
+            text += " "  # the parser would read ``$1,$2`` as a dollar-quoted string's start
         out = out[:start] + text + out[end + 1 :]
     return out, (list(names) if named else None)
 

@@ -9,12 +9,13 @@ key hash, partition key, the ORDER BY, then every column (as ``Window`` breaks t
 A change to a partition of at most ``BIG`` rows recomputes it whole, all such partitions of a step at once.
 In a larger one, the calls' frames say how far a change reaches (``reach``): ``ROW_NUMBER`` and ``RANK``
 from the change to the partition's end, ``LAG``/``LEAD`` and ``ROWS`` frames of bounded offsets a few rows
-around it, ``RANGE`` frames of ``CURRENT ROW`` its peers, while ``PERCENT_RANK``, ``CUME_DIST``, ``NTILE``
-and ``RANGE`` offsets reach the whole partition. ``DENSE_RANK`` and a frame from ``UNBOUNDED PRECEDING`` to
-the row reach every row after a change but read, for DENSE_RANK, COUNT, SUM, MIN, MAX, FIRST_VALUE and
-LAST_VALUE, only the slice and the value emitted for the row before it (``anchored``). Only the slice
-holding the rows reached, and what their values read, is taken out, merged with the change, computed and put
-back; the values of the rows reached are compared with those emitted, and only what differs goes out.
+around it, ``RANGE`` frames of ``CURRENT ROW`` its peers, while ``PERCENT_RANK``, ``CUME_DIST``, ``NTILE``,
+``RANGE`` and ``GROUPS`` offsets, and ``EXCLUDE GROUP`` and ``TIES``, reach the whole partition.
+``DENSE_RANK`` and a frame from ``UNBOUNDED PRECEDING`` to the row reach every row after a change but read,
+for DENSE_RANK, COUNT, SUM, MIN, MAX, FIRST_VALUE and LAST_VALUE, only the slice and the value emitted for the
+row before it (``anchored``). Only the slice holding the rows reached, and what their values read, is taken
+out, merged with the change, computed and put back; the values of the rows reached are compared with those
+emitted, and only what differs goes out.
 Appending to a long ordered partition (``LAG`` over a time series, a moving average over ``ROWS`` frames,
 ``ROW_NUMBER``, a running ``SUM``) then costs work proportional to the rows whose values change.
 
@@ -101,7 +102,7 @@ def anchored(c: Call, dtype: np.dtype) -> bool:
     not a SUM of doubles, whose anchor holds a rounded sum. DENSE_RANK counts the peer groups up to the row."""
     if c.func == "dense_rank":
         return True
-    if c.func not in _ANCHORED or c.frame.start.kind != "unbounded":
+    if c.func not in _ANCHORED or c.frame.start.kind != "unbounded" or c.frame.exclude is not None:
         return False
     if c.func == "sum" and np.dtype(dtype).kind == "f":
         return False
@@ -130,6 +131,8 @@ def _call_reach(c: Call, dtype: np.dtype | None = None) -> Reach:
     if f not in FRAMED:
         return _WHOLE  # PERCENT_RANK, CUME_DIST, NTILE: the partition's size
     frame = c.frame
+    if frame.exclude not in (None, "current row"):
+        return _WHOLE  # the row's peers taken out of its frame
     if frame.mode == "rows":
         s, e = _offset(frame.start, True), _offset(frame.end, False)
         # row r reads [r + s, r + e]: a change at p reaches the rows from p - e to p - s (one more each way,

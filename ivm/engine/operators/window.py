@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ivm.engine.batch import Mask, lexsort, sort_keys
+from ivm.engine.calendar import DAY_MICROS, add_months
 from ivm.engine.operators import exact
 from ivm.engine.operators.basic import EvaluationError
 from ivm.engine.operators.reducers import Groups, Output
@@ -46,19 +47,27 @@ FUNCTIONS = RANKING + OFFSET + FRAMED
 @dataclass(frozen=True)
 class Bound:
     """One end of a frame: ``kind`` in unbounded, preceding, current, following; ``offset`` for preceding and
-    following (rows, or for RANGE a distance in the ORDER BY column's stored units)."""
+    following (rows for ROWS, peer groups for GROUPS, for RANGE a distance in the ORDER BY column's stored
+    units). With ``months``, a RANGE offset is a calendar interval of that many months and ``offset``
+    microseconds, added to a timestamp as PostgreSQL adds one (months first, then the time); ``dates``: the
+    ORDER BY values are dates (days), added to as the timestamps of their midnights."""
 
     kind: str
     offset: int | float = 0
+    months: int = 0
+    dates: bool = False
 
 
 @dataclass(frozen=True)
 class Frame:
-    """The rows a framed function reads: ``mode`` rows or range, from ``start`` to ``end`` (both included)."""
+    """The rows a framed function reads: ``mode`` rows, range or groups, from ``start`` to ``end`` (both
+    included), less what ``exclude`` takes out: None, ``current row``, ``group`` (the row's peers) or ``ties``
+    (its peers but itself)."""
 
     mode: str
     start: Bound
     end: Bound
+    exclude: str | None = None
 
 
 # PostgreSQL's default: RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW (the whole partition without ORDER BY,
@@ -193,38 +202,97 @@ class Window:
             return _ntile(s.pos, s.size, int(c.param)), None
         if f in OFFSET:
             return _offset(c, s, cols[c.arg], valid[c.arg])
-        fs, fe = self._frame(c.frame, s, cols, valid)
+        span = self._frame(c.frame, s, cols, valid)
         if f == "count_star":
-            return fe - fs, None
+            return span.count(), None
         if f in ("first_value", "last_value", "nth_value"):
-            at = fs if f == "first_value" else fe - 1 if f == "last_value" else fs + int(c.param) - 1
-            return _pick(cols[c.arg], valid[c.arg], at, (at >= fs) & (at < fe))
+            at, present = span.at(0 if f == "first_value" else -1 if f == "last_value" else int(c.param) - 1)
+            return _pick(cols[c.arg], valid[c.arg], at, present)
         x, m = cols[c.arg], valid[c.arg]
-        nvalid = _frame_count(m, fs, fe)
+        nvalid = span.count(m)
         if f == "count":
             return nvalid, None
         if f in ("sum", "avg"):
-            return _frame_sum(c, x, m, fs, fe, nvalid)
-        return _frame_extreme(c, x, m, fs, fe, s)
+            return _frame_sum(c, x, m, span, nvalid)
+        return _frame_extreme(c, x, m, span, s)
 
-    def _frame(self, frame: Frame, s: _Sorted, cols, valid) -> tuple[np.ndarray, np.ndarray]:
-        """Per row, its frame as sorted positions ``[start, end)`` (empty where end <= start)."""
+    def _frame(self, frame: Frame, s: _Sorted, cols, valid) -> _Span:
+        """Per row, its frame as sorted positions."""
         start = self._bound(frame, frame.start, True, s, cols, valid)
         end = self._bound(frame, frame.end, False, s, cols, valid)
         start = np.clip(start, s.first, s.last)
-        end = np.clip(end, s.first, s.last)
-        return start, np.maximum(end, start)
+        end = np.maximum(np.clip(end, s.first, s.last), start)
+        if frame.exclude is None:
+            return _Span(start, end)
+        if frame.exclude == "current row":
+            xs, xe = s.index, s.index + 1
+        else:
+            xs, xe = s.peer_start, s.peer_end
+        xs = np.clip(xs, start, end)
+        xe = np.clip(xe, xs, end)
+        kept = None
+        if frame.exclude == "ties":
+            kept = (s.index >= start) & (s.index < end)
+        return _Span(start, end, xs, xe, kept, s.index)
 
     def _bound(self, frame: Frame, b: Bound, is_start: bool, s: _Sorted, cols, valid) -> np.ndarray:
         if b.kind == "unbounded":
             return s.first if is_start else s.last
+        n = len(s.index)
         if frame.mode == "rows":
-            step = 0 if b.kind == "current" else int(b.offset) if b.kind == "following" else -int(b.offset)
+            k = min(int(b.offset), n + 1)
+            step = 0 if b.kind == "current" else k if b.kind == "following" else -k
             return s.index + step + (0 if is_start else 1)
         if b.kind == "current":
             return s.peer_start if is_start else s.peer_end
+        if frame.mode == "groups":
+            return _group_bound(s, b, is_start)
         pos, desc, _, _ = self.order[0]
         return _range_bound(s, cols[pos], valid[pos], desc, b, is_start)
+
+
+class _Span:
+    """Per row, its frame as sorted positions: ``[start, end)`` (empty where end <= start), less ``[xs, xe)``
+    (within it) that EXCLUDE takes out, though with ``kept`` the row ``index`` itself where it is true (EXCLUDE
+    TIES; the row is then within ``[xs, xe)``)."""
+
+    def __init__(self, start, end, xs=None, xe=None, kept=None, index=None) -> None:
+        self.start, self.end = start, end
+        self.xs, self.xe, self.kept, self.index = xs, xe, kept, index
+
+    def total(self, prefix: np.ndarray) -> np.ndarray:
+        """The sums over the frames of values whose cumulative sums (with a 0 in front: see ``_prefix``) are
+        ``prefix``, along its last axis."""
+        out = prefix[..., self.end] - prefix[..., self.start]
+        if self.xs is not None:
+            out -= prefix[..., self.xe] - prefix[..., self.xs]
+        if self.kept is not None:
+            out += (prefix[..., self.index + 1] - prefix[..., self.index]) * self.kept
+        return out
+
+    def count(self, m: Mask = None) -> np.ndarray:
+        """The rows of each frame (those where ``m`` is true, with ``m``)."""
+        if m is None and self.xs is None:
+            return self.end - self.start
+        if m is None:
+            out = (self.end - self.start) - (self.xe - self.xs)
+            return out if self.kept is None else out + self.kept
+        return self.total(_prefix(m.astype(np.int64)))
+
+    def at(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The sorted position of each frame's ``k``-th row (from 0; -1: the last), and whether there is one."""
+        start, end = self.start, self.end
+        if self.xs is None:
+            at = end - 1 if k < 0 else start + k
+            return at, (at >= start) & (at < end)
+        one = np.zeros(len(start), dtype=np.int64) if self.kept is None else self.kept.astype(np.int64)
+        # the frame's pieces, in order: [start, xs), the row itself where kept, [xe, end)
+        first, third = self.xs - start, end - self.xe
+        if k < 0:
+            k = first + one + third - 1
+            k = np.where(k < 0, first + one + third, k)  # an empty frame: none
+        at = np.where(k < first, start + k, np.where(k < first + one, self.index, self.xe + (k - first - one)))
+        return at, (k >= 0) & (k < first + one + third)
 
 
 class _Sorted:
@@ -256,10 +324,11 @@ class _Sorted:
         peer = new.copy()
         for k in keys:
             peer[1:] |= k[1:] != k[:-1]
-        peer_starts = np.flatnonzero(peer)
+        self.peer_starts = np.flatnonzero(peer)
+        self.peer_ends = np.append(self.peer_starts[1:], n)
         self.peer_id = np.cumsum(peer) - 1
-        self.peer_start = peer_starts[self.peer_id]
-        self.peer_end = np.append(peer_starts[1:], n)[self.peer_id]
+        self.peer_start = self.peer_starts[self.peer_id]
+        self.peer_end = self.peer_ends[self.peer_id]
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
@@ -296,6 +365,18 @@ def _offset(c: Call, s: _Sorted, x: np.ndarray, m: Mask) -> tuple[np.ndarray, Ma
     return np.where(inside, value, default), mask | ~inside
 
 
+def _group_bound(s: _Sorted, b: Bound, is_start: bool) -> np.ndarray:
+    """A GROUPS frame's bound at an offset: the first row (for a start) of the peer group ``offset`` groups
+    before the row's (after it, for FOLLOWING), or the first row beyond that group (for an end); beyond the
+    partition's groups, its bound."""
+    k = min(int(b.offset), len(s.index) + 1)
+    g = s.peer_id - k if b.kind == "preceding" else s.peer_id + k
+    lowest, highest = s.peer_id[s.first], s.peer_id[s.last - 1]
+    at = np.clip(g, 0, len(s.peer_starts) - 1)
+    found = (s.peer_starts if is_start else s.peer_ends)[at]
+    return np.where(g < lowest, s.first, np.where(g > highest, s.last, found))
+
+
 def _range_bound(s: _Sorted, x: np.ndarray, m: Mask, desc: bool, b: Bound, is_start: bool) -> np.ndarray:
     """A RANGE frame's bound at an offset: the first row (for a start) whose ORDER BY value is at least the
     row's less the offset for PRECEDING (plus it for FOLLOWING), in the order's direction, or the first row
@@ -310,7 +391,11 @@ def _range_bound(s: _Sorted, x: np.ndarray, m: Mask, desc: bool, b: Bound, is_st
     if not len(sel):
         return out
     v = x[sel]
-    if v.dtype.kind == "f":
+    if b.months:
+        t = ~v.astype(np.int64) if desc else v.astype(np.int64)
+        target = _calendar_target(v, b, desc, is_start)
+        below = above = None
+    elif v.dtype.kind == "f":
         t = -v.astype(np.float64) if desc else v.astype(np.float64)
         target = t - b.offset if b.kind == "preceding" else t + b.offset
         below = above = None
@@ -336,6 +421,32 @@ def _range_bound(s: _Sorted, x: np.ndarray, m: Mask, desc: bool, b: Bound, is_st
     return out
 
 
+# the days of PostgreSQL's timestamps, 4714-11-24 BC to 294276-12-31 (from 1970-01-01)
+_FIRST_DAY, _LAST_DAY = -2_440_588, 106_741_034
+
+
+def _calendar_target(v: np.ndarray, b: Bound, desc: bool, is_start: bool) -> np.ndarray:
+    """Where a RANGE bound of a calendar interval (``b.months`` months and ``b.offset`` microseconds) puts each
+    row's frame, in ``_range_bound``'s order (the value, complemented when descending): the row's value less
+    the interval for PRECEDING (plus it for FOLLOWING), backwards when descending, as PostgreSQL's timestamp
+    arithmetic has it; for dates, as a date, the first within it for a start and the last for an end."""
+    sign = -1 if (b.kind == "preceding") != desc else 1
+    if b.dates:
+        day, tod = v.astype(np.int64), np.zeros(len(v), dtype=np.int64)
+        if ((day < _FIRST_DAY) | (day > _LAST_DAY)).any():
+            raise EvaluationError("date out of range for timestamp")
+    else:
+        day, tod = np.divmod(v.astype(np.int64), DAY_MICROS)
+    day = add_months(day, sign * b.months)
+    carry, tod = np.divmod(tod + sign * int(b.offset), DAY_MICROS)  # the day's time, whole days carried
+    day += carry
+    if ((day < _FIRST_DAY) | (day > _LAST_DAY)).any():
+        raise EvaluationError("timestamp out of range")
+    # a date within a bound after its midnight: the next date for an ascending start (a descending end)
+    at = day + ((tod > 0) & (is_start != desc)) if b.dates else day * DAY_MICROS + tod
+    return ~at if desc else at
+
+
 def _prefix(x: np.ndarray) -> np.ndarray:
     """Cumulative sums with a 0 in front: the sum of ``x[a:b]`` is ``p[b] - p[a]``."""
     out = np.empty(len(x) + 1, dtype=x.dtype)
@@ -344,28 +455,18 @@ def _prefix(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _frame_count(m: Mask, fs: np.ndarray, fe: np.ndarray) -> np.ndarray:
-    if m is None:
-        return fe - fs
-    p = _prefix(m.astype(np.int64))
-    return p[fe] - p[fs]
-
-
-def _frame_sum(
-    c: Call, x: np.ndarray, m: Mask, fs: np.ndarray, fe: np.ndarray, nvalid: np.ndarray
-) -> tuple[np.ndarray, Mask]:
+def _frame_sum(c: Call, x: np.ndarray, m: Mask, span: _Span, nvalid: np.ndarray) -> tuple[np.ndarray, Mask]:
     """SUM or AVG over each frame: exact, from prefix sums of integers' 32-bit halves, or of doubles' exact
     limbs (``exact``), so that a frame's sum is that of its values whatever else the partition holds."""
     present = nvalid > 0
     if x.dtype.kind == "f":
-        total = _double_sums(x, m, fs, fe, nvalid, c.func == "sum")
+        total = _double_sums(x, m, span, nvalid, c.func == "sum")
     else:
         xs = x.astype(np.int64)
         hi, lo = xs >> np.int64(32), xs & _LOW
         if m is not None:
             hi, lo = np.where(m, hi, 0), np.where(m, lo, 0)
-        ph, pl = _prefix(hi), _prefix(lo)
-        high, low = ph[fe] - ph[fs], pl[fe] - pl[fs]
+        high, low = span.total(_prefix(hi)), span.total(_prefix(lo))
         total = (high << np.int64(32)) + low
         upper = high + (low >> np.int64(32))
         bad = ((upper < -_HALF) | (upper >= _HALF)) & present
@@ -381,7 +482,7 @@ def _frame_sum(
     return np.where(present, total, np.zeros(1, dtype=total.dtype)), present
 
 
-def _double_sums(x: np.ndarray, m: Mask, fs: np.ndarray, fe: np.ndarray, nvalid, signed: bool) -> np.ndarray:
+def _double_sums(x: np.ndarray, m: Mask, span: _Span, nvalid, signed: bool) -> np.ndarray:
     """Exact sums of doubles over frames, rounded once (see ``exact``)."""
     n = len(x)
     ones = np.ones(n, dtype=np.int64)
@@ -389,7 +490,7 @@ def _double_sums(x: np.ndarray, m: Mask, fs: np.ndarray, fe: np.ndarray, nvalid,
     rows, which = exact.special(x, m, ones)
     counts[which, rows + 1] = 1
     counts = np.cumsum(counts, axis=1)
-    frame_counts = counts[:, fe] - counts[:, fs]
+    frame_counts = span.total(counts)
     rows = exact.finite(x, m, ones)
     if len(rows):
         lowest, parts = exact.split(x[rows], ones[rows])
@@ -397,7 +498,7 @@ def _double_sums(x: np.ndarray, m: Mask, fs: np.ndarray, fe: np.ndarray, nvalid,
         limbs = np.zeros((hi - lo, n + 1), dtype=np.int64)
         exact.scatter(limbs, lowest, parts, lo, rows + 1)
         np.cumsum(limbs, axis=1, out=limbs)
-        total, over = exact.sums(limbs[:, fe] - limbs[:, fs], lo, frame_counts)
+        total, over = exact.sums(span.total(limbs), lo, frame_counts)
     else:
         total, over = exact.sums(np.zeros((0, n), dtype=np.int64), 0, frame_counts)
     if (over & (nvalid > 0)).any():
@@ -405,9 +506,7 @@ def _double_sums(x: np.ndarray, m: Mask, fs: np.ndarray, fe: np.ndarray, nvalid,
     return exact.signed(total, frame_counts[3], nvalid) if signed else total
 
 
-def _frame_extreme(
-    c: Call, x: np.ndarray, m: Mask, fs: np.ndarray, fe: np.ndarray, s: _Sorted
-) -> tuple[np.ndarray, Mask]:
+def _frame_extreme(c: Call, x: np.ndarray, m: Mask, span: _Span, s: _Sorted) -> tuple[np.ndarray, Mask]:
     """MIN or MAX over each frame, as the greatest of the values' ranks (reversed for MIN): over whole
     partitions by segments, over frames from the partition's start (or to its end) by cumulative maxima within
     partitions, else from a sparse table of maxima over spans of 2**k rows."""
@@ -419,8 +518,12 @@ def _frame_extreme(
     if c.func == "min":
         rank = len(value_of) - 1 - rank
     key = rank if m is None else np.where(m, rank, -1)  # -1: no value
-    empty = fe <= fs
-    if (fs == s.first).all() and (fe == s.last).all():
+    fs, fe = span.start, span.end
+    if span.xs is not None:
+        best = np.maximum(_sparse_max(key, fs, span.xs), _sparse_max(key, span.xe, fe))
+        if span.kept is not None:
+            best = np.where(span.kept, np.maximum(best, key[span.index]), best)
+    elif (fs == s.first).all() and (fe == s.last).all():
         best = np.maximum.reduceat(key, np.flatnonzero(s.index == s.first))[s.pid]
     elif (fs == s.first).all():
         best = _running_max(key, s.pid)[np.maximum(fe - 1, 0)] - _lift(key, s.pid)
@@ -429,7 +532,7 @@ def _frame_extreme(
         best = _running_max(key[::-1], back[::-1])[::-1][np.minimum(fs, len(x) - 1)] - _lift(key, back)
     else:
         best = _sparse_max(key, fs, fe)
-    found = (best >= 0) & ~empty
+    found = (best >= 0) & (fe > fs)
     if c.func == "min":
         best = len(value_of) - 1 - best
     value = value_of[np.where(found, best, 0)] if len(value_of) else np.zeros(len(x), dtype=x.dtype)
