@@ -36,6 +36,18 @@ def test_every_placeholder_style_binds_its_values(db):
     assert db.execute("SELECT s FROM t WHERE s LIKE '%%s' ORDER BY id", ()).fetchall() == ends_with_s
 
 
+def test_placeholders_written_without_spaces_between_them_bind(db):
+    """``%s,%s`` (as clients write them) is not read as the start of a dollar-quoted string."""
+    db.execute("INSERT INTO t VALUES (%s,%s,%s,NULL)", (1, "a$b", 2))
+    db.execute("INSERT INTO t VALUES (?,?,?,NULL)", (2, "$c$", 3))
+    db.execute("INSERT INTO t VALUES (%(id)s,%(s)s,%(id)s,NULL)", {"id": 3, "s": "$"})
+    assert db.execute("SELECT id,s,d FROM t WHERE id IN (%s,%s,%s) ORDER BY id", (1, 2, 3)).fetchall() == [
+        (1, "a$b", decimal.Decimal("2.00")),
+        (2, "$c$", decimal.Decimal("3.00")),
+        (3, "$", decimal.Decimal("3.00")),
+    ]
+
+
 def test_a_statement_reused_with_other_values_answers_for_those_values(db):
     for i in range(20):
         db.execute("INSERT INTO t (id, d) VALUES (%s, %s)", (i, i))
