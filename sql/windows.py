@@ -6,9 +6,10 @@ compute on as extra columns; then each distinct (PARTITION BY, ORDER BY) gets on
 appends one column per function, and the SELECT list reads those columns where it names the functions.
 
 Frames are ROWS, RANGE (offsets of numbers over numbers, of intervals over dates, timestamps and intervals) or
-GROUPS, with EXCLUDE. What PostgreSQL has and this does not implement is refused by name and position: named
-windows, IGNORE NULLS, FILTER, DISTINCT inside a window function, offsets and NTILE counts that are not
-constants, and window functions in a recursive query or outside the SELECT list.
+GROUPS, with EXCLUDE; named windows are written out in each OVER clause when parsed (``sql.shorthands``).
+What PostgreSQL has and this does not implement is refused by name and position: IGNORE NULLS, FILTER,
+DISTINCT inside a window function, offsets and NTILE counts that are not constants, and window functions in a
+recursive query or outside the SELECT list.
 """
 
 from __future__ import annotations
