@@ -4,6 +4,7 @@ PostgreSQL's, and the statements of the random transactions they send to both.""
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 from collections.abc import Callable, Iterator, Sequence
 
 import psycopg
@@ -87,3 +88,16 @@ def change(table: str, key: int, kind: float, g, a, b) -> str:
         return f"DELETE FROM {table} WHERE id = {key}"
     col = "a" if table == "t" else "x"
     return f"UPDATE {table} SET {col} = {literal(a)}, g = {literal(g)} WHERE id = {key}"
+
+
+def comparable(rows) -> list:
+    """Rows of ivm or PostgreSQL, sorted, with NUMERIC values as doubles and instants in UTC."""
+
+    def cell(v):
+        if isinstance(v, decimal.Decimal):
+            return float(v)
+        if isinstance(v, dt.datetime) and v.tzinfo is not None:
+            return v.astimezone(dt.UTC)
+        return v
+
+    return sorted((tuple(cell(v) for v in r) for r in rows), key=repr)

@@ -6,7 +6,6 @@ PostgreSQL refuses is an error at the same place."""
 
 from __future__ import annotations
 
-import decimal
 import random
 import shutil
 
@@ -14,7 +13,7 @@ import pytest
 
 import ivm
 from ivm.errors import NotSupportedError, ProgrammingError
-from tests.pg import change, error_at, views_follow
+from tests.pg import change, comparable, error_at, views_follow
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -151,16 +150,6 @@ VIEWS = [
 ]
 
 
-def _cell(v):
-    if isinstance(v, decimal.Decimal):
-        return float(v)
-    return v
-
-
-def _rows(rows) -> list:
-    return sorted((tuple(_cell(v) for v in r) for r in rows), key=repr)
-
-
 def _transaction(rng: random.Random) -> list[str]:
     out = []
     for _ in range(rng.randint(1, 6)):
@@ -187,7 +176,7 @@ def test_lateral_views_follow_their_tables_as_postgresql_answers(pg, seed):
     db = ivm.connect()
     for s in TABLES:
         db.execute(s)
-    views_follow(pg, db, VIEWS, lambda: _transaction(rng), _rows)
+    views_follow(pg, db, VIEWS, lambda: _transaction(rng), comparable)
 
 
 @pytest.mark.parametrize(

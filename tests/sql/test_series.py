@@ -7,7 +7,6 @@ name and position."""
 from __future__ import annotations
 
 import datetime as dt
-import decimal
 import random
 import shutil
 
@@ -15,7 +14,7 @@ import pytest
 
 import ivm
 from ivm.errors import DataError, NotSupportedError, ProgrammingError
-from tests.pg import change, error_at, literal, views_follow
+from tests.pg import change, comparable, error_at, literal, views_follow
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -74,18 +73,6 @@ VIEWS = [
 _TIMES = [dt.datetime(2024, 2, 27, 0, 0), dt.datetime(2024, 2, 28, 6, 30), dt.datetime(2024, 3, 1, 23, 0), None]
 
 
-def _cell(v):
-    if isinstance(v, decimal.Decimal):
-        return float(v)
-    if isinstance(v, dt.datetime) and v.tzinfo is not None:
-        return v.astimezone(dt.UTC)
-    return v
-
-
-def _rows(rows) -> list:
-    return sorted((tuple(_cell(v) for v in r) for r in rows), key=repr)
-
-
 def _transaction(rng: random.Random) -> list[str]:
     out = []
     for _ in range(rng.randint(1, 6)):
@@ -125,7 +112,7 @@ def test_series_views_follow_their_tables_as_postgresql_answers(pg, seed):
     db = ivm.connect()
     for s in TABLES:
         db.execute(s)
-    views_follow(pg, db, VIEWS, lambda: _transaction(rng), _rows)
+    views_follow(pg, db, VIEWS, lambda: _transaction(rng), comparable)
 
 
 def test_a_zero_step_puts_its_view_in_error_until_the_row_changes():

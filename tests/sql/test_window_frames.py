@@ -19,6 +19,7 @@ from ivm.engine.operators import ordered
 from ivm.errors import DataError, NotSupportedError, ProgrammingError
 from tests.oracle import same_rows
 from tests.pg import error_at, postgres, views_follow
+from tests.sql.test_windows import insert_or_delete
 
 SCHEMA = "CREATE TABLE w (id INTEGER PRIMARY KEY, g INTEGER, x INTEGER, f DOUBLE, day DATE, ts TIMESTAMP)"
 FIRST_DAY = dt.date(2024, 1, 20)
@@ -52,15 +53,10 @@ def _txn(r: random.Random, keys: set[int]) -> list[str]:
     out = []
     for _ in range(r.randint(1, 5)):
         p = r.random()
-        if p < 0.45 or not keys:
-            k = r.randint(0, 60)
-            if k not in keys:
-                keys.add(k)
-                out.append(f"INSERT INTO w VALUES {_row(r, k)}")
-        elif p < 0.7:
-            k = r.choice(sorted(keys))
-            keys.discard(k)
-            out.append(f"DELETE FROM w WHERE id = {k}")
+        if p < 0.7 or not keys:
+            s = insert_or_delete(r, keys, p, _row)
+            if s is not None:
+                out.append(s)
         else:
             k = r.choice(sorted(keys))
             col = r.choice(["g", "x", "f", "day", "ts"])

@@ -33,19 +33,30 @@ def _row(r: random.Random, key: int) -> str:
     return f"({key}, {g}, {h}, {x}, {d}, {f})"
 
 
+def insert_or_delete(r: random.Random, keys: set[int], p: float, row) -> str | None:
+    """For ``p`` below 0.45 (or no key left), an INSERT into ``w`` of ``row(r, k)`` at a new key ``k`` (none
+    when the key drawn is taken); below 0.7, a DELETE of a key; else None. ``keys`` follows."""
+    if p < 0.45 or not keys:
+        k = r.randint(0, 60)
+        if k in keys:
+            return None
+        keys.add(k)
+        return f"INSERT INTO w VALUES {row(r, k)}"
+    if p < 0.7:
+        k = r.choice(sorted(keys))
+        keys.discard(k)
+        return f"DELETE FROM w WHERE id = {k}"
+    return None
+
+
 def _txn(r: random.Random, keys: set[int]) -> list[str]:
     out = []
     for _ in range(r.randint(1, 6)):
         p = r.random()
-        if p < 0.45 or not keys:
-            k = r.randint(0, 60)
-            if k not in keys:
-                keys.add(k)
-                out.append(f"INSERT INTO w VALUES {_row(r, k)}")
-        elif p < 0.7:
-            k = r.choice(sorted(keys))
-            keys.discard(k)
-            out.append(f"DELETE FROM w WHERE id = {k}")
+        if p < 0.7 or not keys:
+            s = insert_or_delete(r, keys, p, _row)
+            if s is not None:
+                out.append(s)
         elif p < 0.9:
             k = r.choice(sorted(keys))
             col, val = r.choice(
