@@ -199,6 +199,8 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Constraint: frozenset({"this", "expressions"}),
     exp.AlterColumn: frozenset({"this", "dtype", "using", "default", "drop", "allow_null"}),
     exp.AddConstraint: frozenset({"expressions"}),
+    exp.ForeignKey: frozenset({"expressions", "reference", "options"}),
+    exp.Reference: frozenset({"this", "expressions", "options"}),
     exp.IndexParameters: frozenset({"columns"}),
     exp.Index: frozenset({"this", "table", "params"}),
     exp.Properties: frozenset({"expressions"}),

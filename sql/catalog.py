@@ -10,7 +10,10 @@ from sql.errors import error_at
 from sql.logical import Column, Plan, Scan
 from sql.types import Domain
 
-__all__ = ["Catalog", "Table", "View", "Unique", "Check", "Identity"]
+__all__ = ["Catalog", "Table", "View", "Unique", "Check", "Identity", "ForeignKey", "ACTIONS"]
+
+# what a FOREIGN KEY's ON DELETE does to the rows referencing a deleted key (ON UPDATE takes the first two)
+ACTIONS = ("NO ACTION", "RESTRICT", "CASCADE", "SET NULL", "SET DEFAULT")
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,23 @@ class Check:
 
 
 @dataclass(frozen=True)
+class ForeignKey:
+    """A FOREIGN KEY constraint: a row whose ``columns`` hold no NULL (with ``full``, MATCH FULL: any but
+    all NULL is refused) has a row of table ``parent`` equal in ``parent_columns``, which are its primary key
+    or one of its UNIQUE constraints. ``on_delete`` says what deleting a referenced row does to the rows
+    referencing it (one of ``ACTIONS``); ``on_update``, changing its key (NO ACTION or RESTRICT)."""
+
+    name: str
+    columns: tuple[int, ...]
+    parent: str
+    parent_columns: tuple[str, ...]
+    on_delete: str = "NO ACTION"
+    on_update: str = "NO ACTION"
+    full: bool = False
+    node: exp.Expression | None = field(default=None, compare=False, repr=False)  # where the statement says it
+
+
+@dataclass(frozen=True)
 class Identity:
     """An identity column's sequence (``GENERATED {ALWAYS|BY DEFAULT} AS IDENTITY``, or ``SERIAL``): the values
     from ``start`` by ``increment`` within ``[minvalue, maxvalue]``; ``always`` refuses values given
@@ -45,7 +65,7 @@ class Identity:
 @dataclass
 class Table:
     """A table: its columns, primary key, and what its declared types and constraints add (per column its
-    domain, DEFAULT and identity; UNIQUE and CHECK constraints)."""
+    domain, DEFAULT and identity; UNIQUE, CHECK and FOREIGN KEY constraints)."""
 
     name: str
     columns: tuple[Column, ...]
@@ -56,6 +76,7 @@ class Table:
     checks: tuple[Check, ...] = ()
     identities: tuple[Identity | None, ...] = ()
     primary_key_name: str = ""  # the primary key's constraint name (``t_pkey`` unless the statement names it)
+    foreign_keys: tuple[ForeignKey, ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.columns)

@@ -1,12 +1,13 @@
 """CREATE TABLE to a catalog table: columns with their types and domains, NOT NULL, PRIMARY KEY, UNIQUE,
-CHECK, DEFAULT and identity columns (``GENERATED ... AS IDENTITY``, ``SERIAL``), each honoured as PostgreSQL
-honours it or refused by name; and the tables ALTER TABLE makes of a table, with the CREATE TABLE that makes
-each again.
+CHECK, FOREIGN KEY (``REFERENCES``), DEFAULT and identity columns (``GENERATED ... AS IDENTITY``,
+``SERIAL``), each honoured as PostgreSQL honours it or refused by name; and the tables ALTER TABLE makes of a
+table, with the CREATE TABLE that makes each again.
 
 Constraints are named as PostgreSQL names them when the statement does not (``t_pkey``, ``t_a_key``,
-``t_a_check``), so that a violation says which one failed in the words PostgreSQL would use. A table written
-back as SQL (``table_sql``) names every constraint, so that renaming a column keeps its constraints' names,
-as in PostgreSQL.
+``t_a_check``, ``t_a_fkey``), so that a violation says which one failed in the words PostgreSQL would use. A
+table written back as SQL (``table_sql``) names every constraint, so that renaming a column keeps its
+constraints' names, as in PostgreSQL. A foreign key is written with the columns it references, so that the
+table is made again the same whatever became of the referenced table's primary key.
 """
 
 from __future__ import annotations
@@ -16,13 +17,21 @@ import dataclasses
 import sqlglot
 from sqlglot import exp
 
-from sql.catalog import Check, Identity, Table, Unique
+from sql.catalog import ACTIONS, Check, ForeignKey, Identity, Table, Unique
 from sql.errors import error_at
 from sql.logical import Column
 from sql.recursive import query_sql
 from sql.types import INT, INTEGER, SMALLINT, SqlType, domain_of, from_sqlglot, unsupported_type
 
-__all__ = ["table_from_create", "table_sql", "add_columns", "drop_columns", "rename_column", "rename_table"]
+__all__ = [
+    "table_from_create",
+    "table_sql",
+    "add_columns",
+    "drop_columns",
+    "rename_column",
+    "rename_table",
+    "referencing_renamed",
+]
 
 _SERIALS = {
     exp.DataType.Type.SMALLSERIAL: (SMALLINT, "SMALLINT"),
@@ -44,6 +53,7 @@ def table_from_create(stmt: exp.Create) -> Table:
     pk_name = None
     uniques: list[tuple[str | None, list[str], exp.Expression]] = []
     checks: list[tuple[str | None, exp.Expression, list[str]]] = []
+    foreign: list[tuple[str | None, list[str], exp.Reference, exp.Expression]] = []
     for item in schema.expressions:
         if isinstance(item, exp.ColumnDef):
             kind = item.args.get("kind")
@@ -74,6 +84,8 @@ def table_from_create(stmt: exp.Create) -> Table:
                     uniques.append((label, [item.name], c))
                 elif isinstance(k, exp.CheckColumnConstraint):
                     checks.append((label, k.this, [item.name]))
+                elif isinstance(k, exp.Reference):
+                    foreign.append((label, [item.name], k, c))
                 elif isinstance(k, exp.DefaultColumnConstraint):
                     if serial is not None or default is not None:
                         raise error_at(
@@ -108,13 +120,13 @@ def table_from_create(stmt: exp.Create) -> Table:
         elif isinstance(item, exp.Constraint):
             label = item.name
             for k in item.expressions:
-                _table_constraint(k, label, uniques, checks, name)
+                _table_constraint(k, label, uniques, checks, foreign)
                 if isinstance(k, exp.PrimaryKey):
                     if pk:
                         raise error_at(item, f"multiple primary keys for table {name!r} are not allowed")
                     pk, pk_node, pk_name = [e.name for e in k.expressions], k, label
-        elif isinstance(item, (exp.UniqueColumnConstraint, exp.CheckColumnConstraint)):
-            _table_constraint(item, None, uniques, checks, name)
+        elif isinstance(item, (exp.UniqueColumnConstraint, exp.CheckColumnConstraint, exp.ForeignKey)):
+            _table_constraint(item, None, uniques, checks, foreign)
         else:
             raise error_at(item, f"{item.sql(dialect='postgres')} in CREATE TABLE is not supported", True)
     if not cols:
@@ -148,6 +160,12 @@ def table_from_create(stmt: exp.Create) -> Table:
             raise error_at(node, "a CHECK constraint cannot hold a subquery or an aggregate")
         read = columns or sorted({c.name for c in node.find_all(exp.Column)}, key=_position(names))
         check.append(Check(label or _name(name, read, "check", names), node))
+    fks = []
+    for label, columns, ref, node in foreign:
+        for k in columns:
+            if k not in names:
+                raise error_at(node, f"column {k!r} referenced in foreign key constraint does not exist")
+        fks.append(_foreign_key(label or _name(name, columns, "fkey", names), columns, names, ref, node))
     return Table(
         name,
         tuple(cols),
@@ -158,10 +176,52 @@ def table_from_create(stmt: exp.Create) -> Table:
         tuple(check),
         tuple(identities),
         primary_key_name=(pk_name or f"{name}_pkey") if key else "",
+        foreign_keys=tuple(fks),
     )
 
 
-def _table_constraint(k, label, uniques, checks, table: str) -> None:
+def _foreign_key(
+    name: str, columns: list[str], names: list[str], ref: exp.Reference, node: exp.Expression
+) -> ForeignKey:
+    """The FOREIGN KEY ``name`` of ``columns`` that ``ref`` (REFERENCES parent [(columns)] and its options)
+    declares; the parent's columns are left empty when not listed (its primary key: see
+    ``ivm.db.references.resolved``)."""
+    target = ref.this
+    parent = target.this if isinstance(target, exp.Schema) else target
+    parent_columns = tuple(e.name for e in target.expressions) if isinstance(target, exp.Schema) else ()
+    on_delete = on_update = "NO ACTION"
+    full = False
+    for option in ref.args.get("options") or []:
+        words = " ".join(str(option).upper().split())
+        if words.startswith("ON DELETE "):
+            on_delete = words[len("ON DELETE ") :]
+        elif words.startswith("ON UPDATE "):
+            on_update = words[len("ON UPDATE ") :]
+        elif words == "MATCH FULL":
+            full = True
+        elif words == "MATCH PARTIAL":
+            raise error_at(node, "MATCH PARTIAL not yet implemented", unsupported=True)
+        elif words not in ("MATCH SIMPLE", "INITIALLY IMMEDIATE", "NOT DEFERRABLE"):
+            raise error_at(node, f"{words} (of a foreign key) is not supported", unsupported=True)
+    if on_delete not in ACTIONS:
+        raise error_at(node, f"ON DELETE {on_delete} is not supported", unsupported=True)
+    if on_update not in ACTIONS[:2]:
+        raise error_at(node, f"ON UPDATE {on_update} (of a foreign key) is not supported", unsupported=True)
+    if parent.args.get("db") or parent.args.get("catalog"):
+        raise error_at(parent, "a schema-qualified table name is not supported", unsupported=True)
+    return ForeignKey(
+        name,
+        tuple(names.index(c) for c in columns),
+        parent.name,
+        parent_columns,
+        on_delete,
+        on_update,
+        full,
+        node,
+    )
+
+
+def _table_constraint(k, label, uniques, checks, foreign) -> None:
     if isinstance(k, exp.UniqueColumnConstraint):
         target = k.this
         columns = [e.name for e in target.expressions] if isinstance(target, exp.Schema) else []
@@ -170,6 +230,8 @@ def _table_constraint(k, label, uniques, checks, table: str) -> None:
         uniques.append((label, columns, k))
     elif isinstance(k, exp.CheckColumnConstraint):
         checks.append((label, k.this, []))
+    elif isinstance(k, exp.ForeignKey):
+        foreign.append((label, [e.name for e in k.expressions], k.args["reference"], k))
     elif not isinstance(k, exp.PrimaryKey):
         raise error_at(k, f"{k.sql(dialect='postgres')} in CREATE TABLE is not supported", unsupported=True)
 
@@ -253,6 +315,17 @@ def table_sql(table: Table) -> str:
         parts.append(f"CONSTRAINT {_quoted(u.name)} UNIQUE ({', '.join(_quoted(names[p]) for p in u.columns)})")
     for check in table.checks:
         parts.append(f"CONSTRAINT {_quoted(check.name)} CHECK ({query_sql(_own_columns(check.condition))})")
+    for f in table.foreign_keys:
+        text = (
+            f"CONSTRAINT {_quoted(f.name)} FOREIGN KEY ({', '.join(_quoted(names[p]) for p in f.columns)}) "
+            f"REFERENCES {_quoted(f.parent)} ({', '.join(map(_quoted, f.parent_columns))})"
+        )
+        text += "".join(
+            f" ON {what} {action}"
+            for what, action in (("DELETE", f.on_delete), ("UPDATE", f.on_update))
+            if action != "NO ACTION"
+        )
+        parts.append(text + (" MATCH FULL" if f.full else ""))
     return f"CREATE TABLE {_quoted(table.name)} ({', '.join(parts)})"
 
 
@@ -299,6 +372,11 @@ def drop_columns(table: Table, names: list[str]) -> Table:
     checks = tuple(
         c for c in table.checks if not any(col.name in names for col in c.condition.find_all(exp.Column))
     )
+    foreign = tuple(
+        dataclasses.replace(f, columns=tuple(where[p] for p in f.columns))
+        for f in table.foreign_keys
+        if not dropped & set(f.columns)
+    )
     # a column of the primary key no more is nullable again only if it was declared so: PostgreSQL keeps
     # the NOT NULL that PRIMARY KEY implied
     return Table(
@@ -311,6 +389,7 @@ def drop_columns(table: Table, names: list[str]) -> Table:
         checks,
         tuple(table.identities[p] for p in keep),
         primary_key_name=table.primary_key_name if key else "",
+        foreign_keys=foreign,
     )
 
 
@@ -319,10 +398,23 @@ def rename_column(table: Table, old: str, new: str) -> Table:
     name)."""
     columns = tuple(Column(new, c.type, c.nullable) if c.name == old else c for c in table.columns)
     checks = tuple(Check(c.name, _own_columns(c.condition, {old: new})) for c in table.checks)
-    return dataclasses.replace(table, columns=columns, checks=checks)
+    table = dataclasses.replace(table, columns=columns, checks=checks)
+    return referencing_renamed(table, table.name, table.name, {old: new})
 
 
 def rename_table(table: Table, new: str) -> Table:
     """``table`` named ``new`` (its constraints keep their names)."""
     checks = tuple(Check(c.name, _own_columns(c.condition)) for c in table.checks)
-    return dataclasses.replace(table, name=new, checks=checks)
+    return referencing_renamed(dataclasses.replace(table, name=new, checks=checks), table.name, new, {})
+
+
+def referencing_renamed(table: Table, parent: str, new: str, columns: dict[str, str]) -> Table:
+    """``table`` with its foreign keys referencing table ``parent`` referencing it as ``new``, its columns
+    renamed by ``columns``."""
+    foreign = tuple(
+        dataclasses.replace(f, parent=new, parent_columns=tuple(columns.get(c, c) for c in f.parent_columns))
+        if f.parent == parent
+        else f
+        for f in table.foreign_keys
+    )
+    return table if foreign == table.foreign_keys else dataclasses.replace(table, foreign_keys=foreign)

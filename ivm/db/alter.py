@@ -27,14 +27,14 @@ import numpy as np
 import sqlglot
 from sqlglot import exp
 
-from ivm.db import constraints, ddl, dml, parsing, state, transactions
+from ivm.db import constraints, ddl, dml, parsing, references, state, transactions
 from ivm.engine.batch import Batch
 from ivm.engine.strings import POOL
 from ivm.errors import DataError, IntegrityError, InternalError
 from planner.canon import arranged_form
 from planner.compile import compile_view
 from sql.allow import sql_name
-from sql.catalog import Catalog, Table, View
+from sql.catalog import Catalog, ForeignKey, Table, View
 from sql.ddl import add_columns, drop_columns, rename_column, rename_table, table_from_create, table_sql
 from sql.dependencies import (
     catalog_with,
@@ -433,6 +433,8 @@ def alter_table(db: Connection, stmt: exp.Alter) -> None:
             return None
         raise error_at(stmt.this, f"relation {name!r} does not exist")
     actions = stmt.args.get("actions") or []
+    if stmt.args.get("not_valid"):
+        raise error_at(stmt, "NOT VALID is not supported", unsupported=True)
     for a in actions:
         if not isinstance(
             a, (exp.ColumnDef, exp.Drop, exp.RenameColumn, exp.AlterRename, exp.AlterColumn, exp.AddConstraint)
@@ -574,6 +576,7 @@ def _change_definition(db: Connection, stmt: exp.Alter, st: state.TableState, ac
             raise error_at(
                 node, f"column {c!r} of relation {table.name!r} contains null values", cls=IntegrityError
             )
+    new = references.after_alter(db, stmt, table, new, {}, (cols, valid))
     names = [c.name for c in new.columns]
     _replace(
         db,
@@ -642,7 +645,9 @@ def _add_constraint(table: Table, schema: exp.Schema, a: exp.AddConstraint) -> N
     for k in a.expressions:
         inner = k.expressions if isinstance(k, exp.Constraint) else [k]
         for c in inner:
-            if not isinstance(c, (exp.PrimaryKey, exp.UniqueColumnConstraint, exp.CheckColumnConstraint)):
+            if not isinstance(
+                c, (exp.PrimaryKey, exp.UniqueColumnConstraint, exp.CheckColumnConstraint, exp.ForeignKey)
+            ):
                 raise error_at(c, f"ALTER TABLE ... ADD {c.sql(dialect='postgres')} is not supported", True)
         if isinstance(k, exp.Constraint):
             names = {e.name for e in schema.expressions if isinstance(e, exp.Constraint)}
@@ -761,6 +766,7 @@ def _add_drop(db: Connection, stmt: exp.Alter, st: state.TableState, actions: li
             )
         out_cols.append(np.full(n, 0 if d is None else d, dtype=c.type.dtype))
         out_valid.append(None if d is not None else np.zeros(n, dtype=bool))
+    new = references.after_alter(db, stmt, table, new, {}, (out_cols, out_valid))
 
     closure = _closure(db, {table.name})
     made = _Made([(new, table_sql(new), (out_cols, out_valid), sequences)])
@@ -793,7 +799,7 @@ def _rename_column(db: Connection, stmt: exp.Alter, st: state.TableState, action
         raise error_at(action.this, f"column {old!r} does not exist")
     if table.position(new_name) is not None:
         raise error_at(action.args["to"], f"column {new_name!r} of relation {table.name!r} already exists")
-    new = rename_column(table, old, new_name)
+    new = references.after_alter(db, stmt, table, rename_column(table, old, new_name), {old: new_name})
     new_catalog = catalog_with(db.catalog, {table.name: new})
 
     def rewrite(q: exp.Expression) -> exp.Expression:
@@ -805,6 +811,7 @@ def _rename_column(db: Connection, stmt: exp.Alter, st: state.TableState, action
     _replace(
         db, table.name, new, sequences, sql, lambda i, rel, key: _index_sql(i, rel, [names[p] for p in key])
     )
+    references.renamed(db, table.name, table.name, {old: new_name})
 
 
 def _rename_table(db: Connection, stmt: exp.Alter, st: state.TableState, action: exp.AlterRename) -> None:
@@ -817,6 +824,7 @@ def _rename_table(db: Connection, stmt: exp.Alter, st: state.TableState, action:
         raise error_at(target, f"relation {new_name!r} already exists")
     new = rename_table(table, new_name)
     new_catalog = catalog_with(db.catalog, {table.name: None, new_name: new})
+    references.after_alter(db, stmt, table, new, {})
     sql = {}
     for v, (query, fixed) in _carried(db, table.name, list(db.views), stmt).items():
         renamed = rename_relation(fixed, table.name, new_name)
@@ -838,6 +846,7 @@ def _rename_table(db: Connection, stmt: exp.Alter, st: state.TableState, action:
         sql,
         lambda i, rel, key: _index_sql(i, new_name, [names[p] for p in key]),
     )
+    references.renamed(db, table.name, new_name, {})
 
 
 def _replace(
@@ -1074,6 +1083,14 @@ def drop(db: Connection, stmt: exp.Drop) -> None:
         raise error_at(
             stmt, f"cannot drop {what} {on!r}: view {v!r} depends on it (DROP ... CASCADE drops it too)"
         )
+    outside = [] if is_view else _referenced_from_outside(db, names)
+    if outside and not stmt.args.get("cascade"):
+        child, f = outside[0]
+        raise error_at(
+            stmt,
+            f"cannot drop table {f.parent!r}: foreign key constraint {f.name!r} on table {child!r} depends on "
+            "it (DROP ... CASCADE drops the constraint)",
+        )
     if not is_view:
         _unwritten(db, stmt, names)
     views = dependents + ([n for n in names if n not in dependents] if is_view else [])
@@ -1105,6 +1122,19 @@ def drop(db: Connection, stmt: exp.Drop) -> None:
             made.items.append((seq, "index", i, text))
     made.items.sort()
     _restructure(db, set(names), closure, made)
+    for child in dict.fromkeys(child for child, _ in outside):
+        references.without(db, child, {f.name for c, f in outside if c == child})
+
+
+def _referenced_from_outside(db: Connection, names: Iterable[str]) -> list[tuple[str, ForeignKey]]:
+    """The foreign keys of tables other than ``names`` that reference one of them, with their tables."""
+    names = set(names)
+    return [
+        (st.table.name, f)
+        for n in names
+        for st, f in references.referencing(db, n)
+        if st.table.name not in names
+    ]
 
 
 def _drop_indexes(db: Connection, relation: str) -> None:
@@ -1120,8 +1150,8 @@ def _drop_indexes(db: Connection, relation: str) -> None:
 def truncate(db: Connection, stmt: exp.TruncateTable) -> None:
     """TRUNCATE [TABLE] name [, ...] [RESTART IDENTITY | CONTINUE IDENTITY] [CASCADE | RESTRICT]: every row
     of the tables deleted, as one change (views see the deletions); RESTART IDENTITY sets their sequences back
-    to their start, and a rollback puts them back. ivm has no foreign keys, so CASCADE and RESTRICT change
-    nothing."""
+    to their start, and a rollback puts them back. A table another table's foreign key references is
+    truncated only with that table (CASCADE adds it, and the tables referencing it in turn)."""
     states: list[state.TableState] = []
     for t in stmt.expressions:
         if t.name not in db.tables:
@@ -1130,12 +1160,21 @@ def truncate(db: Connection, stmt: exp.TruncateTable) -> None:
             raise error_at(t, f"relation {t.name!r} does not exist")
         if db.tables[t.name] not in states:
             states.append(db.tables[t.name])
+    while outside := _referenced_from_outside(db, [st.table.name for st in states]):
+        child, f = outside[0]
+        if (stmt.args.get("option") or "").upper() != "CASCADE":
+            raise error_at(
+                stmt,
+                f"cannot truncate a table referenced in a foreign key constraint: table {child!r} references "
+                f"{f.parent!r} (truncate table {child!r} at the same time, or use TRUNCATE ... CASCADE)",
+            )
+        states += [db.tables[c] for c in dict.fromkeys(c for c, _ in outside)]
     own = not db.in_transaction
     if own:
         transactions.begin(db, implicit=True)
     try:
         for st in states:
-            transactions.write(db, st, dml.truncate(db, st))
+            transactions.write(db, st, dml.truncate(db, st), foreign_keys=False)
         if (stmt.args.get("identity") or "").upper() == "RESTART":
             before = {st.table.name: dict(st.sequences) for st in states if st.sequences}
             for st in states:

@@ -99,6 +99,10 @@ class Connection:
         self.serial = itertools.count(1)  # tells apart queries' dataflows and dropped views of one name
         self.seq = itertools.count(1)  # versions of the catalog (see ``state.changed``)
         self.version = 0
+        self.foreign_keys: tuple[int, dict] = (
+            -1,
+            {},
+        )  # per table, the foreign keys referencing it, at a version
         self.index_sql: dict[str, tuple[int, str]] = {}  # per index, the version it came with and its SQL
         self.positions: dict = {}  # where each source of changes is (a replication LSN): kept with the state
         self.time = 1  # time 0 holds what exists before any transaction (a global aggregate's row)

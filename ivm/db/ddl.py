@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from sqlglot import exp
 
-from ivm.db import dml, queries, state, transactions
+from ivm.db import dml, queries, references, state, transactions
 from ivm.engine.batch import Batch
 from ivm.errors import DataError, OperationalError
 from planner.canon import arranged_form
@@ -36,8 +36,10 @@ if TYPE_CHECKING:
 __all__ = ["create_table", "create_view", "create_index"]
 
 
-def create_table(db: Connection, stmt: exp.Create) -> None:
-    """CREATE TABLE [IF NOT EXISTS] name (columns and constraints), or CREATE TABLE name AS query."""
+def create_table(db: Connection, stmt: exp.Create, replayed: bool = False) -> None:
+    """CREATE TABLE [IF NOT EXISTS] name (columns and constraints), or CREATE TABLE name AS query. A table
+    ``replayed`` from a durable database's catalog is made as it was, its foreign keys not checked again
+    (the tables they reference may come after it)."""
     target = stmt.this
     name = target.this.name if isinstance(target, exp.Schema) else target.name
     if db.catalog.exists(name):
@@ -47,6 +49,8 @@ def create_table(db: Connection, stmt: exp.Create) -> None:
     if stmt.expression is not None:
         return _create_table_as(db, stmt, name)
     table = table_from_create(stmt)
+    if not replayed:
+        table = references.resolved(db.catalog, table, stmt)
     now = statement_now()  # a DEFAULT now() is tried with the current time (a database reopened has none)
     with statement_time(now if isinstance(now, dt.datetime) else dt.datetime.now(dt.UTC)):
         for p, d in enumerate(table.defaults):
@@ -55,8 +59,9 @@ def create_table(db: Connection, stmt: exp.Create) -> None:
                     dml.default(table, p)
                 except SqlError as err:
                     raise error_at(d, f"DEFAULT of column {table.columns[p].name!r}: {err.message}") from None
-    # sqlglot writes an identity column's options only in part: such a table is written as ivm writes it
-    sql = table_sql(table) if any(table.identities) else query_sql(stmt)
+    # sqlglot writes an identity column's options only in part, and a foreign key may leave the columns it
+    # references unsaid: such a table is written as ivm writes it
+    sql = table_sql(table) if any(table.identities) or table.foreign_keys else query_sql(stmt)
     _add_table(db, table, sql)
     if db.in_transaction:
         db.undo.append(lambda: _forget_table(db, table.name))

@@ -109,6 +109,10 @@ class Shards:
         shards of their keys through ``insert_arrow``. ``dialect`` is ``Connection.execute``'s: a CREATE VIEW
         may be read as Spark SQL."""
         statements = parse(sql) if dialect == "postgres" else []  # Spark SQL: a CREATE VIEW
+        if any(s.find(exp.ForeignKey, exp.Reference) for s in statements):
+            raise NotSupportedError(
+                "a sharded database has no foreign keys: the rows they read lie in other shards"
+            )
         if any(isinstance(s, (exp.Insert, exp.Copy)) for s in statements):
             raise NotSupportedError("a sharded database takes new rows by insert_arrow, not INSERT or COPY")
         if any(isinstance(s, (exp.Update, exp.Delete)) for s in statements):

@@ -486,7 +486,7 @@ def _restore(db: Connection, store: Store, manifest: dict, hydrate: bool) -> Non
 def _replay_event(db: Connection, store: Store, manifest: dict, ev: dict, hydrate: bool) -> None:
     kind, seq = ev["kind"], ev["seq"]
     if kind == "table":
-        ddl.create_table(db, parsing.parse(ev["sql"])[0])
+        ddl.create_table(db, parsing.parse(ev["sql"])[0], replayed=True)
         st = db.tables[ev["name"]]
         st.created = seq
         if not hydrate:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ivm.db import constraints, state
+from ivm.db import constraints, references, state
 from ivm.engine.batch import Batch
 from ivm.engine.dataflow import Dataflow
 from ivm.errors import InterfaceError, InternalError, OperationalError, Warning
@@ -35,14 +35,25 @@ def begin(db: Connection, implicit: bool) -> None:
     db.started_at = dt.datetime.now(dt.UTC)  # now() and current_timestamp for every statement of it
 
 
-def write(db: Connection, st: state.TableState, batch: Batch, then=None, kept: frozenset[int] = frozenset()):
+def write(
+    db: Connection,
+    st: state.TableState,
+    batch: Batch,
+    then=None,
+    kept: frozenset[int] = frozenset(),
+    foreign_keys: bool = True,
+):
     """Check a change to a table against its types and constraints, then add it to the transaction (or
-    commit it, outside one). ``then``, given, is called with the change as checked before it is added (what
-    it raises rejects the change), and what it returns is returned; ``kept``: see
-    ``constraints.check_write``."""
+    commit it, outside one), with the changes its foreign keys' actions make (see ``references``; not with
+    ``foreign_keys`` False: a TRUNCATE of every table involved). ``then``, given, is called with the change
+    as checked before it is added (what it raises rejects the change), and what it returns is returned;
+    ``kept``: see ``constraints.check_write``."""
     batch = constraints.check_write(db, st, batch, kept)
     out = then(batch) if then is not None else None
-    db.pending.setdefault(st.table.name, []).append(batch)
+    if foreign_keys and (st.table.foreign_keys or references.referencing(db, st.table.name)):
+        references.write(db, st, batch, kept, lambda t, b, k: constraints.check_write(db, t, b, k))
+    else:
+        db.pending.setdefault(st.table.name, []).append(batch)
     if not db.in_transaction:
         commit(db)
     return out
