@@ -31,6 +31,7 @@ __all__ = [
     "rename_column",
     "rename_table",
     "referencing_renamed",
+    "foreign_key_options",
 ]
 
 _SERIALS = {
@@ -189,6 +190,25 @@ def _foreign_key(
     target = ref.this
     parent = target.this if isinstance(target, exp.Schema) else target
     parent_columns = tuple(e.name for e in target.expressions) if isinstance(target, exp.Schema) else ()
+    on_delete, on_update, full = foreign_key_options(ref, node)
+    if parent.args.get("db") or parent.args.get("catalog"):
+        raise error_at(parent, "a schema-qualified table name is not supported", unsupported=True)
+    return ForeignKey(
+        name,
+        tuple(names.index(c) for c in columns),
+        parent.name,
+        parent_columns,
+        on_delete,
+        on_update,
+        full,
+        node,
+    )
+
+
+def foreign_key_options(ref: exp.Reference, node: exp.Expression) -> tuple[str, str, bool]:
+    """What a REFERENCES clause's options say: its ON DELETE and ON UPDATE actions and whether it is MATCH
+    FULL; what ivm does not do (DEFERRABLE, MATCH PARTIAL, ON UPDATE other than NO ACTION or RESTRICT) refused
+    by name at ``node``."""
     on_delete = on_update = "NO ACTION"
     full = False
     for option in ref.args.get("options") or []:
@@ -207,18 +227,7 @@ def _foreign_key(
         raise error_at(node, f"ON DELETE {on_delete} is not supported", unsupported=True)
     if on_update not in ACTIONS[:2]:
         raise error_at(node, f"ON UPDATE {on_update} (of a foreign key) is not supported", unsupported=True)
-    if parent.args.get("db") or parent.args.get("catalog"):
-        raise error_at(parent, "a schema-qualified table name is not supported", unsupported=True)
-    return ForeignKey(
-        name,
-        tuple(names.index(c) for c in columns),
-        parent.name,
-        parent_columns,
-        on_delete,
-        on_update,
-        full,
-        node,
-    )
+    return on_delete, on_update, full
 
 
 def _table_constraint(k, label, uniques, checks, foreign) -> None:

@@ -35,7 +35,15 @@ from planner.canon import arranged_form
 from planner.compile import compile_view
 from sql.allow import sql_name
 from sql.catalog import Catalog, ForeignKey, Table, View
-from sql.ddl import add_columns, drop_columns, rename_column, rename_table, table_from_create, table_sql
+from sql.ddl import (
+    add_columns,
+    drop_columns,
+    foreign_key_options,
+    rename_column,
+    rename_table,
+    table_from_create,
+    table_sql,
+)
 from sql.dependencies import (
     catalog_with,
     columns_read,
@@ -649,6 +657,8 @@ def _add_constraint(table: Table, schema: exp.Schema, a: exp.AddConstraint) -> N
                 c, (exp.PrimaryKey, exp.UniqueColumnConstraint, exp.CheckColumnConstraint, exp.ForeignKey)
             ):
                 raise error_at(c, f"ALTER TABLE ... ADD {c.sql(dialect='postgres')} is not supported", True)
+            if isinstance(c, exp.ForeignKey):
+                foreign_key_options(c.args["reference"], c)  # refused where it stands
         if isinstance(k, exp.Constraint):
             names = {e.name for e in schema.expressions if isinstance(e, exp.Constraint)}
             if k.name in names:

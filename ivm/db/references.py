@@ -125,34 +125,38 @@ def referencing(db: Connection, name: str) -> list[tuple[state.TableState, Forei
 
 
 def write(db: Connection, st: state.TableState, batch: Batch, kept: frozenset[int], checked) -> None:
-    """Add a checked change of a table to the transaction with what its foreign keys make of it (the
-    referencing rows' ON DELETE actions, each change checked by ``checked(st, batch, kept)`` as the
-    statement's own), then check every foreign key the changes touch; should one fail, none of them stays."""
+    """Add a checked change of a table to the transaction with what its foreign keys make of it, then check
+    them; should one fail, none of the changes stays. ``checked(st, batch, kept)`` checks a change an ON
+    DELETE action makes as the statement's own are checked.
+
+    The order is PostgreSQL's, whose triggers the first failure depends on: the change's rows are checked,
+    then each foreign key referencing its table in the order they were made acts (an ON DELETE action) or
+    checks that no key the change took out is still referenced; the changes the actions make come after,
+    each in turn, in the order they were made."""
     marks = {name: len(b) for name, b in db.pending.items()}
     try:
-        done = []
+        db.pending.setdefault(st.table.name, []).append(batch)
         queue = [(st, batch, kept)]
-        while queue:
-            t, b, k = queue.pop(0)
-            db.pending.setdefault(t.table.name, []).append(b)
-            done.append((t, b, k))
-            if (b.diffs > 0).any():
-                continue  # an UPDATE: ON UPDATE is NO ACTION or RESTRICT, checked below
-            for child, f in referencing(db, t.table.name):
-                if f.on_delete in ("NO ACTION", "RESTRICT"):
-                    continue
-                child = db.tables[child.table.name]
-                rows = _referencing_rows(db, child, f, _removed(db, t, f, b))
-                if rows is not None:
-                    change, k2 = _action(db, child, f, rows)
-                    queue.append((child, checked(child, change, k2), k2))
-        for t, b, k in done:
-            _check_referenced(db, t, b, k)
+        for t, b, k in queue:  # (growing as the actions change tables)
             check_rows(db, t.table, b, k)
+            delete = not (b.diffs > 0).any()  # else an UPDATE: ON UPDATE is NO ACTION or RESTRICT
+            for child, f in referencing(db, t.table.name):
+                child = db.tables[child.table.name]
+                if not delete or f.on_delete in ("NO ACTION", "RESTRICT"):
+                    _check_referenced(db, t, b, k, child, f)
+                    continue
+                rows = _referencing_rows(db, child, f, _removed(db, t, f, b))
+                if rows is None:
+                    continue
+                change, k2 = _action(db, child, f, rows)
+                change = checked(child, change, k2)
+                db.pending.setdefault(child.table.name, []).append(change)
+                if f.on_delete == "SET DEFAULT":  # the default may be the very key taken out
+                    _check_referenced(db, t, b, k, child, f)
+                queue.append((child, change, k2))
     except BaseException:
         for name in list(db.pending):
-            kept_ = marks.get(name, 0)
-            del db.pending[name][kept_:]
+            del db.pending[name][marks.get(name, 0) :]
             if not db.pending[name] and name not in marks:
                 del db.pending[name]
         raise
@@ -202,36 +206,34 @@ def check_rows(
             keys, count = _held(db, db.tables[f.parent], key, sought)
         missing = np.flatnonzero(count <= 0)
         if len(missing):
-            names = [table.columns[f.columns[i]].name for i in order]
+            names = [table.columns[p].name for p in f.columns]
+            back = [order.index(i) for i in range(len(order))]  # the key's columns in the foreign key's order
+            shown = _shown(parent, [key[j] for j in back], [keys[j] for j in back], missing[0])
             raise IntegrityError(
                 f"insert or update on table {table.name!r} violates foreign key constraint {f.name!r}: key "
-                f"({', '.join(names)})=({_shown(parent, key, keys, missing[0])}) is not present in table "
-                f"{parent.name!r}"
+                f"({', '.join(names)})=({shown}) is not present in table {parent.name!r}"
             )
 
 
-def _check_referenced(db: Connection, st: state.TableState, b: Batch, kept: frozenset[int]) -> None:
-    """No key ``b`` takes out of table ``st`` is still referenced through a foreign key whose action is to
-    refuse it (NO ACTION, RESTRICT; any, for a change of the key by UPDATE)."""
-    update = bool((b.diffs > 0).any())
-    for child, f in referencing(db, st.table.name):
-        if not update and f.on_delete not in ("NO ACTION", "RESTRICT"):
-            continue
-        child = db.tables[child.table.name]
-        removed = _removed(db, st, f, b, kept)
-        rows = _referencing_rows(db, child, f, removed)
-        if rows is None:
-            continue
-        key, order = _parent_key(st.table, f)
-        names = [st.table.columns[p].name for p in key]
-        at = _canonical(child.table, [f.columns[i] for i in order], [rows.columns[f.columns[i]] for i in order])
-        first = np.flatnonzero(_within(removed, at))
-        shown = _shown(st.table, key, removed, first[0])
-        raise IntegrityError(
-            f"update or delete on table {st.table.name!r} violates foreign key constraint {f.name!r} on table "
-            f"{child.table.name!r}: key ({', '.join(names)})=({shown}) is still referenced from table "
-            f"{child.table.name!r}"
-        )
+def _check_referenced(
+    db: Connection, st: state.TableState, b: Batch, kept: frozenset[int], child: state.TableState, f: ForeignKey
+) -> None:
+    """No key ``b`` took out of table ``st`` is still referenced through ``f`` (of table ``child``)."""
+    removed = _removed(db, st, f, b, kept)
+    rows = _referencing_rows(db, child, f, removed)
+    if rows is None:
+        return
+    key, order = _parent_key(st.table, f)
+    at = _canonical(child.table, [f.columns[i] for i in order], [rows.columns[f.columns[i]] for i in order])
+    first = np.flatnonzero(_within(removed, at))
+    back = [order.index(i) for i in range(len(order))]  # the key's columns in the foreign key's order
+    names = [st.table.columns[key[j]].name for j in back]
+    shown = _shown(st.table, [key[j] for j in back], [removed[j] for j in back], first[0])
+    raise IntegrityError(
+        f"update or delete on table {st.table.name!r} violates foreign key constraint {f.name!r} on table "
+        f"{child.table.name!r}: key ({', '.join(names)})=({shown}) is still referenced from table "
+        f"{child.table.name!r}"
+    )
 
 
 def _removed(
