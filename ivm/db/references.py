@@ -27,7 +27,7 @@ from sqlglot import exp
 from ivm.db import state
 from ivm.engine.batch import Batch, key_hash
 from ivm.engine.strings import POOL
-from ivm.errors import IntegrityError
+from ivm.errors import Error, IntegrityError
 from planner.values import to_python
 from sql.catalog import Catalog, ForeignKey, Table
 from sql.errors import error_at
@@ -149,7 +149,11 @@ def write(db: Connection, st: state.TableState, batch: Batch, kept: frozenset[in
                 if rows is None:
                     continue
                 change, k2 = _action(db, child, f, rows)
-                change = checked(child, change, k2)
+                try:
+                    change = checked(child, change, k2)
+                except Error as err:
+                    err.row = None  # a row of the action's change, not of the statement's
+                    raise
                 db.pending.setdefault(child.table.name, []).append(change)
                 if f.on_delete == "SET DEFAULT":  # the default may be the very key taken out
                     _check_referenced(db, t, b, k, child, f)
@@ -180,7 +184,7 @@ def check_rows(
         valid = np.logical_and.reduce(masks) if masks else np.ones(len(added), dtype=bool)
         if f.full and masks:
             nulls = ~np.vstack(masks)
-            every = nulls.all(axis=0) if len(masks) == len(f.columns) else False
+            every = nulls.all(axis=0) if len(masks) == len(f.columns) else np.zeros(len(added), dtype=bool)
             if (nulls.any(axis=0) & ~every).any():
                 raise IntegrityError(
                     f"insert or update on table {table.name!r} violates foreign key constraint {f.name!r}: "

@@ -50,6 +50,10 @@ VIEWS = {
 
 # a statement, or (statement, the constraint both must name, or words ivm's error must hold)
 SCRIPT = [
+    "CREATE TABLE nn (pid INTEGER NOT NULL REFERENCES p (id) ON DELETE SET NULL)",
+    "INSERT INTO nn VALUES (4)",
+    ("DELETE FROM p WHERE id = 4", "null value in column 'pid' of table 'nn' violates the not-null constraint"),
+    "DELETE FROM nn",
     ("INSERT INTO c VALUES (20, 9, NULL, NULL)", "c_pid_fkey"),
     ("INSERT INTO c VALUES (20, NULL, 'nine', NULL)", "c_code"),
     "INSERT INTO c VALUES (20, NULL, NULL, NULL), (21, 3, 'three', 'q')",
@@ -194,7 +198,7 @@ def test_foreign_keys_survive_reopening(pg):
     path = tempfile.mkdtemp()
     db = _fresh(pg, ivm.connect(path))
     try:
-        for item in SCRIPT[:44]:  # up to the RENAMEs: the parent made again after its children
+        for item in SCRIPT[:48]:  # up to the RENAMEs: the parent made again after its children
             _step(db, pg, item if isinstance(item, str) else item[0])
         db.execute("ALTER TABLE p ADD COLUMN z INTEGER")  # p comes after c in the catalog now
         pg.execute("ALTER TABLE p ADD COLUMN z INTEGER")
