@@ -12,7 +12,7 @@ from sql.types import Domain
 
 __all__ = ["Catalog", "Table", "View", "Unique", "Check", "Identity", "ForeignKey", "ACTIONS"]
 
-# what a FOREIGN KEY's ON DELETE does to the rows referencing a deleted key (ON UPDATE takes the first two)
+# what a FOREIGN KEY's ON DELETE and ON UPDATE do to the rows referencing a key deleted or changed
 ACTIONS = ("NO ACTION", "RESTRICT", "CASCADE", "SET NULL", "SET DEFAULT")
 
 
@@ -37,7 +37,7 @@ class ForeignKey:
     """A FOREIGN KEY constraint: a row whose ``columns`` hold no NULL (with ``full``, MATCH FULL: any but
     all NULL is refused) has a row of table ``parent`` equal in ``parent_columns``, which are its primary key
     or one of its UNIQUE constraints. ``on_delete`` says what deleting a referenced row does to the rows
-    referencing it (one of ``ACTIONS``); ``on_update``, changing its key (NO ACTION or RESTRICT)."""
+    referencing it, ``on_update`` what changing its key does (each one of ``ACTIONS``)."""
 
     name: str
     columns: tuple[int, ...]

@@ -207,8 +207,8 @@ def _foreign_key(
 
 def foreign_key_options(ref: exp.Reference, node: exp.Expression) -> tuple[str, str, bool]:
     """What a REFERENCES clause's options say: its ON DELETE and ON UPDATE actions and whether it is MATCH
-    FULL; what ivm does not do (DEFERRABLE, MATCH PARTIAL, ON UPDATE other than NO ACTION or RESTRICT) refused
-    by name at ``node``."""
+    FULL; what ivm does not do (DEFERRABLE, MATCH PARTIAL, SET NULL or SET DEFAULT of some columns) refused by
+    name at ``node``."""
     on_delete = on_update = "NO ACTION"
     full = False
     for option in ref.args.get("options") or []:
@@ -223,10 +223,9 @@ def foreign_key_options(ref: exp.Reference, node: exp.Expression) -> tuple[str, 
             raise error_at(node, "MATCH PARTIAL not yet implemented", unsupported=True)
         elif words not in ("MATCH SIMPLE", "INITIALLY IMMEDIATE", "NOT DEFERRABLE"):
             raise error_at(node, f"{words} (of a foreign key) is not supported", unsupported=True)
-    if on_delete not in ACTIONS:
-        raise error_at(node, f"ON DELETE {on_delete} is not supported", unsupported=True)
-    if on_update not in ACTIONS[:2]:
-        raise error_at(node, f"ON UPDATE {on_update} (of a foreign key) is not supported", unsupported=True)
+    for what, action in (("DELETE", on_delete), ("UPDATE", on_update)):
+        if action not in ACTIONS:
+            raise error_at(node, f"ON {what} {action} (of a foreign key) is not supported", unsupported=True)
     return on_delete, on_update, full
 
 

@@ -387,7 +387,9 @@ class Connection:
             what = {exp.Insert: "INSERT 0", exp.Delete: "DELETE", exp.Update: "UPDATE"}[type(stmt)]
             written = dml.run(self, stmt)
             try:
-                result = transactions.write(self, written.st, written.batch, written.result, written.kept)
+                result = transactions.write(
+                    self, written.st, written.batch, written.result, written.kept, pairs=written.pairs
+                )
             except Error as err:
                 if isinstance(stmt, exp.Insert) and stmt.args.get("conflict") is None:
                     raise  # the row's number in VALUES or the query says which

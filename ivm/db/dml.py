@@ -70,6 +70,8 @@ class Written:
     extras: tuple[list, list] | None = None
     sign: int = 1
     kept: frozenset[int] = frozenset()  # columns each row the change adds has from the row it replaces
+    # an UPDATE's (start, n): its rows start + i (old) became rows start + n + i (new)
+    pairs: tuple[int, int] | None = None
 
     def named(self, err: Error) -> Error:
         """``err``, about a row of the change (``err.row``), saying which row by its key (or whole, in a
@@ -119,7 +121,8 @@ def run(db: Connection, stmt: exp.Expression) -> Written:
         return joined.update(db, stmt, st, target, alias, assigns)
     st, batch = update(db, stmt, assigns)
     kept = frozenset(range(len(st.table.columns))) - {p for p, _, _ in assigns}
-    return Written(st, batch, len(batch) // 2, returning_of(db, stmt, st, target, alias), kept=kept)
+    n = len(batch) // 2
+    return Written(st, batch, n, returning_of(db, stmt, st, target, alias), kept=kept, pairs=(0, n))
 
 
 def target_of(stmt: exp.Expression) -> tuple[exp.Table, str]:

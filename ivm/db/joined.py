@@ -297,7 +297,7 @@ def update(db: Connection, stmt: exp.Update, st, target: exp.Table, alias: str, 
     if ret_items is not None:
         ret = Returning.of(ret_items, names, resolve)
     extras = ([c[rep] for c in e_cols], [None if m is None else m[rep] for m in e_valid])
-    return Written(st, Batch.concat([old.negate(), new]), n, ret, extras, 1)
+    return Written(st, Batch.concat([old.negate(), new]), n, ret, extras, 1, pairs=(0, len(old)))
 
 
 def delete(db: Connection, stmt: exp.Delete, st, target: exp.Table, alias: str) -> Written:

@@ -124,46 +124,96 @@ def referencing(db: Connection, name: str) -> list[tuple[state.TableState, Forei
 # -- changes ---------------------------------------------------------------------------------------------------
 
 
-def write(db: Connection, st: state.TableState, batch: Batch, kept: frozenset[int], checked) -> None:
+def write(
+    db: Connection,
+    st: state.TableState,
+    batch: Batch,
+    kept: frozenset[int],
+    checked,
+    pairs: tuple[int, int] | None = None,
+) -> None:
     """Add a checked change of a table to the transaction with what its foreign keys make of it, then check
-    them; should one fail, none of the changes stays. ``checked(st, batch, kept)`` checks a change an ON
-    DELETE action makes as the statement's own are checked.
+    them; should one fail, none of the changes stays. ``checked(st, batch, kept)`` checks a change an action
+    makes as the statement's own are checked. ``pairs`` (start, n) says that the change is an UPDATE's whose
+    rows ``start + i`` (old) became rows ``start + n + i`` (new): where a key changes, ON UPDATE acts.
 
     The order is PostgreSQL's, whose triggers the first failure depends on: the change's rows are checked,
-    then each foreign key referencing its table in the order they were made acts (an ON DELETE action) or
-    checks that no key the change took out is still referenced; the changes the actions make come after,
-    each in turn, in the order they were made."""
+    then each foreign key referencing its table in the order they were made acts (CASCADE, SET NULL, SET
+    DEFAULT) or checks that no key the change took out is still referenced (NO ACTION; RESTRICT also refuses
+    a key an UPDATE changed that another row took); the changes the actions make come after, each in turn,
+    in the order they were made."""
     marks = {name: len(b) for name, b in db.pending.items()}
     try:
         db.pending.setdefault(st.table.name, []).append(batch)
-        queue = [(st, batch, kept)]
-        for t, b, k in queue:  # (growing as the actions change tables)
+        queue = [(st, batch, kept, pairs)]
+        for t, b, k, pr in queue:  # (growing as the actions change tables)
             check_rows(db, t.table, b, k)
-            delete = not (b.diffs > 0).any()  # else an UPDATE: ON UPDATE is NO ACTION or RESTRICT
+            update = bool((b.diffs > 0).any())
             for child, f in referencing(db, t.table.name):
                 child = db.tables[child.table.name]
-                if not delete or f.on_delete in ("NO ACTION", "RESTRICT"):
+                action = f.on_update if update else f.on_delete
+                if update and (pr is None or k.issuperset(_parent_key(t.table, f)[0])):
+                    action = "NO ACTION"  # no key changed, or none said how
+                if action in ("NO ACTION", "RESTRICT"):
+                    if action == "RESTRICT" and update:
+                        _check_referenced(db, t, b, k, child, f, _changed(t, f, b, pr))
                     _check_referenced(db, t, b, k, child, f)
                     continue
-                rows = _referencing_rows(db, child, f, _removed(db, t, f, b))
+                taken = _changed(t, f, b, pr) if update else (_removed(db, t, f, b), None)
+                rows, which = _referencing_rows(db, child, f, taken[0])
                 if rows is None:
                     continue
-                change, k2 = _action(db, child, f, rows)
+                change, k2 = _action(db, child, f, action, rows, taken[1], which)
                 try:
                     change = checked(child, change, k2)
                 except Error as err:
                     err.row = None  # a row of the action's change, not of the statement's
                     raise
                 db.pending.setdefault(child.table.name, []).append(change)
-                if f.on_delete == "SET DEFAULT":  # the default may be the very key taken out
+                if action == "SET DEFAULT":  # the default may be the very key taken out
                     _check_referenced(db, t, b, k, child, f)
-                queue.append((child, change, k2))
+                queue.append(
+                    (child, change, k2, None if action == "CASCADE" and not update else (0, len(rows)))
+                )
     except BaseException:
         for name in list(db.pending):
             del db.pending[name][marks.get(name, 0) :]
             if not db.pending[name] and name not in marks:
                 del db.pending[name]
         raise
+
+
+def _changed(
+    st: state.TableState, f: ForeignKey, b: Batch, pairs: tuple[int, int] | None
+) -> tuple[tuple[np.ndarray, ...] | None, tuple[tuple[np.ndarray, ...], tuple] | None]:
+    """The keys of ``f``'s referenced columns (in the order of the table's key made of them) that an UPDATE's
+    rows (``pairs``: see ``write``) changed, none NULL, and the new key of each (columns and validity); Nones
+    when there are none."""
+    if pairs is None:
+        return None, None
+    key, _ = _parent_key(st.table, f)
+    start, n = pairs
+    old = np.arange(start, start + n)
+    new = old + n
+    differ = np.zeros(n, dtype=bool)
+    held = np.ones(n, dtype=bool)
+    for p in key:
+        c, m = b.columns[p], b.valid[p]
+        if m is not None:
+            held &= m[old]
+            differ |= m[old] != m[new]
+            differ |= m[new] & (c[old] != c[new])
+        else:
+            differ |= c[old] != c[new]
+    at = np.flatnonzero(held & differ)
+    if not len(at):
+        return None, None
+    olds = tuple(_canonical(st.table, key, [b.columns[p][old[at]] for p in key]))
+    news = (
+        tuple(b.columns[p][new[at]] for p in key),
+        tuple(None if b.valid[p] is None else b.valid[p][new[at]] for p in key),
+    )
+    return olds, news
 
 
 def check_rows(
@@ -220,11 +270,18 @@ def check_rows(
 
 
 def _check_referenced(
-    db: Connection, st: state.TableState, b: Batch, kept: frozenset[int], child: state.TableState, f: ForeignKey
+    db: Connection,
+    st: state.TableState,
+    b: Batch,
+    kept: frozenset[int],
+    child: state.TableState,
+    f: ForeignKey,
+    taken: tuple | None = None,
 ) -> None:
-    """No key ``b`` took out of table ``st`` is still referenced through ``f`` (of table ``child``)."""
-    removed = _removed(db, st, f, b, kept)
-    rows = _referencing_rows(db, child, f, removed)
+    """No key ``b`` took out of table ``st`` (or of the keys ``taken``, with their new values: see
+    ``_changed``) is still referenced through ``f`` (of table ``child``)."""
+    removed = _removed(db, st, f, b, kept) if taken is None else taken[0]
+    rows, _ = _referencing_rows(db, child, f, removed)
     if rows is None:
         return
     key, order = _parent_key(st.table, f)
@@ -262,11 +319,12 @@ def _removed(
 
 def _referencing_rows(
     db: Connection, child: state.TableState, f: ForeignKey, removed: tuple[np.ndarray, ...] | None
-) -> Batch | None:
+) -> tuple[Batch | None, np.ndarray | None]:
     """The rows of table ``child`` (one update per copy, as they are now) whose ``f`` columns hold one of the
-    keys ``removed`` (in the order of the referenced table's key); None when there are none."""
+    keys ``removed`` (in the order of the referenced table's key), and which key each holds; Nones when there
+    are none."""
     if removed is None:
-        return None
+        return None, None
     _, order = _parent_key(db.tables[f.parent].table, f)
     cols, valid, mult = state.contents(child.arranged, db.pending.get(child.table.name, ()), child.table)
     positions = [f.columns[i] for i in order]
@@ -275,34 +333,52 @@ def _referencing_rows(
         if valid[p] is not None:
             rows = rows[valid[p][rows]]
     if not len(rows):
-        return None
+        return None, None
     mine = _canonical(child.table, positions, [cols[p][rows] for p in positions])
-    rows = rows[_within(mine, removed)]
+    which = _match(mine, removed)
+    hit = which >= 0
+    rows, which = rows[hit], which[hit]
     if not len(rows):
-        return None
-    rows = np.repeat(rows, mult[rows])
+        return None, None
+    copies = np.repeat(np.arange(len(rows)), mult[rows])
+    rows, which = rows[copies], which[copies]
     n = len(rows)
-    return Batch(
+    batch = Batch(
         tuple(c[rows] for c in cols),
         tuple(None if m is None else m[rows] for m in valid),
         np.full((n, 1), db.time),
         np.ones(n, np.int64),
     )
+    return batch, which
 
 
 def _action(
-    db: Connection, child: state.TableState, f: ForeignKey, rows: Batch
+    db: Connection,
+    child: state.TableState,
+    f: ForeignKey,
+    action: str,
+    rows: Batch,
+    news: tuple | None,
+    which: np.ndarray,
 ) -> tuple[Batch, frozenset[int]]:
-    """The change ``f``'s ON DELETE action makes of the referencing ``rows``, and the columns it keeps."""
-    if f.on_delete == "CASCADE":
+    """The change ``action`` (CASCADE, SET NULL or SET DEFAULT, of ``f``'s) makes of the referencing ``rows``,
+    and the columns it keeps: an UPDATE's CASCADE sets them to the new keys ``news`` (see ``_changed``), row
+    ``i`` holding key ``which[i]``."""
+    if action == "CASCADE" and news is None:
         return rows.negate(), frozenset()
     from ivm.db.dml import default  # (dml builds on the modules below it)
 
     table = child.table
     cols, valid = list(rows.columns), list(rows.valid)
     n = len(rows)
-    for p in f.columns:
-        value = default(table, p) if f.on_delete == "SET DEFAULT" else None
+    _, order = _parent_key(db.tables[f.parent].table, f)
+    for j, i in enumerate(order):
+        p = f.columns[i]
+        if action == "CASCADE":
+            data, m = news[0][j][which], None if news[1][j] is None else news[1][j][which]
+            cols[p], valid[p] = data.astype(table.columns[p].type.dtype), m
+            continue
+        value = default(table, p) if action == "SET DEFAULT" else None
         cols[p] = np.full(n, 0 if value is None else value, dtype=table.columns[p].type.dtype)
         valid[p] = None if value is not None else np.zeros(n, dtype=bool)
     new = Batch(tuple(cols), tuple(valid), rows.times, rows.diffs)
@@ -379,12 +455,17 @@ def _groups(left: Sequence[np.ndarray], right: Sequence[np.ndarray]) -> tuple[np
 
 def _within(left: Sequence[np.ndarray], right: Sequence[np.ndarray]) -> np.ndarray:
     """For each row of ``left``, whether ``right`` holds an equal row."""
+    return _match(left, right) >= 0
+
+
+def _match(left: Sequence[np.ndarray], right: Sequence[np.ndarray]) -> np.ndarray:
+    """For each row of ``left``, the first row of ``right`` equal to it, or -1."""
     if not len(right[0]):
-        return np.zeros(len(left[0]), dtype=bool)
+        return np.full(len(left[0]), -1, dtype=np.int64)
     mine, theirs, count = _groups(left, right)
-    there = np.zeros(count, dtype=bool)
-    there[theirs] = True
-    return there[mine]
+    first = np.full(count, -1, dtype=np.int64)
+    first[theirs[::-1]] = np.arange(len(theirs) - 1, -1, -1)
+    return first[mine]
 
 
 def _sums(left: Sequence[np.ndarray], right: Sequence[np.ndarray], weights: np.ndarray) -> np.ndarray:

@@ -42,16 +42,18 @@ def write(
     then=None,
     kept: frozenset[int] = frozenset(),
     foreign_keys: bool = True,
+    pairs: tuple[int, int] | None = None,
 ):
     """Check a change to a table against its types and constraints, then add it to the transaction (or
     commit it, outside one), with the changes its foreign keys' actions make (see ``references``; not with
     ``foreign_keys`` False: a TRUNCATE of every table involved). ``then``, given, is called with the change
     as checked before it is added (what it raises rejects the change), and what it returns is returned;
-    ``kept``: see ``constraints.check_write``."""
+    ``kept``: see ``constraints.check_write``; ``pairs``, an UPDATE's old and new rows: see
+    ``references.write``."""
     batch = constraints.check_write(db, st, batch, kept)
     out = then(batch) if then is not None else None
     if foreign_keys and (st.table.foreign_keys or references.referencing(db, st.table.name)):
-        references.write(db, st, batch, kept, lambda t, b, k: constraints.check_write(db, t, b, k))
+        references.write(db, st, batch, kept, lambda t, b, k: constraints.check_write(db, t, b, k), pairs)
     else:
         db.pending.setdefault(st.table.name, []).append(batch)
     if not db.in_transaction:

@@ -128,7 +128,7 @@ def on_conflict(db: Connection, stmt: exp.Insert, st: state.TableState, alias: s
     new_cols, new_valid = assign_values(db, table, assigns, resolve, sub_cols, sub_valid, len(upd))
     new = Batch.build(new_cols, new_valid, old.times, old.diffs)
     change = Batch.concat([proposed.take(insert), old.negate(), new])
-    return Written(st, change, len(insert) + len(upd), ret)
+    return Written(st, change, len(insert) + len(upd), ret, pairs=(len(insert), len(upd)))
 
 
 def _arbiters(
