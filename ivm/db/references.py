@@ -5,11 +5,12 @@ A FOREIGN KEY is checked as PostgreSQL checks one that is not deferrable: at the
 the tables as the statement leaves them (committed rows, the transaction's earlier changes and this one).
 Every row the change adds whose key columns hold no NULL (MATCH SIMPLE; MATCH FULL refuses a key NULL in
 part) must find its key in the referenced table, by seeking the arrangement of that table's primary key or
-UNIQUE constraint. Every key the change takes out of a referenced table (one no row of the table holds
-any more) is sought among the referencing table's rows: an ON DELETE CASCADE, SET NULL or SET DEFAULT of a
-change that deletes rows is a change of the referencing table of its own, checked the same way (and so on
-down); otherwise (NO ACTION, RESTRICT, and any change of a key by UPDATE) a key still referenced rejects
-the statement. A statement is whole or nothing: the changes it made go should a check fail.
+UNIQUE constraint. Every key the change takes out of a referenced table (one no row of the table holds any
+more), or that an UPDATE changes, is sought among the referencing table's rows: the constraint's ON DELETE or
+ON UPDATE action (CASCADE, SET NULL, SET DEFAULT) is a change of the referencing table of its own, checked the
+same way and followed in turn; NO ACTION refuses a key taken out that is still referenced, RESTRICT also one
+an UPDATE changed though another row took it. A statement is whole or nothing: the changes it made go should
+a check fail.
 
 Deleting a referenced key reads the referencing table whole, as PostgreSQL does without an index on the
 referencing columns.
