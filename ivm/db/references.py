@@ -48,8 +48,9 @@ def resolved(catalog: Catalog, table: Table, node: exp.Expression | None = None)
     primary key or a UNIQUE constraint's (in any order), as many as the referencing ones and of types that
     compare as they are."""
     out = []
+    statement = node
     for f in table.foreign_keys:
-        node = f.node if f.node is not None else node
+        node = f.node if f.node is not None else statement
         parent = table if f.parent == table.name else catalog.tables.get(f.parent)
         if parent is None:
             what = (
