@@ -32,6 +32,16 @@ def postgres_with(table_sql: str, insert_sql: str, rows: Sequence[tuple]) -> Ite
         yield conn
 
 
+def load_both(db, pg: psycopg.Connection, statements: Sequence[str], views: dict[str, str]) -> None:
+    """Run ``statements`` in ivm's ``db`` and in PostgreSQL, then create ``views`` (name: query) in ivm, each
+    maintained from then on while PostgreSQL recomputes the query."""
+    for s in statements:
+        db.execute(s)
+        pg.execute(s)
+    for name, q in views.items():
+        db.execute(f"CREATE MATERIALIZED VIEW {name} AS {q}")
+
+
 def views_follow(
     pg: psycopg.Connection,
     db,

@@ -27,7 +27,7 @@ from sql.catalog import Table
 if TYPE_CHECKING:
     from ivm.db.connection import Connection
 
-__all__ = ["check_write", "check_rows", "check_present", "settle_stored"]
+__all__ = ["check_write", "check_rows", "check_present", "settle_stored", "sorted_by_key"]
 
 
 def check_write(
@@ -212,7 +212,7 @@ def settle_stored(db: Connection, st: state.TableState, batch: Batch, tx: np.nda
     if not deleted.any():
         return batch
     keys = [batch.columns[p] for p in st.table.primary_key]
-    order, starts = _sorted_by_key(keys, tx)
+    order, starts = sorted_by_key(keys, tx)
     group = np.cumsum(starts) - 1
     first = np.flatnonzero(starts)
     count = np.diff(np.append(first, len(order)))
@@ -265,7 +265,7 @@ def _stored_codes(
     # each deleted row meets the live row of its key: sorted by key, a live row comes first
     side = np.concatenate((np.zeros(len(live), np.int8), np.ones(len(rows), np.int8)))
     both = [np.concatenate((live.columns[j], keys[j])) for j in range(nkey)]
-    order, starts = _sorted_by_key(both, side)
+    order, starts = sorted_by_key(both, side)
     group = np.cumsum(starts)
     last_live = np.maximum.accumulate(np.where(side[order] == 0, np.arange(len(order)), -1))
     mine = np.flatnonzero(side[order] == 1)
@@ -376,7 +376,7 @@ def _without_nulls(batch: Batch, positions: tuple[int, ...]) -> Batch:
     return batch if keep is None or keep.all() else batch.take(np.flatnonzero(keep))
 
 
-def _sorted_by_key(keys: list[np.ndarray], then: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def sorted_by_key(keys: list[np.ndarray], then: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The order sorting rows by their key columns, then by ``then``; and, in that order, where each key's
     rows start."""
     order = np.lexsort((then, *reversed(keys)))

@@ -26,6 +26,7 @@ import numpy as np
 from sqlglot import exp
 
 from ivm.db import state
+from ivm.db.constraints import sorted_by_key
 from ivm.engine.batch import Batch, key_hash
 from ivm.engine.strings import POOL
 from ivm.errors import Error, IntegrityError
@@ -437,19 +438,14 @@ def _canonical(table: Table, positions: Sequence[int], cols: list[np.ndarray]) -
 
 
 def _groups(left: Sequence[np.ndarray], right: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, int]:
-    """Rows of ``left`` then ``right`` (columns of equal types, no NULL) numbered by their value: the numbers
-    of ``left``'s rows, of ``right``'s, and how many values there are."""
+    """Rows of ``left`` then ``right`` (columns of equal types, no NULL; ``right`` not empty) numbered by their
+    value: the numbers of ``left``'s rows, of ``right``'s, and how many values there are."""
     n = len(left[0])
+    # -0.0 made 0.0, as keys compare (``state.one_zero``)
     both = [
         np.concatenate((a, b)) + (0.0 if a.dtype.kind == "f" else 0) for a, b in zip(left, right, strict=True)
     ]
-    order = np.lexsort(tuple(reversed(both)))
-    starts = np.zeros(len(order), dtype=bool)
-    if len(order):
-        starts[0] = True
-    for c in both:
-        s = c[order]
-        starts[1:] |= s[1:] != s[:-1]
+    order, starts = sorted_by_key(both, np.zeros(len(both[0]), dtype=np.int8))
     number = np.empty(len(order), dtype=np.int64)
     number[order] = np.cumsum(starts) - 1
     return number[:n], number[n:], int(starts.sum())

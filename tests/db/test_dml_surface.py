@@ -18,7 +18,7 @@ import pytest
 import ivm
 from ivm.errors import DataError, Error, NotSupportedError, ProgrammingError
 from tests.oracle import same_rows
-from tests.pg import postgres
+from tests.pg import load_both, postgres
 
 SCHEMA = [
     "CREATE TABLE t (k INTEGER PRIMARY KEY, x INTEGER, y TEXT, d DECIMAL(8,2), CONSTRAINT t_xy UNIQUE (x, y), "
@@ -270,11 +270,7 @@ def pg():
 def _fresh(pg):
     pg.execute("DROP TABLE IF EXISTS t, u, b, n CASCADE")
     db = ivm.connect()
-    for s in SCHEMA + ROWS:
-        db.execute(s)
-        pg.execute(s)
-    for name, q in VIEWS.items():
-        db.execute(f"CREATE MATERIALIZED VIEW {name} AS {q}")
+    load_both(db, pg, SCHEMA + ROWS, VIEWS)
     return db
 
 

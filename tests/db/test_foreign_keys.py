@@ -15,7 +15,7 @@ import pytest
 import ivm
 from ivm.errors import Error, IntegrityError, NotSupportedError, ProgrammingError
 from tests.oracle import same_rows
-from tests.pg import error_at, postgres
+from tests.pg import error_at, load_both, postgres
 
 SCHEMA = [
     "CREATE TABLE p (id INTEGER PRIMARY KEY, code TEXT UNIQUE, a INTEGER, b INTEGER, UNIQUE (a, b))",
@@ -138,11 +138,7 @@ def _fresh(pg, db=None):
     pg.execute("CREATE SCHEMA fk")
     pg.execute("SET search_path = fk")
     db = db or ivm.connect()
-    for s in SCHEMA + ROWS:
-        db.execute(s)
-        pg.execute(s)
-    for name, q in VIEWS.items():
-        db.execute(f"CREATE MATERIALIZED VIEW {name} AS {q}")
+    load_both(db, pg, SCHEMA + ROWS, VIEWS)
     return db
 
 
