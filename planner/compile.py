@@ -49,6 +49,7 @@ from sql.logical import (
     Window,
     is_recursive,
 )
+from sql.scalar import SPREADS
 from sql.types import INT
 
 __all__ = ["Compiled", "compile_index", "compile_view", "one_group"]
@@ -456,13 +457,13 @@ def one_group(plan: Plan) -> Plan:
 
 
 def _avg_divisors(plan: Aggregate) -> dict[int, float]:
-    """Decimals are summed as scaled integers, so their averages are divided by the scale's unit: aggregate
-    position -> divisor."""
+    """Decimals are held as scaled integers, so their averages, variances and standard deviations are divided
+    by the scale's unit: aggregate position -> divisor."""
     in_types = [c.type for c in plan.input.columns]
     return {
         j: 10.0 ** in_types[a.arg].scale
         for j, a in enumerate(plan.aggs)
-        if a.func == "avg" and in_types[a.arg].kind == "decimal"
+        if a.func in ("avg", *SPREADS) and in_types[a.arg].kind == "decimal"
     }
 
 

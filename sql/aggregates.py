@@ -295,6 +295,11 @@ def _value(node: exp.Expression, resolve: Resolver, column: Callable[[_Call], Ex
         "logicaland": "bool_and",
         "logicalor": "bool_or",
         "arrayagg": "array_agg",
+        "stddev": "stddev_samp",
+        "stddevsamp": "stddev_samp",
+        "stddevpop": "stddev_pop",
+        "variance": "var_samp",
+        "variancepop": "var_pop",
     }.get(node.key, node.key)
     arg = node.this
     order_nodes: list[exp.Expression] = []

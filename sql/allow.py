@@ -144,6 +144,11 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.LogicalOr: _UNARY,
     exp.GroupConcat: frozenset({"this", "separator"}),
     exp.ArrayAgg: _UNARY,  # as text, see ``sql.aggregates``
+    exp.Stddev: _UNARY,
+    exp.StddevSamp: _UNARY,
+    exp.StddevPop: _UNARY,
+    exp.Variance: _UNARY,
+    exp.VariancePop: _UNARY,
     exp.Filter: _BINARY,
     exp.Rollup: frozenset({"expressions"}),
     exp.Cube: frozenset({"expressions"}),

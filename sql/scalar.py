@@ -78,7 +78,13 @@ AGGREGATES = (
     exp.LogicalOr,
     exp.GroupConcat,
     exp.ArrayAgg,
+    exp.Stddev,
+    exp.StddevSamp,
+    exp.StddevPop,
+    exp.Variance,
+    exp.VariancePop,
 )
+SPREADS = ("var_samp", "var_pop", "stddev_samp", "stddev_pop")  # the variances and standard deviations
 
 
 def and_parts(cond: exp.Expression) -> list[exp.Expression]:
@@ -95,16 +101,17 @@ def is_null_const(e: Expr) -> bool:
 
 
 def aggregate_type(node: exp.Expression, func: str, e: Expr) -> SqlType:
-    """The type of aggregate ``func`` (count, sum, avg, min, max) of ``e``, as PostgreSQL types it (in ivm's
-    types: AVG is DOUBLE PRECISION, SUM of decimals DECIMAL(18, s))."""
+    """The type of aggregate ``func`` (count, sum, avg, min, max, the ``SPREADS``) of ``e``, as PostgreSQL
+    types it (in ivm's types: AVG, the variances and standard deviations are DOUBLE PRECISION, SUM of decimals
+    DECIMAL(18, s))."""
     t = e.type
     if func == "count":
         return INT
-    if func in ("sum", "avg") and t.kind == "interval":
+    if func in ("sum", "avg", *SPREADS) and t.kind == "interval":
         raise error_at(node, f"{func.upper()} of intervals is not supported", unsupported=True)
-    if func in ("sum", "avg") and not t.numeric:
+    if func in ("sum", "avg", *SPREADS) and not t.numeric:
         raise error_at(node, f"{func.upper()} needs numbers, got {t}")
-    if func == "avg":
+    if func in ("avg", *SPREADS):
         return FLOAT
     if func == "sum" and t.kind == "decimal":
         return decimal_type(18, t.scale)

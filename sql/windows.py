@@ -165,6 +165,8 @@ def _call(w: exp.Window, resolve: Resolver, position, order: list, plan: Plan, e
         return WindowCall(_VALUE[type(f)], pos, frame, n, None, e.type)
     if isinstance(f, AGGREGATES):
         func = f.key
+        if type(f) in _SPREADS:
+            raise error_at(f, f"{_SPREADS[type(f)]}() as a window function is not supported", unsupported=True)
         target = f.this
         if isinstance(target, exp.Distinct):
             raise error_at(f, "DISTINCT is not implemented for window functions", unsupported=True)
@@ -177,6 +179,15 @@ def _call(w: exp.Window, resolve: Resolver, position, order: list, plan: Plan, e
     if isinstance(f, exp.Filter):
         raise error_at(f, "FILTER (WHERE ...) in a window function is not supported", unsupported=True)
     raise error_at(f, f"{name.lower()}() as a window function is not supported", unsupported=True)
+
+
+_SPREADS = {
+    exp.Stddev: "STDDEV",
+    exp.StddevSamp: "STDDEV_SAMP",
+    exp.StddevPop: "STDDEV_POP",
+    exp.Variance: "VAR_SAMP",
+    exp.VariancePop: "VAR_POP",
+}
 
 
 def _rank_type(f: exp.Expression):

@@ -53,6 +53,8 @@ QUERIES = [
     "SELECT g, SUM(id) AS n FROM t GROUP BY g HAVING SUM(id) > 2",
     "SELECT g, COUNT(*) FILTER (WHERE f > 0), SUM(DISTINCT d), BOOL_AND(b), BOOL_OR(b), "
     "STRING_AGG(s, ',' ORDER BY id DESC) FROM t GROUP BY g",
+    "SELECT g, STDDEV(f), STDDEV_SAMP(id), STDDEV_POP(d), VARIANCE(f), VAR_SAMP(id), VAR_POP(d) FROM t "
+    "GROUP BY g",
     "SELECT g, b, COUNT(*), GROUPING(g, b) FROM t GROUP BY ROLLUP (g, b)",
     "SELECT g, b, SUM(id) FROM t GROUP BY CUBE (g, b)",
     "SELECT g, b, MAX(id) FROM t GROUP BY GROUPING SETS ((g), (b), ())",

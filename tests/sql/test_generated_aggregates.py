@@ -1,6 +1,7 @@
-"""Generated aggregate queries (DISTINCT, FILTER, STRING_AGG, BOOL_AND/BOOL_OR/EVERY, GROUPING SETS, ROLLUP,
-CUBE and GROUPING(), grouped and global, over joins) maintained over random transactions of inserts, deletes
-and updates on NULL-heavy data with duplicates: every view equals DuckDB's recompute after every transaction.
+"""Generated aggregate queries (DISTINCT, FILTER, STRING_AGG, BOOL_AND/BOOL_OR/EVERY, variances and standard
+deviations, GROUPING SETS, ROLLUP, CUBE and GROUPING(), grouped and global, over joins) maintained over random
+transactions of inserts, deletes and updates on NULL-heavy data with duplicates: every view equals DuckDB's
+recompute after every transaction.
 
 Each query is written twice: as ivm takes it, and for DuckDB, whose answers differ where PostgreSQL leaves
 something open: STRING_AGG without ORDER BY (ivm joins by value; DuckDB is given ``ORDER BY`` the value), and
@@ -94,6 +95,7 @@ class Gen:
         kind = r.choice(
             ["count*", "count", "sum", "avg", "min", "max", "bool_and", "bool_or", "every", "string_agg"]
             + ["count_distinct", "sum_distinct", "avg_distinct", "string_agg_distinct"] * 2
+            + ["spread"]
         )
         if kind == "count*":
             ours = theirs = "COUNT(*)"
@@ -103,6 +105,10 @@ class Gen:
             ours = theirs = f"{kind.upper()}({distinct}{c})"
         elif kind in ("sum", "avg"):
             ours = theirs = f"{kind.upper()}({r.choice(nums)})"
+        elif kind == "spread":
+            func = r.choice(["VARIANCE", "VAR_SAMP", "VAR_POP", "STDDEV", "STDDEV_SAMP", "STDDEV_POP"])
+            distinct = "DISTINCT " if r.random() < 0.3 else ""
+            ours = theirs = f"{func}({distinct}{r.choice(nums)})"
         elif kind.endswith("_distinct") and kind != "string_agg_distinct":
             func = kind.split("_")[0].upper()
             c = r.choice(nums + (texts if func == "COUNT" else []))

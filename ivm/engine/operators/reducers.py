@@ -153,7 +153,12 @@ AGGREGATES = (
     "max_text",
     "count_distinct",
     "string_agg",
+    "var_samp",
+    "var_pop",
+    "stddev_samp",
+    "stddev_pop",
 )
+VARIANCES = ("var_samp", "var_pop", "stddev_samp", "stddev_pop")
 
 
 INTEGER_OVERFLOW = "bigint out of range"  # a sum of integers beyond 64 bits, as PostgreSQL says of BIGINT
@@ -166,12 +171,15 @@ class Aggregate:
     (non-NULL values), ``sum``, ``avg``, ``min``, ``max``, ``min_text`` and ``max_text`` (string-pool codes
     compared as strings), ``count_distinct``, ``string_agg`` (string-pool codes joined, given as ``(kind,
     position, (separator, order))`` with ``order`` as ``TopK``'s entries, ties and all without keys by string,
-    each value as many times as its multiplicity). Sums of integers are exact int64; a group whose sum does not
+    each value as many times as its multiplicity), ``var_samp``, ``var_pop``, ``stddev_samp`` and ``stddev_pop``
+    (float64, NULL over fewer than two values, or none for the population's; see ``_spread``). Sums of
+    integers are exact int64; a group whose sum does not
     fit is in error, under ``overflow[j]`` for spec ``j`` (``bigint out of range`` unless given). Sums of
     doubles are the exact sums of the values present, rounded once (see ``exact``), -0.0 where every value is
     -0.0; one beyond the largest double is an error, as in PostgreSQL. ``avg`` is float64, divided further by
-    ``divisors[j]`` when given for spec ``j`` (the mean of decimals held as scaled integers, in units); an
-    aggregate over no non-NULL value is NULL (``count`` variants are 0).
+    ``divisors[j]`` when given for spec ``j`` (the mean of decimals held as scaled integers, in units; a
+    variance's and a standard deviation's too); an aggregate over no non-NULL value
+    is NULL (``count`` variants are 0).
     """
 
     def __init__(
@@ -187,8 +195,8 @@ class Aggregate:
         self.params = {j: s[2] for j, s in enumerate(specs) if len(s) > 2}
         self.divisors = dict(divisors or {})
         self.overflow = dict(overflow or {})
-        if any(self.specs[j][0] != "avg" for j in self.divisors):
-            raise ValueError("only averages take a divisor")
+        if any(self.specs[j][0] not in ("avg", *VARIANCES) for j in self.divisors):
+            raise ValueError("only averages, variances and standard deviations take a divisor")
         if any(self.specs[j][0] != "sum" for j in self.overflow):
             raise ValueError("only sums take an overflow message")
 
@@ -216,7 +224,7 @@ class Aggregate:
         group in error and those taking it out name the same error."""
         out = {}
         for j, (kind, pos) in enumerate(self.specs):
-            if kind in ("sum", "avg") and np.dtype(in_dtypes[pos]).kind == "f":
+            if kind in ("sum", "avg", *VARIANCES) and np.dtype(in_dtypes[pos]).kind == "f":
                 out[j] = exact.OVERFLOW
             elif kind == "sum":
                 out[j] = self.overflow.get(j, INTEGER_OVERFLOW)
@@ -314,7 +322,7 @@ class Aggregate:
         for kind, pos in self.specs:
             if kind in ("count", "count_col", "count_distinct", "min_text", "max_text", "string_agg"):
                 out.append(np.dtype(np.int64))
-            elif kind == "avg":
+            elif kind in ("avg", *VARIANCES):
                 out.append(np.dtype(np.float64))
             elif kind == "sum":
                 t = np.dtype(in_dtypes[pos])
@@ -405,6 +413,11 @@ class Aggregate:
                 use = (w > 0) if m is None else (w > 0) & m
                 codes, found = _string_agg(g, pos, use, *self.params[j])
                 cols.append(codes)
+                masks.append(found)
+            elif kind in VARIANCES:
+                s, found, bad = _spread(kind, x, present, nvalid, g, self.divisors.get(j))
+                failed = _failing(failed, bad, j)
+                cols.append(s)
                 masks.append(found)
             else:  # count_distinct
                 use = (w > 0) if m is None else (w > 0) & m
@@ -508,6 +521,58 @@ class Aggregate:
             np.ones(int(keep.sum()), dtype=np.int64),
         )
         return out, errors
+
+
+def _spread(
+    kind: str, x: np.ndarray, present: np.ndarray, n: np.ndarray, g: Groups, divisor: float | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Per group, the variance or standard deviation (``kind``) of the values ``x`` taken ``present`` times
+    each (0 for NULL), ``n`` of them; whether it is not NULL; and where it is in error (None for nowhere).
+    Decimals come as scaled integers, ``divisor`` their unit.
+
+    Computed from the group's values in two passes (the mean, then the squared deviations from it, corrected
+    by the deviations' own sum for the mean's rounding), as accurate as PostgreSQL's running sums and
+    independent of the order rows came in. Integers are first taken from one value of their group, exactly
+    (as PostgreSQL sums them in NUMERIC), so that values beyond 2**53 that differ by little keep their spread.
+    A NaN or infinity among the values gives NaN, as PostgreSQL's; a result past the largest double from
+    finite values is an error, as PostgreSQL's overflow is."""
+    starts = g.starts
+    found = n > 1 if kind.endswith("samp") else n > 0
+    if not len(starts):
+        z = np.zeros(0, dtype=np.float64)
+        return z, found, None
+    used = present != 0
+    seg = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(x))))
+    if x.dtype.kind == "f":
+        xf = np.where(used, x, 0.0)
+    else:  # deviations from the group's first value, exact in 64 bits unless they pass it
+        first = np.maximum.accumulate(np.where(used, np.arange(len(x)), -1))  # the last used row so far
+        ref = x[np.maximum(first[np.append(starts[1:], len(x)) - 1], 0)][seg]  # one used value per group
+        xi = x.astype(np.int64)
+        ri = ref.astype(np.int64)
+        with np.errstate(over="ignore"):
+            wide = np.abs(xi.astype(np.float64) - ri.astype(np.float64)) >= 2.0**62
+            xf = np.where(wide, xi.astype(np.float64) - ri.astype(np.float64), (xi - ri).astype(np.float64))
+        xf = np.where(used, xf, 0.0)
+    weight = present.astype(np.float64)
+    count = np.where(n > 0, n, 1).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        mean = np.add.reduceat(xf * weight, starts) / count
+        d = np.where(used, xf - mean[seg], 0.0)
+        drift = np.add.reduceat(d * weight, starts)
+        squares = np.add.reduceat(d * d * weight, starts) - drift * drift / count
+        squares[squares < 0] = 0.0  # (NaN stays)
+        out = squares / np.where(found, n - (1 if kind.endswith("samp") else 0), 1).astype(np.float64)
+        if divisor is not None:
+            out = out / (divisor * divisor)
+        if kind.startswith("stddev"):
+            out = np.sqrt(out)
+    bad = None
+    if x.dtype.kind == "f":
+        special = np.add.reduceat((~np.isfinite(xf) & used).astype(np.int64), starts)
+        bad = found & (special == 0) & ~np.isfinite(out)
+        out[found & (special > 0)] = np.nan
+    return np.where(found, out, 0.0), found, bad
 
 
 _PICK = {"min": np.minimum, "max": np.maximum}  # np.maximum's NaN wins, as in PostgreSQL
