@@ -329,6 +329,13 @@ def _replace(e: Call) -> Callable[[pa.Array], pa.Array]:
     return (lambda a: a) if old == "" else (lambda a: pc.replace_substring(a, pattern=old, replacement=new))
 
 
+def _regexp_replace(e: Call) -> Callable[[pa.Array], pa.Array]:
+    """REGEXP_REPLACE: RE2's pattern and rewrite (see ``sql.patterns``), every match or the first."""
+    pattern, rewrite, every = e.param
+    most = None if every else 1
+    return lambda a: pc.replace_substring_regex(a, pattern=pattern, replacement=rewrite, max_replacements=most)
+
+
 def _pad(e: Call) -> Callable[[pa.Array], pa.Array]:
     """LPAD/RPAD: cut to ``width`` characters, else filled with ``fill`` repeated (cut) on one side."""
     width, fill, left = e.param
@@ -455,6 +462,7 @@ FUNCTIONS: dict[str, Callable[[Call, list[Value], int], Value]] = {
     "left": _computed(_left),
     "right": _computed(_right),
     "replace": _computed(_replace),
+    "regexp_replace": _computed(_regexp_replace),
     "pad": _computed(_pad),
     "split_part": _computed(_split_part),
     "position": _computed(_position, np.int64),

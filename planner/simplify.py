@@ -71,7 +71,7 @@ _STRICT = frozenset(
         "to_type",
     }
     | {"abs", "sign", "round", "floor", "ceil", "length", "upper", "lower", "reverse", "trim", "substring"}
-    | {"left", "right", "replace", "pad", "split_part", "position", "starts_with"}
+    | {"left", "right", "replace", "regexp_replace", "pad", "split_part", "position", "starts_with"}
 )
 
 

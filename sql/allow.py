@@ -113,6 +113,9 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Escape: _BINARY,  # of LIKE and ILIKE, as ``sql.patterns`` checks
     exp.RegexpLike: _BINARY,
     exp.RegexpILike: _BINARY,
+    exp.RegexpReplace: frozenset(
+        {"this", "expression", "replacement", "modifiers", "position", "occurrence", "single_replace"}
+    ),
     exp.DPipe: frozenset({"this", "expression", "safe"}),
     exp.Case: frozenset({"this", "ifs", "default"}),
     exp.If: frozenset({"this", "true", "false"}),

@@ -9,10 +9,10 @@ Integers go in as DOUBLE PRECISION, as PostgreSQL resolves these functions for t
 which PostgreSQL computes in NUMERIC instead (as it does AVG and division).
 
 Text: LENGTH, UPPER, LOWER, TRIM/LTRIM/RTRIM/BTRIM, SUBSTRING, LEFT, RIGHT, REPLACE, POSITION/STRPOS,
-STARTS_WITH, REVERSE, LPAD/RPAD, SPLIT_PART, REPEAT, and CONCAT and CONCAT_WS (which skip NULLs and write
-other types as text, CHAR(n) padded). A CHAR(n) argument is otherwise read without its trailing spaces, as
-PostgreSQL converts it to text. Arguments other than the text or number a function works on must be constants:
-the function then runs once per distinct string of a batch.
+STARTS_WITH, REVERSE, LPAD/RPAD, SPLIT_PART, REPEAT, REGEXP_REPLACE (see ``sql.patterns``), and CONCAT and
+CONCAT_WS (which skip NULLs and write other types as text, CHAR(n) padded). A CHAR(n) argument is otherwise
+read without its trailing spaces, as PostgreSQL converts it to text. Arguments other than the text or number a
+function works on must be constants: the function then runs once per distinct string of a batch.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from sql.chars import shown
-from sql.errors import error_at
+from sql.errors import DataError, error_at
 from sql.logical import Call, Const, Expr
 from sql.types import BOOL, FLOAT, INTEGER, TEXT, SqlType, decimal_type
 
@@ -274,6 +274,39 @@ def _replace(node: exp.Replace, translate: Translate) -> Expr:
     return Call("replace", (x,), TEXT, (old, new))
 
 
+_REGEX_OPTIONS = frozenset("bceginmnpqstwx")  # PostgreSQL's; of them ivm takes c, g, i, s and t
+
+
+def _regexp_replace(node: exp.RegexpReplace, translate: Translate) -> Expr:
+    """REGEXP_REPLACE(text, pattern, replacement [, flags]) with flags ``g`` (every match, else the first),
+    ``i`` and ``c`` (case, the last one given wins), ``s`` and ``t`` (the defaults), over the patterns whose
+    matches RE2 finds as PostgreSQL does (``sql.patterns.replace_regex``)."""
+    from sql.patterns import replace_regex, replacement
+
+    for arg in ("position", "occurrence"):
+        if node.args.get(arg) is not None:
+            what = "REGEXP_REPLACE with a start or an occurrence is not supported"
+            raise error_at(node.args[arg], what, unsupported=True)
+    x = _text(node, translate(node.this))
+    pattern = _str_arg(node, node.expression, None)
+    new = _str_arg(node, node.args.get("replacement"), None)
+    flags = _str_arg(node, node.args.get("modifiers"), "")
+    if pattern is None or new is None or flags is None:
+        return Const(None, TEXT)
+    where = node.args.get("modifiers") or node
+    insensitive = False
+    for flag in flags:
+        if flag not in _REGEX_OPTIONS:
+            raise error_at(where, f'invalid regular expression option: "{flag}"', cls=DataError)
+        if flag not in "cgist":
+            raise error_at(where, f"REGEXP_REPLACE's flag {flag!r} is not supported", unsupported=True)
+        if flag in "ci":
+            insensitive = flag == "i"
+    every = "g" in flags
+    regex, groups = replace_regex(pattern, insensitive, every, node.expression)
+    return Call("regexp_replace", (x,), TEXT, (regex, replacement(new, groups), every))
+
+
 def _position(node: exp.StrPosition, translate: Translate) -> Expr:
     if node.args.get("position") is not None or node.args.get("occurrence") is not None:
         raise error_at(node, "POSITION with a starting position is not supported", unsupported=True)
@@ -358,6 +391,7 @@ _TEXT = {
     exp.Left: _left_right,
     exp.Right: _left_right,
     exp.Replace: _replace,
+    exp.RegexpReplace: _regexp_replace,
     exp.StrPosition: _position,
     exp.StartsWith: _starts_with,
     exp.Pad: _pad,
@@ -397,6 +431,6 @@ def _is_null(e: Expr) -> bool:
 
 
 def _name(node: exp.Expression) -> str:
-    return {"strposition": "POSITION", "pad": "LPAD/RPAD", "ceil": "CEIL", "concatws": "CONCAT_WS"}.get(
-        node.key, node.key.upper()
-    )
+    names = {"strposition": "POSITION", "pad": "LPAD/RPAD", "ceil": "CEIL", "concatws": "CONCAT_WS"}
+    names["regexpreplace"] = "REGEXP_REPLACE"
+    return names.get(node.key, node.key.upper())

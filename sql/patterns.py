@@ -30,7 +30,7 @@ from sql.errors import DataError, error_at
 from sql.logical import Call, Const, Expr
 from sql.types import BOOL
 
-__all__ = ["translate_match", "like_regex", "posix_regex"]
+__all__ = ["translate_match", "like_regex", "posix_regex", "replace_regex", "replacement"]
 
 
 def translate_match(node: exp.Expression, resolve) -> Expr:
@@ -158,13 +158,65 @@ class _Refused(Exception):
 def posix_regex(pattern: str, insensitive: bool = False, node: exp.Expression | None = None) -> str:
     """PostgreSQL's regular expression ``pattern`` in RE2's syntax, meaning the same (see the module's text);
     NotSupportedError naming what RE2 cannot do, DataError for what PostgreSQL refuses too."""
+    return _checked(_Translator(pattern, insensitive), node, "regular expressions")
+
+
+def replace_regex(
+    pattern: str, insensitive: bool, every: bool, node: exp.Expression | None = None
+) -> tuple[str, int]:
+    """REGEXP_REPLACE's ``pattern`` in RE2's syntax, and its number of capturing groups.
+
+    A match replaced must be the one PostgreSQL finds: at the leftmost place the pattern matches, the longest
+    match (a pattern without non-greedy quantifiers is greedy as a whole), its groups each as long as they can
+    be, earlier ones first. RE2 takes the first match by the order of alternatives and the greed of each
+    quantifier, as Perl does. The two agree on patterns made of characters, classes and bracket expressions
+    each quantified greedily, unquantified groups of them and the anchors ^ $ \\A \\Z: each greedy choice
+    leaves the most for the atoms after it. Alternation, non-greedy quantifiers, quantified groups and word
+    boundaries are refused by name. With ``every`` (the g flag), a pattern that can match the empty text is
+    refused too: PostgreSQL takes an empty match just after another match, RE2 does not."""
+    translator = _Translator(pattern, insensitive, replacing=True)
+    out = _checked(translator, node, "regexp_replace's pattern")
+    if every and not translator.required:
+        raise error_at(
+            node, "regexp_replace with the g flag and a pattern that matches empty text is not supported", True
+        )
+    return out, translator.groups
+
+
+def replacement(text: str, groups: int) -> str:
+    """REGEXP_REPLACE's replacement text as RE2's rewrite: ``\\1`` to ``\\9`` the groups (nothing for a group
+    the pattern has not), ``\\&`` the whole match, ``\\\\`` one backslash, and a backslash before anything else
+    itself, as PostgreSQL reads it.
+    """
+    out = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        i += 1
+        if ch != "\\":
+            out.append(ch)
+            continue
+        nxt = text[i] if i < len(text) else ""
+        if nxt.isdigit() and nxt != "0":
+            out.append(f"\\{nxt}" if int(nxt) <= groups else "")
+            i += 1
+        elif nxt == "&":
+            out.append("\\0")
+            i += 1
+        elif nxt == "\\":
+            out.append("\\\\")
+            i += 1
+        else:
+            out.append("\\\\")
+    return "".join(out)
+
+
+def _checked(translator: _Translator, node: exp.Expression | None, where: str) -> str:
     try:
-        body = _Translator(pattern, insensitive).translate()
+        body = translator.translate()
     except _Refused as err:
         if err.unsupported:
-            raise error_at(
-                node, f"{err.message} is not supported in regular expressions", unsupported=True
-            ) from None
+            raise error_at(node, f"{err.message} is not supported in {where}", unsupported=True) from None
         raise error_at(node, f"invalid regular expression: {err.message}", cls=DataError) from None
     out = "(?s)" + body
     try:
@@ -189,10 +241,18 @@ _RE2_ERRORS = [
 
 
 class _Translator:
-    def __init__(self, pattern: str, insensitive: bool) -> None:
+    """PostgreSQL's pattern to RE2's. With ``replacing``, it also keeps to the patterns whose match RE2 finds
+    as PostgreSQL does (see ``replace_regex``): it counts the capturing groups and the characters the pattern
+    needs at least (``groups``, ``required``)."""
+
+    def __init__(self, pattern: str, insensitive: bool, replacing: bool = False) -> None:
         self.p = pattern
         self.i = 0
         self.insensitive = insensitive
+        self.replacing = replacing
+        self.groups = 0
+        self.required = 0
+        self.last = ""  # what came last: "atom" (not yet known to be optional), "quantifier", "group" or ""
 
     def translate(self) -> str:
         p = self.p
@@ -203,10 +263,16 @@ class _Translator:
             ch = p[self.i]
             self.i += 1
             if ch == "\\":
-                out.append(self._escape())
+                piece = self._escape()
+                self._next("atom" if piece not in ("\\A", "\\z", "\\b", "\\B") else "")
+                if piece in ("\\b", "\\B") and self.replacing:
+                    raise _Refused("\\y and \\Y (word boundaries)")
+                out.append(piece)
             elif ch == "[":
                 out.append(self._bracket())
+                self._next("atom")
             elif ch == "(":
+                self._next("")
                 if p.startswith("?", self.i):
                     if p.startswith("?:", self.i):
                         out.append("(?:")
@@ -216,22 +282,48 @@ class _Translator:
                     if ahead.startswith(("?=", "?!", "?<=", "?<!")):
                         raise _Refused("lookahead and lookbehind constraints (?= (?! (?<= (?<!")
                     raise _Refused("embedded options ((?...))")
+                self.groups += 1
                 out.append("(")
             elif ch == "{":
                 m = _BOUND.match(p, self.i - 1)
                 if m is None:
                     out.append("\\{")
+                    self._next("atom")
                     continue
                 low, high = m.group(1), m.group(3)
                 if int(low) > 255 or (high and int(high) > 255) or (high and int(high) < int(low)):
                     raise _Refused("invalid repetition count(s)", unsupported=False)
+                self._quantifier(int(low))
                 out.append(m.group(0))
                 self.i = m.end()
-            elif ch in ".^$|)*+?":
+            elif ch in "*+?":
+                self._quantifier(1 if ch == "+" else 0)
+                out.append(ch)
+            elif ch in ".^$|)":
+                if ch == "|" and self.replacing:
+                    raise _Refused("alternation (|)")
+                self._next({".": "atom", ")": "group"}.get(ch, ""))
                 out.append(ch)
             else:
                 out.append(_literal(ch, self.insensitive))
+                self._next("atom")
+        self._next("")
         return "".join(out)
+
+    def _next(self, what: str) -> None:
+        """A token other than a quantifier, ``what`` it is: the atom before it, if any, was needed once."""
+        if self.last == "atom":
+            self.required += 1
+        self.last = what
+
+    def _quantifier(self, least: int) -> None:
+        if self.replacing and self.last == "quantifier":
+            raise _Refused("non-greedy quantifiers (*? +? ?? {m,n}?)")
+        if self.replacing and self.last == "group":
+            raise _Refused("a quantified group")
+        if self.last == "atom" and least > 0:
+            self.required += 1
+        self.last = "quantifier"
 
     def _escape(self) -> str:
         p = self.p

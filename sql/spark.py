@@ -175,6 +175,8 @@ def _query(query: exp.Expression, relations, spark: Spark) -> tuple[exp.Expressi
         if node.args.get("safe"):
             raise error_at(node, "TRY_CAST is not supported", unsupported=True)
         node.replace(exp.Cast(this=node.this, to=node.args["to"]))
+    for node in query.find_all(exp.RegexpReplace):  # Java's patterns, every match replaced, $1 for a group
+        raise error_at(node, "regexp_replace() is not supported in Spark's dialect", unsupported=True)
     schema = {
         r: {c: _sqlglot_type(t) for c, t in cols.items()}
         for r, cols in relations.items()

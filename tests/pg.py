@@ -10,16 +10,20 @@ from collections.abc import Callable, Iterator, Sequence
 import psycopg
 
 
-def postgres() -> Iterator[psycopg.Connection]:
+def postgres(c_locale: bool = False) -> Iterator[psycopg.Connection]:
     """A connection (autocommit) to a new, empty local cluster; the cluster stops when the generator is
-    closed."""
+    closed. With ``c_locale``, to a new database of the C locale, whose text order and character classes
+    (ASCII's) are ivm's."""
     from connectors.postgres.cluster import LocalCluster
 
-    with (
-        LocalCluster() as cluster,
-        psycopg.connect(cluster.dsn, autocommit=True, prepare_threshold=None) as conn,
-    ):
-        yield conn
+    with LocalCluster() as cluster:
+        dsn = cluster.dsn
+        if c_locale:
+            with psycopg.connect(dsn, autocommit=True) as admin:
+                admin.execute("CREATE DATABASE c_locale TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'")
+            dsn = dsn.replace("dbname=postgres", "dbname=c_locale")
+        with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as conn:
+            yield conn
 
 
 def postgres_with(table_sql: str, insert_sql: str, rows: Sequence[tuple]) -> Iterator[psycopg.Connection]:

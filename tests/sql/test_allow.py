@@ -174,6 +174,7 @@ ELSEWHERE = {
     exp.Escape: "LIKE ... ESCAPE: tests/sql/test_surface_text.py against PostgreSQL",
     exp.RegexpLike: "~: tests/sql/test_surface_text.py against PostgreSQL (DuckDB's ~ is a whole-text match)",
     exp.RegexpILike: "~*: tests/sql/test_surface_text.py against PostgreSQL",
+    exp.RegexpReplace: "REGEXP_REPLACE: tests/sql/test_regexp_replace.py against PostgreSQL",
     exp.AlterColumn: "tests/db/test_ddl_surface.py against PostgreSQL",
     exp.AddConstraint: "tests/db/test_ddl_surface.py against PostgreSQL",
     exp.ArrayAgg: "tests/sql/test_array_agg.py against PostgreSQL (DuckDB gives lists, not the array's text)",
