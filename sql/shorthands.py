@@ -69,7 +69,8 @@ def _named_windows(select: exp.Select) -> None:
 
 def _copy_into(window: exp.Window, named: dict[str, exp.Window], seen: set[str]) -> None:
     """Fill ``window`` (which names another) in from the window it names, as PostgreSQL copies one: its
-    PARTITION BY always, its ORDER BY unless it has none, and its frame only when ``window`` adds nothing."""
+    PARTITION BY always, its ORDER BY unless it has none, and its frame only when ``window`` is the name alone
+    (``OVER w``; ``OVER (w)`` copies a window without a frame, as PostgreSQL)."""
     alias = window.args["alias"]
     name = alias.name
     base = named.get(name)
@@ -79,7 +80,7 @@ def _copy_into(window: exp.Window, named: dict[str, exp.Window], seen: set[str])
         _copy_into(base, named, seen | {name})
     window.set("alias", None)
     own = {k: window.args.get(k) for k in ("partition_by", "order", "spec")}
-    if not any(own.values()):  # OVER w: the window as it is
+    if not any(own.values()) and "partition_by" not in window.args:  # OVER w (not OVER (w)): as it is
         window.set("partition_by", [p.copy() for p in base.args.get("partition_by") or []] or None)
         for k in ("order", "spec"):
             if base.args.get(k) is not None:

@@ -112,6 +112,14 @@ def test_shorthands_answer_and_follow_changes_as_postgresql(pg):
             'cannot copy window "w" because it has a frame clause',
         ),
         (
+            "SELECT sum(a) OVER (w) FROM t WINDOW w AS (ORDER BY a ROWS 2 PRECEDING)",
+            'cannot copy window "w" because it has a frame clause',
+        ),
+        (
+            "SELECT sum(a) OVER v FROM t WINDOW w AS (ORDER BY a ROWS 2 PRECEDING), v AS (w)",
+            'cannot copy window "w" because it has a frame clause',
+        ),
+        (
             "SELECT sum(a) OVER (w PARTITION BY g) FROM t WINDOW w AS (ORDER BY a)",
             "cannot override PARTITION BY",
         ),
