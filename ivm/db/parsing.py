@@ -12,6 +12,7 @@ import datetime as dt
 import decimal
 import functools
 import math
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -290,9 +291,11 @@ def _numbered(sql: str, named: bool) -> tuple[str, list[str] | None]:
     """``sql`` with its parameter placeholders written as ``$1``, ``$2``, ... (and, for a mapping, the names in
     their numbers' order): ``%s`` and ``?`` in order,
     ``%(name)s`` by name (``named``: the parameters are a mapping), ``%%`` as ``%``; ``$n`` stays. Found among
-    the statement's tokens, so never inside a string, a quoted name or a comment."""
+    the statement's tokens, so never inside a string, a quoted name or a comment. Each ``$`` before a digit is
+    read as ``?`` first (the text keeps its length): the tokenizer would read ``$1,$2`` as the start of a
+    string quoted by ``$1,$``, a tag PostgreSQL does not allow."""
     try:
-        toks = Postgres().tokenize(sql)
+        toks = Postgres().tokenize(re.sub(r"\$(?=[0-9])", "?", sql))
     except TokenError:
         raise _token_error(sql) from None
     T = sqlglot.tokens.TokenType
@@ -306,7 +309,11 @@ def _numbered(sql: str, named: bool) -> tuple[str, list[str] | None]:
         def glued(k: int, kind, text: str | None = None, i: int = i) -> bool:
             return _glued(toks, i + k, kind, text)
 
-        if t.token_type == T.PLACEHOLDER and t.text == "?" and not named:
+        if t.token_type == T.PLACEHOLDER and sql[t.start] == "$":  # ``$n``, kept, spaced from what follows
+            if glued(1, T.NUMBER):
+                edits.append((t.start, toks[i + 1].end, sql[t.start : toks[i + 1].end + 1]))
+                i += 1
+        elif t.token_type == T.PLACEHOLDER and t.text == "?" and not named:
             count += 1
             edits.append((t.start, t.end, f"${count}"))
         elif t.token_type == T.MOD and glued(1, T.MOD):

@@ -37,14 +37,22 @@ def test_every_placeholder_style_binds_its_values(db):
 
 
 def test_placeholders_written_without_spaces_between_them_bind(db):
-    """``%s,%s`` (as clients write them) is not read as the start of a dollar-quoted string."""
+    """``%s,%s`` (as clients write them) and ``$1,$2`` are not read as the start of a dollar-quoted string;
+    ``$1,$2`` inside strings, dollar-quoted ones too, is text."""
     db.execute("INSERT INTO t VALUES (%s,%s,%s,NULL)", (1, "a$b", 2))
     db.execute("INSERT INTO t VALUES (?,?,?,NULL)", (2, "$c$", 3))
     db.execute("INSERT INTO t VALUES (%(id)s,%(s)s,%(id)s,NULL)", {"id": 3, "s": "$"})
+    db.execute("INSERT INTO t VALUES ($1,$2,$1,NULL),(5,'$1,$2',$3,NULL)", (4, "$1,$2", 6))
     assert db.execute("SELECT id,s,d FROM t WHERE id IN (%s,%s,%s) ORDER BY id", (1, 2, 3)).fetchall() == [
         (1, "a$b", decimal.Decimal("2.00")),
         (2, "$c$", decimal.Decimal("3.00")),
         (3, "$", decimal.Decimal("3.00")),
+    ]
+    assert db.execute(
+        "SELECT id,s FROM t WHERE id IN ($1,$2) OR s = $q$$1,$2$q$ ORDER BY id", (4, 9)
+    ).fetchall() == [
+        (4, "$1,$2"),
+        (5, "$1,$2"),
     ]
 
 
