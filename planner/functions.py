@@ -336,6 +336,57 @@ def _regexp_replace(e: Call) -> Callable[[pa.Array], pa.Array]:
     return lambda a: pc.replace_substring_regex(a, pattern=pattern, replacement=rewrite, max_replacements=most)
 
 
+def _overlay(e: Call, args: list[Value], n: int) -> Value:
+    """OVERLAY: the characters before ``start``, the new text, the characters from ``start + count`` on; an
+    error for a start below 1 where a value is not NULL, as PostgreSQL's."""
+    ((a, m),) = args
+    new, start, count = e.param
+    if start < 1:
+        _fail_where(np.ones(n, dtype=bool), m, "negative substring length not allowed")
+
+    def overlay(s: pa.Array) -> pa.Array:
+        head = pc.utf8_slice_codeunits(s, start=0, stop=max(start - 1, 0))
+        tail = pc.utf8_slice_codeunits(s, start=max(start - 1 + count, 0))
+        return pc.binary_join_element_wise(head, pa.scalar(new, s.type), tail, pa.scalar("", s.type))
+
+    return POOL.compute(a, overlay), m
+
+
+def _translate(e: Call) -> Callable[[pa.Array], pa.Array]:
+    """TRANSLATE: every character mapped at once. Each is first replaced by a character of a private use area
+    that neither the texts nor the replacements hold, then that by its replacement, so that a replacement that
+    is itself mapped (``ab`` to ``ba``) is not mapped again."""
+    pairs = e.param
+    targets = "".join(new for _, new in pairs)
+
+    def translate(s: pa.Array) -> pa.Array:
+        if not pairs:
+            return s
+        free = (
+            (lo, hi)
+            for lo, hi in _PRIVATE
+            if not any(lo <= ord(c) <= hi for c in targets)
+            and not pc.any(pc.match_substring_regex(s, f"[{chr(lo)}-{chr(hi)}]")).as_py()
+        )
+        base = next(free, (None, None))[0]
+        if base is None:
+            from ivm.engine.operators.basic import EvaluationError
+
+            raise EvaluationError(
+                "TRANSLATE of texts holding characters of every private use area is not supported"
+            )
+        for k, (old, _) in enumerate(pairs):
+            s = pc.replace_substring(s, pattern=old, replacement=chr(base + k))
+        for k, (_, new) in enumerate(pairs):
+            s = pc.replace_substring(s, pattern=chr(base + k), replacement=new)
+        return s
+
+    return translate
+
+
+_PRIVATE = ((0xF0000, 0xFFFFD), (0x100000, 0x10FFFD), (0xE000, 0xF8FF))  # Unicode's private use areas
+
+
 def _pad(e: Call) -> Callable[[pa.Array], pa.Array]:
     """LPAD/RPAD: cut to ``width`` characters, else filled with ``fill`` repeated (cut) on one side."""
     width, fill, left = e.param
@@ -463,6 +514,8 @@ FUNCTIONS: dict[str, Callable[[Call, list[Value], int], Value]] = {
     "right": _computed(_right),
     "replace": _computed(_replace),
     "regexp_replace": _computed(_regexp_replace),
+    "overlay": _overlay,
+    "translate": _computed(_translate),
     "pad": _computed(_pad),
     "split_part": _computed(_split_part),
     "position": _computed(_position, np.int64),

@@ -72,6 +72,7 @@ _STRICT = frozenset(
     }
     | {"abs", "sign", "round", "floor", "ceil", "length", "upper", "lower", "reverse", "trim", "substring"}
     | {"left", "right", "replace", "regexp_replace", "pad", "split_part", "position", "starts_with"}
+    | {"overlay", "translate"}
 )
 
 

@@ -113,6 +113,8 @@ ALLOWED: dict[type[exp.Expression], frozenset[str]] = {
     exp.Escape: _BINARY,  # of LIKE and ILIKE, as ``sql.patterns`` checks
     exp.RegexpLike: _BINARY,
     exp.RegexpILike: _BINARY,
+    exp.Overlay: frozenset({"this", "expression", "from_", "for_"}),
+    exp.Translate: frozenset({"this", "from_", "to"}),
     exp.RegexpReplace: frozenset(
         {"this", "expression", "replacement", "modifiers", "position", "occurrence", "single_replace"}
     ),

@@ -9,7 +9,8 @@ Integers go in as DOUBLE PRECISION, as PostgreSQL resolves these functions for t
 which PostgreSQL computes in NUMERIC instead (as it does AVG and division).
 
 Text: LENGTH, UPPER, LOWER, TRIM/LTRIM/RTRIM/BTRIM, SUBSTRING, LEFT, RIGHT, REPLACE, POSITION/STRPOS,
-STARTS_WITH, REVERSE, LPAD/RPAD, SPLIT_PART, REPEAT, REGEXP_REPLACE (see ``sql.patterns``), and CONCAT and
+STARTS_WITH, REVERSE, LPAD/RPAD, SPLIT_PART, REPEAT, OVERLAY, TRANSLATE, REGEXP_REPLACE (see ``sql.patterns``),
+and CONCAT and
 CONCAT_WS (which skip NULLs and write other types as text, CHAR(n) padded). A CHAR(n) argument is otherwise
 read without its trailing spaces, as PostgreSQL converts it to text. Arguments other than the text or number a
 function works on must be constants: the function then runs once per distinct string of a batch.
@@ -358,6 +359,33 @@ def _concat_ws(node: exp.ConcatWs, translate: Translate) -> Expr:
     return Call("concat_ws", args, TEXT, sep)
 
 
+def _overlay(node: exp.Overlay, translate: Translate) -> Expr:
+    """OVERLAY(text PLACING new FROM start [FOR count]): the first ``start - 1`` characters, ``new``, then
+    the characters from ``start + count`` on (``count`` the length of ``new`` unless given)."""
+    x = _text(node, translate(node.this))
+    new = _str_arg(node, node.expression, None)
+    given = node.args.get("for_")
+    if new is None or isinstance(node.args.get("from_"), exp.Null) or isinstance(given, exp.Null):
+        return Const(None, TEXT)
+    start = _int_arg(node, node.args.get("from_"), None)
+    count = len(new) if given is None else _int_arg(node, given, None)
+    return Call("overlay", (x,), TEXT, (new, start, count))
+
+
+def _translate(node: exp.Translate, translate: Translate) -> Expr:
+    """TRANSLATE(text, from, to): each character of ``from`` (its first place) replaced by the one at the same
+    place of ``to``, or taken out where ``to`` is shorter."""
+    x = _text(node, translate(node.this))
+    old = _str_arg(node, node.args.get("from_"), None)
+    new = _str_arg(node, node.args.get("to"), None)
+    if old is None or new is None:
+        return Const(None, TEXT)
+    mapping = {}
+    for i, ch in enumerate(old):
+        mapping.setdefault(ch, new[i] if i < len(new) else "")
+    return Call("translate", (x,), TEXT, tuple(mapping.items()))
+
+
 def _repeat(node: exp.Repeat, translate: Translate) -> Expr:
     x = _text(node, translate(node.this))
     return Call("repeat", (x,), TEXT, max(_int_arg(node, node.args.get("times"), None), 0))
@@ -399,6 +427,8 @@ _TEXT = {
     exp.Concat: _concat,
     exp.ConcatWs: _concat_ws,
     exp.Repeat: _repeat,
+    exp.Overlay: _overlay,
+    exp.Translate: _translate,
 }
 
 

@@ -175,6 +175,8 @@ ELSEWHERE = {
     exp.RegexpLike: "~: tests/sql/test_surface_text.py against PostgreSQL (DuckDB's ~ is a whole-text match)",
     exp.RegexpILike: "~*: tests/sql/test_surface_text.py against PostgreSQL",
     exp.RegexpReplace: "REGEXP_REPLACE: tests/sql/test_regexp_replace.py against PostgreSQL",
+    exp.Overlay: "OVERLAY: tests/sql/test_surface_text.py against PostgreSQL",
+    exp.Translate: "TRANSLATE: tests/sql/test_surface_text.py against PostgreSQL",
     exp.AlterColumn: "tests/db/test_ddl_surface.py against PostgreSQL",
     exp.AddConstraint: "tests/db/test_ddl_surface.py against PostgreSQL",
     exp.ArrayAgg: "tests/sql/test_array_agg.py against PostgreSQL (DuckDB gives lists, not the array's text)",

@@ -117,6 +117,16 @@ SAME = [
     "repeat(c, 3) || '|'",
     "repeat(s, 0)",
     "repeat(s, -1)",
+    # OVERLAY and TRANSLATE
+    "overlay(s placing 'XY' from 2)",
+    "overlay(s placing '' from 3 for 1)",
+    "overlay(c placing '-' from 2 for -1)",
+    "overlay(s placing 'é' from 10 for 2)",
+    "translate(s, 'abc', 'bAé')",
+    "translate(s, 'aa ', 'x')",
+    "translate(c, 'ab', '')",
+    "translate(s, '', 'x')",
+    "translate(s, 'éÉ', 'eE')",
 ]
 
 CONSTANTS = [
@@ -126,6 +136,8 @@ CONSTANTS = [
     "SELECT 'abc' LIKE 'a\\%' ESCAPE '', 'a%c' LIKE 'a\\%c', 'A_C' ILIKE 'a#_c' ESCAPE '#'",
     "SELECT 1 WHERE 5 IN ('5', '6')",
     "SELECT 1 + '1', 2.5 * '2.25', '7' > 6",
+    "SELECT overlay('Txxxxas' placing 'hom' from 2 for 4), translate('abcab', 'ab', 'ba'), "
+    "translate('x', NULL, 'y'), overlay('abc' placing NULL from 1), overlay('abc' placing 'x' from 2 for NULL)",
 ]
 
 ERRORS = [  # (statement, PostgreSQL's message)
@@ -253,6 +265,20 @@ def test_refusals_name_the_construct_and_its_place(db, sql, words, at):
     start = len("CREATE VIEW w AS ") + sql.index(at) + 1
     assert err.value.line == 1 and start <= err.value.col < start + len(at), (err.value.col, start)
     assert "w" not in db.views
+
+
+def test_overlay_from_below_one_is_an_error_of_the_texts_it_reads(pg, db):
+    """As PostgreSQL's: an error where a text is read, none over NULLs alone."""
+    for sql in (
+        "SELECT overlay(s placing 'x' from 0) FROM tx",
+        "SELECT overlay(s placing 'x' from -1 for 3) FROM tx",
+    ):
+        with pytest.raises(psycopg.errors.SubstringError):
+            pg.execute(sql)
+        with pytest.raises(DataError, match="negative substring length not allowed"):
+            db.execute(sql)
+        nulls = f"{sql} WHERE s IS NULL"
+        assert db.execute(nulls).fetchall() == pg.execute(nulls).fetchall() == [(None,)]
 
 
 def test_a_bad_quoted_number_points_at_itself(db):
