@@ -25,6 +25,7 @@ from sqlglot import exp
 from sql.chars import shown
 from sql.errors import DataError, error_at
 from sql.logical import Call, Const, Expr
+from sql.patterns import replace_regex, replacement
 from sql.types import BOOL, FLOAT, INTEGER, TEXT, SqlType, decimal_type
 
 __all__ = ["translate_function", "as_text"]
@@ -282,8 +283,6 @@ def _regexp_replace(node: exp.RegexpReplace, translate: Translate) -> Expr:
     """REGEXP_REPLACE(text, pattern, replacement [, flags]) with flags ``g`` (every match, else the first),
     ``i`` and ``c`` (case, the last one given wins), ``s`` and ``t`` (the defaults), over the patterns whose
     matches RE2 finds as PostgreSQL does (``sql.patterns.replace_regex``)."""
-    from sql.patterns import replace_regex, replacement
-
     for arg in ("position", "occurrence"):
         if node.args.get(arg) is not None:
             what = "REGEXP_REPLACE with a start or an occurrence is not supported"
