@@ -5,9 +5,11 @@ the views are kept in N shards by the tasks of a barrier stage per micro-batch
 (``connectors.spark.distributed.DistributedViews``): the change rows never come to the driver, each source
 commit is one transaction in every shard, and the diffs leave as Spark DataFrames read from the Parquet the
 tasks wrote. ``ParquetDiffs`` are written by the tasks themselves, one file per task and micro-batch that has
-some; ``DiffsTo`` gets each changed view's diffs as a DataFrame. ``ParquetContentsSet`` keeps the views'
-contents in parts, one per task: a task writes its part of a view when that part changed, and the driver then
-names the parts of the micro-batch in the folder's manifest (see ``connectors.spark._contents``). With
+some; ``DiffsTo`` gets each changed view's diffs as a DataFrame; a ``ParquetContents`` file is written whole
+by one task, which the others send their parts of the view (only when the view changed).
+``ParquetContentsSet`` keeps the views' contents in parts, one per task: a task writes its part of a view when
+that part changed, and the driver then names the parts of the micro-batch in the folder's manifest (see
+``connectors.spark._contents``). With
 ``dead_letters``, each task writes its change rows of the commits the shards refused there, a file per task and
 micro-batch (``batch-<id>-task-<k>.parquet``), and the other commits proceed. All happens
 before the micro-batch is recorded, so a micro-batch Spark replays after a failure writes the same files and
@@ -23,7 +25,7 @@ import pyarrow as pa
 
 from connectors.spark._changes import ChangeShape, delta_cdf, plain
 from connectors.spark._contents import ParquetContentsSet, part_folder
-from connectors.spark._outputs import DiffsTo, Output, ParquetDiffs
+from connectors.spark._outputs import DiffsTo, Output, ParquetContents, ParquetDiffs
 from connectors.spark._sink import ViewSink
 from connectors.spark._state import joined
 from connectors.spark.distributed import DistributedViews
@@ -54,10 +56,10 @@ class ShardedSink(ViewSink):
         if shards < 1:
             raise SqlError("shards counts the parts each view is kept in: at least 1")
         for out in outputs:
-            if not isinstance(out, (DiffsTo, ParquetDiffs, ParquetContentsSet)):
+            if not isinstance(out, (DiffsTo, ParquetDiffs, ParquetContentsSet, ParquetContents)):
                 raise SqlError(
-                    f"{type(out).__name__} is not available with shards: a view's contents are spread over the "
-                    "executors (use DiffsTo, ParquetDiffs or ParquetContentsSet, or the sink without shards)"
+                    f"{type(out).__name__} is not available with shards (use DiffsTo, ParquetDiffs, "
+                    "ParquetContents or ParquetContentsSet, or the sink without shards)"
                 )
         self.shard_count, self.tasks, self.checkpoint_every = shards, tasks, checkpoint_every
         super().__init__(
@@ -92,6 +94,11 @@ class ShardedSink(ViewSink):
         spelled = {name: v for v, name in self.names.items()}
         functions = [out for out in self.outputs if isinstance(out, DiffsTo)]
         contents = self._contents_files(int(batch_id), kept.tasks)
+        wholes = [out for out in self.outputs if isinstance(out, ParquetContents)]
+        whole = {}
+        for out in wholes:
+            view = self._spelling(out.views[0])
+            whole[str(out.path)] = (self.names[view], not out.written, view)
 
         def emit(frames: dict) -> None:
             for folder, (out, view, _) in contents.items():
@@ -110,8 +117,10 @@ class ShardedSink(ViewSink):
         to_write = {folder: (self.names[view], every) for folder, (_, view, every) in contents.items()}
         dead = None if self.dead_letters is None else str(self.dead_letters)
         kept.apply_changes(
-            int(batch_id), df.drop(*unread), shape, {"query": query}, files, emit, to_write, dead
+            int(batch_id), df.drop(*unread), shape, {"query": query}, files, emit, to_write, dead, whole
         )
+        for out in wholes:
+            out.written = out.written or str(out.path) in kept.whole_written
         self.last_batch, self.query = int(batch_id), query or self.query
 
     def _contents_files(self, batch_id: int, tasks: int) -> dict[str, tuple[ParquetContentsSet, str, bool]]:

@@ -492,7 +492,8 @@ def view_sink(
     parallelism), and the change rows never come to the driver. Each shard checkpoints its state under
     ``state_dir`` every ``checkpoint_every`` micro-batches; a restart loads the newest and replays the
     micro-batches after it. The outputs are ``DiffsTo``, ``ParquetDiffs`` (written by the tasks, a file per
-    task) and ``ParquetContentsSet`` (each view's contents in parts written by the tasks); ``dead_letters``
+    task), ``ParquetContents`` (written whole by one task, to which the others send their parts when the view
+    changed) and ``ParquetContentsSet`` (each view's contents in parts written by the tasks); ``dead_letters``
     get a file per task and micro-batch with refused commits; with ``whole_commits=False`` each task keeps its
     rows of the last commit for the next micro-batch; ``checkpoint_bytes`` does not apply. See
     docs/design/sharding.md.

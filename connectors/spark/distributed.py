@@ -52,7 +52,7 @@ from connectors.spark._changes import (
     split_commits,
 )
 from connectors.spark._contents import contents_part
-from connectors.spark._state import remove_tree
+from connectors.spark._state import location, remove_tree, write_atomically
 from ivm.db.shards import Shards, portable_error, shards_of_rows
 from ivm.db.storage import Versions
 from ivm.engine.collective import Meeting, Rendezvous, SocketCollective
@@ -163,6 +163,7 @@ class DistributedViews:
         emit: Callable[[dict], None] | None = None,
         contents_files: Mapping[str, tuple[str, bool]] | None = None,
         dead_letters: str | None = None,
+        whole_files: Mapping[str, tuple[str, bool, str]] | None = None,
     ) -> dict | None:
         """Apply one micro-batch of change rows (a DataFrame in ``shape``, as ``connectors.spark``'s sink takes
         them), each source commit as one transaction; returns each view's diffs as a DataFrame (its columns,
@@ -179,7 +180,13 @@ class DistributedViews:
 
         A commit the shards refuse fails the micro-batch, naming it; with ``dead_letters`` (a folder) each task
         writes its change rows of such commits there instead, with the error (``_ivm_batch_id``,
-        ``_ivm_error``; ``batch-<id>-task-<k>.parquet``), and the other commits proceed."""
+        ``_ivm_error``; ``batch-<id>-task-<k>.parquet``), and the other commits proceed.
+
+        For each file of ``whole_files`` (file -> (view, every, the view's name in the file's metadata)), the
+        view's whole contents are written there in one piece when the view changed in this micro-batch or
+        ``every`` is true: each task sends its shards' part to the task of the first range of shards, which
+        writes the file (unless the view is in error in some shard: the file keeps the contents it had).
+        ``whole_written`` then names the files written."""
         rec = self._next(batch_id)
         if rec is None:
             return None
@@ -202,6 +209,7 @@ class DistributedViews:
             {v: [str(f) for f in folders] for v, folders in (diff_files or {}).items()},
             {str(folder): spec for folder, spec in (contents_files or {}).items()},
             None if dead_letters is None else str(dead_letters),
+            {str(path): spec for path, spec in (whole_files or {}).items()},
         )
         return self._run(batch_id, rec, time_type, df, (shape, schema), note, outputs, emit)
 
@@ -262,9 +270,11 @@ class DistributedViews:
         self.counts = {v: sum(r[1][v] for r in reported) for v in self.views}
         self.afresh = sum(r[0] for r in reported)
         self.contents_written = {folder: [False] * self.tasks for folder in outputs.contents}
-        for _, _, role, written in reported:
+        self.whole_written: set[str] = set()
+        for _, _, role, written, whole in reported:
             for folder, status in written.items():
                 self.contents_written[folder][role] = status
+            self.whole_written.update(whole)
         frames = _Frames(self.spark, join(directory, "output"), list(self.views))
         if emit is not None:
             emit(frames)
@@ -407,11 +417,13 @@ class _Frames(Mapping):
 
 class _Outputs(NamedTuple):
     """What the tasks of a micro-batch write besides their shards: each view's diffs into folders, the parts
-    of views' contents (folder -> (view, whether every task writes its part)), and the commits refused."""
+    of views' contents (folder -> (view, whether every task writes its part)), the commits refused, and views'
+    whole contents (file -> (view, whether it is written unchanged, its name in the file's metadata))."""
 
     diffs: dict[str, list[str]] = {}
     contents: dict[str, tuple[str, bool]] = {}
     dead_letters: str | None = None
+    whole: dict[str, tuple[str, bool, str]] = {}
 
 
 class _Job:
@@ -445,7 +457,8 @@ class _Job:
         self.authkey = os.urandom(16)  # the tasks' connections to one another prove they are of this job
         extra = [pa.field("time", time_type), pa.field("diff", pa.int64())]
         self.diff_schemas = {v: pa.schema([*views.columns[v], *extra]) for v in self.views}
-        self.contents_schemas = {v: pa.schema(list(views.columns[v])) for v, _ in outputs.contents.values()}
+        wanted = [v for v, *_ in [*outputs.contents.values(), *outputs.whole.values()]]
+        self.contents_schemas = {v: pa.schema(list(views.columns[v])) for v in wanted}
 
     def run(self, batches):
         from pyspark import BarrierTaskContext
@@ -533,25 +546,60 @@ class _Job:
             for folder, (view, every) in self.outputs.contents.items()
             if every or afresh or counts[view]
         }
+        whole = self._write_whole(db, collective, role, counts) if self.outputs.whole else []
         if self.checkpoint:
             db.save(versions, self.batch_id)
         collective.close()
         _HELD[key] = (role, self.batch_id, db, subs, versions)
-        return pickle.dumps((afresh, counts, role, written))
+        return pickle.dumps((afresh, counts, role, written, whole))
 
-    def _write_contents(self, db: Shards, view: str, role: int, folder: str) -> bool | None:
-        """Write this task's part of ``view``'s contents into ``folder``: True, or None if the view is in
-        error in one of the hosted shards (it has no contents to write)."""
+    def _part(self, db: Shards, view: str) -> pa.Table | None:
+        """The hosted shards' part of ``view``'s contents, stamped with the view and the micro-batch; None if
+        the view is in error in one of them (it has no contents)."""
         try:
             rows = db.contents(view)
         except Error:
             return None
         schema = self.contents_schemas[view]
         meta = {b"ivm.view": view.encode(), b"ivm.batch_id": str(self.batch_id).encode()}
-        part = pa.table(rows.columns, names=schema.names).cast(schema).replace_schema_metadata(meta)
+        return pa.table(rows.columns, names=schema.names).cast(schema).replace_schema_metadata(meta)
+
+    def _write_contents(self, db: Shards, view: str, role: int, folder: str) -> bool | None:
+        """Write this task's part of ``view``'s contents into ``folder``: True, or None if the view is in
+        error in one of the hosted shards (it has no contents to write)."""
+        part = self._part(db, view)
+        if part is None:
+            return None
         makedirs(folder)
         pq.write_table(part, join(folder, contents_part(role)))
         return True
+
+    def _write_whole(self, db: Shards, collective: SocketCollective, role: int, counts: dict) -> list[str]:
+        """Write the whole contents of the views of ``outputs.whole`` that changed in this micro-batch (in any
+        shard) or are to be written unchanged, each into its one file, from the task of role 0 (the others
+        send it their parts); the files written."""
+        changed = {view for view, n in counts.items() if n}
+        said = [pickle.loads(m) for m in collective.all_gather(pickle.dumps(changed))]
+        changed = set().union(*said)
+        due = {path: spec for path, spec in self.outputs.whole.items() if spec[1] or spec[0] in changed}
+        if not due:  # (alike in every task)
+            return []
+        parts = {view: self._part(db, view) for view, _, _ in due.values()}
+        mine = pickle.dumps({v: None if p is None else _ipc(p) for v, p in parts.items()})
+        came = collective.all_to_all([mine] + [b""] * (self.tasks - 1))
+        if role != 0:
+            return []
+        every = [pickle.loads(m) for m in came]
+        written = []
+        for path, (view, _, label) in due.items():
+            blobs = [m[view] for m in every]
+            if any(b is None for b in blobs):
+                continue  # in error in some shard: the file keeps the contents last computed whole
+            data = pa.concat_tables([_from_ipc(b) for b in blobs])
+            meta = {**data.schema.metadata, b"ivm.view": label.encode()}
+            write_atomically(data.replace_schema_metadata(meta), location(path))
+            written.append(path)
+        return written
 
     def _exchange(self, collective: SocketCollective, role: int, rows: list[pa.RecordBatch]) -> dict:
         """Send each of this task's ``rows`` to the task hosting its shard, and keep those that come here

@@ -9,8 +9,9 @@ the sink's ``DiffsTo`` function; the shards had written their checkpoint of it, 
 the end and checks it: the commit the shards refuse went to the dead letters as it does with the embedded sink;
 each micro-batch's diff files (``ParquetDiffs``, written by the tasks) equal the
 embedded sink's diffs of the same micro-batch, and there is one set of them per micro-batch; the views'
-contents (``ParquetContentsSet``, in parts written by the tasks), as read in each micro-batch's ``DiffsTo``
-call and at the end, equal the embedded sink's contents after that micro-batch. Prints one line of JSON: what
+contents (``ParquetContentsSet``, in parts written by the tasks, and two views' ``ParquetContents`` files,
+each written whole by one task), as read in each micro-batch's ``DiffsTo`` call and at the end, equal the
+embedded sink's contents after that micro-batch. Prints one line of JSON: what
 was checked."""
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from connectors.spark import DiffsTo, ParquetContentsSet, ParquetDiffs, plain, read_contents, view_sink
+from connectors.spark import (
+    DiffsTo,
+    ParquetContents,
+    ParquetContentsSet,
+    ParquetDiffs,
+    plain,
+    read_contents,
+    view_sink,
+)
 from connectors.spark.local import cluster_session
 
 SCHEMA = (
@@ -41,6 +50,7 @@ VIEWS = {
     "SELECT r.a, edge.dst FROM r JOIN edge ON r.b = edge.src) SELECT a, b FROM r",
     "lonely": "SELECT id, upper(grp) AS g FROM node WHERE id NOT IN (SELECT src FROM edge)",
 }
+WHOLE = ["Heavy", "reach"]  # views also kept as one file each (ParquetContents)
 SHAPE = plain(operation="op", commit="lsn", table_column="tbl")
 CUT = plain(operation="op", commit="lsn", table_column="tbl", whole_commits=False)
 BATCHES = 6
@@ -112,6 +122,10 @@ def sink(root: Path, die_in: int | None = None):
             os.kill(os.getpid(), signal.SIGKILL)
         # the contents the folder shows while the micro-batch's functions run: those of this micro-batch
         at, tables = read_contents(root / "contents")
+        for v in WHOLE:  # each view's one file: that of the last micro-batch that changed it
+            t = pq.read_table(root / "whole" / f"{v}.parquet")
+            tables[f"whole {v}"] = t
+            at = max(at, int(t.schema.metadata[b"ivm.batch_id"]))
         with open(root / "contents_seen", "a") as f:
             f.write(json.dumps([batch_id, at, {v: _rows(t) for v, t in tables.items()}]) + "\n")
 
@@ -119,6 +133,7 @@ def sink(root: Path, die_in: int | None = None):
         DiffsTo(called, arrow=True),
         *(ParquetDiffs(v, root / "diffs" / v) for v in VIEWS),
         ParquetContentsSet(root / "contents"),
+        *(ParquetContents(v, root / "whole" / f"{v}.parquet") for v in WHOLE),
     ]
     return view_sink(
         SCHEMA,
@@ -176,7 +191,8 @@ def check(root: Path) -> dict:
         want = embedded.apply(pq.read_table(root / "source" / f"{batch:03d}.parquet"), batch)
         whole = {v: json.loads(json.dumps(_rows(embedded.contents(v)))) for v in VIEWS}
         for at, tables in seen.get(batch, []):
-            assert at == batch and tables == whole, (batch, at, tables, whole)
+            want_seen = {**whole, **{f"whole {v}": whole[v] for v in WHOLE}}
+            assert at == batch and tables == want_seen, (batch, at, tables, want_seen)
             contents_compared += 1
         for v in VIEWS:
             parts = files.get((v, batch), [])
@@ -202,6 +218,10 @@ def check(root: Path) -> dict:
     for f in sorted((root / "embedded_dead").glob("*.parquet")):
         want_dead += bag(pq.read_table(f).drop_columns(["_ivm_error"]))
     assert dead == want_dead and sum(dead.values()) == 1, (dead, want_dead)
+    for v in WHOLE:
+        t = pq.read_table(root / "whole" / f"{v}.parquet")
+        assert t.schema.metadata[b"ivm.view"] == v.encode(), t.schema.metadata
+        assert json.loads(json.dumps(_rows(t))) == whole[v], v
     at, tables = read_contents(root / "contents")
     assert at == BATCHES - 1 and {v: json.loads(json.dumps(_rows(t))) for v, t in tables.items()} == whole
     for v in VIEWS:  # the parts of the newest two manifests are kept, no more
