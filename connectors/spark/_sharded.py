@@ -5,8 +5,9 @@ the views are kept in N shards by the tasks of a barrier stage per micro-batch
 (``connectors.spark.distributed.DistributedViews``): the change rows never come to the driver, each source
 commit is one transaction in every shard, and the diffs leave as Spark DataFrames read from the Parquet the
 tasks wrote. ``ParquetDiffs`` are written by the tasks themselves, one file per task and micro-batch that has
-some; ``DiffsTo`` gets each changed view's diffs as a DataFrame; a ``ParquetContents`` file is written whole
-by one task, which the others send their parts of the view (only when the view changed).
+some; ``DiffsTo`` gets each changed view's diffs as a DataFrame, and ``DeltaContents`` MERGEs them into its
+table, the rows to keep and delete computed by Spark from that DataFrame; a ``ParquetContents`` file is
+written whole by one task, which the others send their parts of the view (only when the view changed).
 ``ParquetContentsSet`` keeps the views' contents in parts, one per task: a task writes its part of a view when
 that part changed, and the driver then names the parts of the micro-batch in the folder's manifest (see
 ``connectors.spark._contents``). With
@@ -25,7 +26,7 @@ import pyarrow as pa
 
 from connectors.spark._changes import ChangeShape, delta_cdf, plain
 from connectors.spark._contents import ParquetContentsSet, part_folder
-from connectors.spark._outputs import DiffsTo, Output, ParquetContents, ParquetDiffs
+from connectors.spark._outputs import DeltaContents, DiffsTo, Output, ParquetContents, ParquetDiffs, merge_frame
 from connectors.spark._sink import ViewSink
 from connectors.spark._state import joined
 from connectors.spark.distributed import DistributedViews
@@ -56,10 +57,10 @@ class ShardedSink(ViewSink):
         if shards < 1:
             raise SqlError("shards counts the parts each view is kept in: at least 1")
         for out in outputs:
-            if not isinstance(out, (DiffsTo, ParquetDiffs, ParquetContentsSet, ParquetContents)):
+            if not isinstance(out, (DiffsTo, ParquetDiffs, ParquetContentsSet, ParquetContents, DeltaContents)):
                 raise SqlError(
                     f"{type(out).__name__} is not available with shards (use DiffsTo, ParquetDiffs, "
-                    "ParquetContents or ParquetContentsSet, or the sink without shards)"
+                    "ParquetContents, ParquetContentsSet or DeltaContents, or the sink without shards)"
                 )
         self.shard_count, self.tasks, self.checkpoint_every = shards, tasks, checkpoint_every
         super().__init__(
@@ -92,7 +93,7 @@ class ShardedSink(ViewSink):
             if isinstance(out, ParquetDiffs):
                 files.setdefault(self.names[self._spelling(out.views[0])], []).append(out.path)
         spelled = {name: v for v, name in self.names.items()}
-        functions = [out for out in self.outputs if isinstance(out, DiffsTo)]
+        called = [out for out in self.outputs if isinstance(out, (DiffsTo, DeltaContents))]
         contents = self._contents_files(int(batch_id), kept.tasks)
         wholes = [out for out in self.outputs if isinstance(out, ParquetContents)]
         whole = {}
@@ -107,11 +108,15 @@ class ShardedSink(ViewSink):
                 out.finish(int(batch_id))
             for name in frames:
                 view = spelled[name]
-                if not kept.counts[name] or not any(out.wants(view) for out in functions):
+                if not kept.counts[name] or not any(out.wants(view) for out in called):
                     continue
                 diffs = frames[name].select(*self.no_diffs[view].schema.names)
-                for out in functions:
-                    if out.wants(view):
+                for out in called:
+                    if not out.wants(view):
+                        continue
+                    if isinstance(out, DeltaContents):  # merged by Spark: the diffs stay on the executors
+                        out.merge(df.sparkSession, merge_frame(diffs, out.key), view)
+                    else:
                         out.fn(view, diffs.toArrow() if out.arrow else diffs, int(batch_id))
 
         to_write = {folder: (self.names[view], every) for folder, (_, view, every) in contents.items()}

@@ -493,7 +493,8 @@ def view_sink(
     ``state_dir`` every ``checkpoint_every`` micro-batches; a restart loads the newest and replays the
     micro-batches after it. The outputs are ``DiffsTo``, ``ParquetDiffs`` (written by the tasks, a file per
     task), ``ParquetContents`` (written whole by one task, to which the others send their parts when the view
-    changed) and ``ParquetContentsSet`` (each view's contents in parts written by the tasks); ``dead_letters``
+    changed), ``DeltaContents`` (the MERGE computed by Spark from the diffs, which stay on the executors) and
+    ``ParquetContentsSet`` (each view's contents in parts written by the tasks); ``dead_letters``
     get a file per task and micro-batch with refused commits; with ``whole_commits=False`` each task keeps its
     rows of the last commit for the next micro-batch; ``checkpoint_bytes`` does not apply. See
     docs/design/sharding.md.

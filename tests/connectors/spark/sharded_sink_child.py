@@ -10,8 +10,9 @@ the end and checks it: the commit the shards refuse went to the dead letters as 
 each micro-batch's diff files (``ParquetDiffs``, written by the tasks) equal the
 embedded sink's diffs of the same micro-batch, and there is one set of them per micro-batch; the views'
 contents (``ParquetContentsSet``, in parts written by the tasks, and two views' ``ParquetContents`` files,
-each written whole by one task), as read in each micro-batch's ``DiffsTo`` call and at the end, equal the
-embedded sink's contents after that micro-batch. Prints one line of JSON: what
+each written whole by one task, and two views MERGEd by key into tables, ``DeltaContents`` with DuckDB in
+Delta's place), as read in each micro-batch's ``DiffsTo`` call and at the end, equal the embedded sink's
+contents after that micro-batch. Prints one line of JSON: what
 was checked."""
 
 from __future__ import annotations
@@ -24,10 +25,13 @@ import signal
 import sys
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+import sqlglot
 
 from connectors.spark import (
+    DeltaContents,
     DiffsTo,
     ParquetContents,
     ParquetContentsSet,
@@ -36,6 +40,7 @@ from connectors.spark import (
     read_contents,
     view_sink,
 )
+from connectors.spark._outputs import merge_statement
 from connectors.spark.local import cluster_session
 
 SCHEMA = (
@@ -51,6 +56,33 @@ VIEWS = {
     "lonely": "SELECT id, upper(grp) AS g FROM node WHERE id NOT IN (SELECT src FROM edge)",
 }
 WHOLE = ["Heavy", "reach"]  # views also kept as one file each (ParquetContents)
+MERGED = {"by_grp": "grp VARCHAR, n BIGINT", "Heavy": "grp VARCHAR, w BIGINT, top INTEGER"}  # DeltaContents
+
+
+class DuckDBContents(DeltaContents):
+    """``DeltaContents`` whose MERGE statement runs in a DuckDB database file (translated by sqlglot), Delta's
+    jars not being on this machine: the changes are the DataFrame the sink computed with Spark."""
+
+    def __init__(self, view: str, path: Path) -> None:
+        super().__init__(view, f"merged_{view}", ["grp"])
+        self.path = path
+        with duckdb.connect(str(path)) as db:
+            db.execute(f"CREATE TABLE IF NOT EXISTS {self.table} ({MERGED[view]})")
+
+    def merge(self, spark, changes, view: str) -> None:
+        rows = changes.toArrow()
+        columns = [c for c in rows.column_names if c != "_ivm_delete"]
+        statement = merge_statement(self.table, "changes", columns, self.key)
+        with duckdb.connect(str(self.path)) as db:
+            db.register("changes", rows)
+            db.execute(sqlglot.transpile(statement, "spark", "duckdb")[0])
+
+
+def merged(root: Path) -> dict[str, pa.Table]:
+    with duckdb.connect(str(root / "merged.duckdb")) as db:
+        return {v: db.execute(f"SELECT * FROM merged_{v}").to_arrow_table() for v in MERGED}
+
+
 SHAPE = plain(operation="op", commit="lsn", table_column="tbl")
 CUT = plain(operation="op", commit="lsn", table_column="tbl", whole_commits=False)
 BATCHES = 6
@@ -122,6 +154,8 @@ def sink(root: Path, die_in: int | None = None):
             os.kill(os.getpid(), signal.SIGKILL)
         # the contents the folder shows while the micro-batch's functions run: those of this micro-batch
         at, tables = read_contents(root / "contents")
+        if view in MERGED:  # (its table is merged before this call; another view's may be after it)
+            tables[f"merged {view}"] = merged(root)[view]
         for v in WHOLE:  # each view's one file: that of the last micro-batch that changed it
             t = pq.read_table(root / "whole" / f"{v}.parquet")
             tables[f"whole {v}"] = t
@@ -130,6 +164,7 @@ def sink(root: Path, die_in: int | None = None):
             f.write(json.dumps([batch_id, at, {v: _rows(t) for v, t in tables.items()}]) + "\n")
 
     outputs = [
+        *(DuckDBContents(v, root / "merged.duckdb") for v in MERGED),  # (merged before ``called`` reads them)
         DiffsTo(called, arrow=True),
         *(ParquetDiffs(v, root / "diffs" / v) for v in VIEWS),
         ParquetContentsSet(root / "contents"),
@@ -192,6 +227,7 @@ def check(root: Path) -> dict:
         whole = {v: json.loads(json.dumps(_rows(embedded.contents(v)))) for v in VIEWS}
         for at, tables in seen.get(batch, []):
             want_seen = {**whole, **{f"whole {v}": whole[v] for v in WHOLE}}
+            want_seen.update({f"merged {v}": whole[v] for v in MERGED if f"merged {v}" in tables})
             assert at == batch and tables == want_seen, (batch, at, tables, want_seen)
             contents_compared += 1
         for v in VIEWS:
@@ -218,6 +254,8 @@ def check(root: Path) -> dict:
     for f in sorted((root / "embedded_dead").glob("*.parquet")):
         want_dead += bag(pq.read_table(f).drop_columns(["_ivm_error"]))
     assert dead == want_dead and sum(dead.values()) == 1, (dead, want_dead)
+    for v, t in merged(root).items():
+        assert json.loads(json.dumps(_rows(t))) == whole[v], v
     for v in WHOLE:
         t = pq.read_table(root / "whole" / f"{v}.parquet")
         assert t.schema.metadata[b"ivm.view"] == v.encode(), t.schema.metadata

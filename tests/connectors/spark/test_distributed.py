@@ -63,7 +63,8 @@ def test_a_sink_with_shards_whose_driver_dies_mid_batch_resumes_from_its_checkpo
     micro-batch 1, replays 2 (whose refused commit goes to the dead letters, as the embedded sink's does) and
     applies 3 again; every micro-batch's diff files equal the embedded sink's
     diffs of the same change rows, written once, and the views' contents in parts (``ParquetContentsSet``)
-    and in one file per view (``ParquetContents``) equal the embedded sink's after each micro-batch. With
+    and in one file per view (``ParquetContents``), and two views MERGEd into keyed tables (``DeltaContents``,
+    its statement run by DuckDB), equal the embedded sink's after each micro-batch. With
     ``cut``, the files cut commits in two and both sinks read them with ``whole_commits=False``: each
     micro-batch's last commit waits for the next (in the shards, each task keeps its rows of it under the
     batch's directory, where a replay finds them)."""
@@ -91,12 +92,12 @@ def test_tasks_keep_the_shards_their_workers_hold_whichever_partitions_spark_giv
 
 
 def test_a_sink_with_shards_refuses_what_it_cannot_do(tmp_path):
-    from connectors.spark import DeltaContents, ParquetDiffs, view_sink
+    from connectors.spark import Output, ParquetDiffs, view_sink
     from sql.errors import SqlError
 
     schema, views = "CREATE TABLE t (k INT PRIMARY KEY, v INT)", {"s": "SELECT sum(v) AS s FROM t"}
-    with pytest.raises(SqlError, match="DeltaContents is not available with shards"):
-        view_sink(schema, views, tmp_path / "a", shards=2, outputs=[DeltaContents("s", "t", ["s"])])
+    with pytest.raises(SqlError, match="Output is not available with shards"):
+        view_sink(schema, views, tmp_path / "a", shards=2, outputs=[Output()])
     with pytest.raises(SqlError, match="at least 1"):
         view_sink(schema, views, tmp_path / "d", shards=0)
     sink = view_sink(schema, views, tmp_path / "e", shards=2, outputs=[ParquetDiffs("S", tmp_path / "f")])
