@@ -2,7 +2,8 @@
 pyarrow on the driver (``merge_rows``, the embedded sink) and by Spark on the executors (``merge_frame``, the
 sink with shards), agree; and the MERGE statement, run by DuckDB after sqlglot's translation (Delta's jars
 are not on these machines), carries a keyed table from a view's contents before the micro-batch to its
-contents after, through commits whose rows come and go within the micro-batch, NULL keys included."""
+contents after, through commits whose rows come and go within the micro-batch, NULL keys included; Spark's
+own parser reads the statement as that MERGE."""
 
 from __future__ import annotations
 
@@ -73,3 +74,12 @@ def test_merges_computed_by_pyarrow_and_by_spark_agree_and_carry_a_keyed_table_t
         state = states[-1]
         assert _bag(db.execute("SELECT * FROM target").to_arrow_table()) == _rows(state)
     assert merged > 30
+
+
+def test_spark_reads_the_merge_statement_as_a_keyed_merge_with_a_delete_an_update_and_an_insert(spark):
+    statement = merge_statement("target", "changes", ["a", "b c", "n"], ["a", "b c"])
+    plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(statement).toString()
+    assert plan.startswith("'MergeIntoTable (('t.a <=> 's.a) AND ('t.b c <=> 's.b c))"), plan
+    assert "deleteaction(Some('s._ivm_delete))" in plan
+    assert "updateaction(None, assignment('a, 's.a), assignment('b c, 's.b c), assignment('n, 's.n)" in plan
+    assert "insertaction(Some(NOT 's._ivm_delete), assignment('a, 's.a)" in plan
