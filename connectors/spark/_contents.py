@@ -8,8 +8,8 @@ Layout of a ``ParquetContentsSet`` folder::
     top/batch-000000000003.parquet
 
 With shards (``view_sink(..., shards=N)``) a view's contents are in parts, one per task, each written by
-the task that hosts those shards when its part changed; the manifest names the list of parts that make the
-view's contents at that micro-batch (a part unchanged keeps its older file)::
+its task when the view changed; the manifest names the list of parts that make the view's contents at that
+micro-batch (a view unchanged keeps its older files)::
 
     ByCust/batch-000000000007/part-00000.parquet
     ByCust/batch-000000000005/part-00001.parquet

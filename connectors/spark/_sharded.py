@@ -8,8 +8,8 @@ tasks wrote. ``ParquetDiffs`` are written by the tasks themselves, one file per 
 some; ``DiffsTo`` gets each changed view's diffs as a DataFrame, and ``DeltaContents`` MERGEs them into its
 table, the rows to keep and delete computed by Spark from that DataFrame; a ``ParquetContents`` file is
 written whole by one task, which the others send their parts of the view (only when the view changed).
-``ParquetContentsSet`` keeps the views' contents in parts, one per task: a task writes its part of a view when
-that part changed, and the driver then names the parts of the micro-batch in the folder's manifest (see
+``ParquetContentsSet`` keeps the views' contents in parts, one per task: every task writes its part of a view
+that changed, and the driver then names the parts of the micro-batch in the folder's manifest (see
 ``connectors.spark._contents``). With
 ``dead_letters``, each task writes its change rows of the commits the shards refused there, a file per task and
 micro-batch (``batch-<id>-task-<k>.parquet``), and the other commits proceed. All happens

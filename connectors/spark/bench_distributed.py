@@ -62,8 +62,7 @@ def _stream(spark, sink, stream, directory: Path, parts: int, recompute: list[st
     finally:
         handle.stop()
     # Spark SQL's recompute is timed after the stream, over the final tables (they differ from those after
-    # any one refresh batch by a fraction of a percent): between micro-batches it would leave the executors'
-    # Python workers idle for over a minute, and Spark stops such a worker, with the shards it keeps
+    # any one refresh batch by a fraction of a percent)
     for _ in range(3 if recompute else 0):
         for q, seconds in recompute_queries(spark, files, recompute).items():
             out["recompute_s"][q].append(seconds)

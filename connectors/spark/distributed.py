@@ -16,14 +16,15 @@ it collects nothing but the tasks' counts. A stage that fails (a worker lost) is
 new job under a new rendezvous token, once the failed one's tasks are gone, so no task of it meets the new
 ones.
 
-A Python worker keeps the shards it hosts between micro-batches. Every ``checkpoint_every`` micro-batches each
-shard also writes its state (its arrangements as files, ``ivm.db.storage.Versions``) under
-``state/shards/NNNNN``, numbered by the batch id. When any task of a stage does not hold the state of the
-batch before (its worker is new, a task was retried, or the driver restarted), every task loads its shards'
-newest checkpoint of a recorded batch and replays the routed input of the recorded batches after it, which
-stays under the state path until two later checkpoints are recorded. A checkpoint written by a batch that was
-not recorded (its stage failed later, or the driver stopped first) is deleted when the state is loaded. A
-batch id applied before is not applied again."""
+Each executor keeps the shards its tasks host between micro-batches in a process of its own, which outlives
+Spark's Python workers (``connectors.spark._keeper``): the tasks hand it their rows and it runs them. Every
+``checkpoint_every`` micro-batches each shard also writes its state (its arrangements as files,
+``ivm.db.storage.Versions``) under ``state/shards/NNNNN``, numbered by the batch id. When any task of a stage
+does not hold the state of the batch before (its keeper is new, a task was retried, or the driver restarted),
+every task loads its shards' newest checkpoint of a recorded batch and replays the routed input of the recorded
+batches after it, which stays under the state path until two later checkpoints are recorded. A checkpoint
+written by a batch that was not recorded (its stage failed later, or the driver stopped first) is deleted when
+the state is loaded. A batch id applied before is not applied again."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import functools
 import json
 import os
 import pickle
+import threading
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Listener
 from typing import NamedTuple
@@ -52,6 +54,7 @@ from connectors.spark._changes import (
     split_commits,
 )
 from connectors.spark._contents import contents_part
+from connectors.spark._keeper import run_kept
 from connectors.spark._state import location, remove_tree, write_atomically
 from ivm.db.shards import Shards, portable_error, shards_of_rows
 from ivm.db.storage import Versions
@@ -173,7 +176,7 @@ class DistributedViews:
         has some (``batch-<id>-task-<k>.parquet``); ``emit(diffs)`` runs before the batch is recorded.
 
         For each folder of ``contents_files`` (folder -> (view, every)), each task writes its shards' part of
-        the view's contents there (``part-<k>.parquet``) when the part changed in this micro-batch, when
+        the view's contents there (``part-<k>.parquet``) when the view changed in this micro-batch, when
         ``every`` is true, or when the tasks loaded their state afresh; ``contents_written`` then says, per
         folder, which parts were written (``True``), which are in error (``None``: a view in error has no
         contents) and which were left as they were (``False``), by part number.
@@ -378,9 +381,27 @@ def _hosted(task: int, tasks: int, shards: int) -> range:
     return range(task * shards // tasks, (task + 1) * shards // tasks)
 
 
-# the shards this Python worker hosts, kept between micro-batches: (state, shards, tasks) -> (its role: which
-# range of the shards, the last batch, the shards, their subscriptions, their checkpoints)
-_HELD: dict[tuple[str, int, int], tuple[int, int, Shards, dict, list[Versions]]] = {}
+# the shards this process hosts, kept between micro-batches: (state, shards, tasks) -> for each range of shards
+# held, (its role: which range, the last batch, the shards, their subscriptions, their checkpoints)
+_HELD: dict[tuple[str, int, int], list[tuple[int, int, Shards, dict, list[Versions]]]] = {}
+_HELD_LOCK = threading.Lock()
+
+
+def _take_held(key: tuple[str, int, int]):
+    """One range of shards held for ``key``, taken out (a task of the stage holds it while it runs), or None."""
+    with _HELD_LOCK:
+        held = _HELD.get(key)
+        return held.pop() if held else None
+
+
+def _put_held(key: tuple[str, int, int], entry: tuple) -> None:
+    """Keep ``entry`` for ``key``'s next micro-batch; the ranges held for the same state in another layout of
+    shards over tasks no longer serve."""
+    with _HELD_LOCK:
+        for other in [k for k in _HELD if k[0] == key[0] and k != key]:
+            for stale in _HELD.pop(other):
+                stale[2].close()
+        _HELD.setdefault(key, []).append(entry)
 
 
 def _roles(held: list[tuple[int, int]], last: int, tasks: int) -> list[int] | None:
@@ -469,16 +490,20 @@ class _Job:
         if len(infos) != self.tasks:
             raise RuntimeError(f"the stage has {len(infos)} tasks, not {self.tasks}")
         rows = list(batches)  # this task's part of the micro-batch's rows, to be routed to their shards
+        report = run_kept(self, task, infos[task].address, rows)  # in the executor's keeper, which outlives us
+        yield pa.record_batch([pa.array([task], pa.int32()), pa.array([report], pa.binary())], _REPORT_ARROW)
+
+    def run_here(self, task: int, address: str, rows: list[pa.RecordBatch]) -> bytes:
+        """Run task ``task`` over its ``rows`` in this process, on the executor at ``address``: its report."""
         meeting = Meeting(self.rendezvous, self.rendezvous_key, self.token, task)
         try:
-            report = self._run(task, infos[task].address.rsplit(":", 1)[0], rows, meeting)
+            return self._run(task, address.rsplit(":", 1)[0], rows, meeting)
         finally:
             meeting.close()
-        yield pa.record_batch([pa.array([task], pa.int32()), pa.array([report], pa.binary())], _REPORT_ARROW)
 
     def _run(self, task: int, host: str, rows: list[pa.RecordBatch], meeting: Meeting) -> bytes:
         key = (self.state, self.shards, self.tasks)
-        held = _HELD.pop(key, None)  # put back only once this batch is through
+        held = _take_held(key)  # put back only once this batch is through
         last = self.last
         directory = _batch_dir(self.state, self.batch_id)
         # every task listens, as any may be given the first range of shards and so answer the collective calls
@@ -523,7 +548,7 @@ class _Job:
         except _Refused as refused:  # in every task alike (the shards agree on errors)
             collective.close()
             if refused.intact:  # rolled back: the shards still hold the state before this batch
-                _HELD[key] = (role, last, db, subs, versions)
+                _put_held(key, (role, last, db, subs, versions))
             else:
                 db.close()
             return pickle.dumps(portable_error(refused.error))
@@ -541,16 +566,20 @@ class _Job:
                 for folder in self.outputs.diffs.get(view, ()):
                     makedirs(folder)
                     pq.write_table(stamped, join(folder, _diff_file(self.batch_id, role)))
-        written = {
-            folder: self._write_contents(db, view, role, folder)
-            for folder, (view, every) in self.outputs.contents.items()
-            if every or afresh or counts[view]
-        }
-        whole = self._write_whole(db, collective, role, counts) if self.outputs.whole else []
+        written, whole = {}, []
+        if self.outputs.contents or self.outputs.whole:
+            # reading a view's contents is a query of every shard, whose rows may come to a task from the
+            # shards of others: the tasks agree on the views that changed, and each writes its part of them
+            changed = {view for view, n in counts.items() if n}
+            agreed = set().union(*(pickle.loads(m) for m in collective.all_gather(pickle.dumps(changed))))
+            for folder, (view, every) in self.outputs.contents.items():
+                if every or afresh or view in agreed:
+                    written[folder] = self._write_part(self._part(db, view), role, folder)
+            whole = self._write_whole(db, collective, role, agreed)
         if self.checkpoint:
             db.save(versions, self.batch_id)
         collective.close()
-        _HELD[key] = (role, self.batch_id, db, subs, versions)
+        _put_held(key, (role, self.batch_id, db, subs, versions))
         return pickle.dumps((afresh, counts, role, written, whole))
 
     def _part(self, db: Shards, view: str) -> pa.Table | None:
@@ -564,23 +593,19 @@ class _Job:
         meta = {b"ivm.view": view.encode(), b"ivm.batch_id": str(self.batch_id).encode()}
         return pa.table(rows.columns, names=schema.names).cast(schema).replace_schema_metadata(meta)
 
-    def _write_contents(self, db: Shards, view: str, role: int, folder: str) -> bool | None:
-        """Write this task's part of ``view``'s contents into ``folder``: True, or None if the view is in
-        error in one of the hosted shards (it has no contents to write)."""
-        part = self._part(db, view)
+    def _write_part(self, part: pa.Table | None, role: int, folder: str) -> bool | None:
+        """Write this task's ``part`` of a view's contents into ``folder``: True, or None if the view is in
+        error (it has no contents to write)."""
         if part is None:
             return None
         makedirs(folder)
         pq.write_table(part, join(folder, contents_part(role)))
         return True
 
-    def _write_whole(self, db: Shards, collective: SocketCollective, role: int, counts: dict) -> list[str]:
-        """Write the whole contents of the views of ``outputs.whole`` that changed in this micro-batch (in any
-        shard) or are to be written unchanged, each into its one file, from the task of role 0 (the others
+    def _write_whole(self, db: Shards, collective: SocketCollective, role: int, changed: set[str]) -> list[str]:
+        """Write the whole contents of the views of ``outputs.whole`` that ``changed`` in this micro-batch (in
+        any shard) or are to be written unchanged, each into its one file, from the task of role 0 (the others
         send it their parts); the files written."""
-        changed = {view for view, n in counts.items() if n}
-        said = [pickle.loads(m) for m in collective.all_gather(pickle.dumps(changed))]
-        changed = set().union(*said)
         due = {path: spec for path, spec in self.outputs.whole.items() if spec[1] or spec[0] in changed}
         if not due:  # (alike in every task)
             return []

@@ -1,5 +1,6 @@
 """Views kept by Spark in shards on a multi-process cluster (``connectors.spark.distributed``), checked against
-the embedded engine after every micro-batch, while one task's Python worker dies midway through a batch;
+the embedded engine after every micro-batch, while the Python workers are stopped between two micro-batches
+and an executor's keeper of the shards dies midway through a batch;
 run by test_distributed.py in a process of its own (a Spark driver serves one master). Prints one line of
 JSON: what was checked."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import signal
 import sys
 
 import pyarrow as pa
@@ -32,12 +34,40 @@ def add_diffs(contents: collections.Counter, diffs, batch: int) -> None:
     assert all(n > 0 for n in contents.values()), "a diff took away a row the view did not have"
 
 
+def kill_python_workers() -> int:
+    """SIGKILL this cluster's Python workers (the children of its executors' ``pyspark.daemon`` processes), as
+    Spark stops the idle ones after a minute; the keepers holding the shards, sessions of their own, stay. The
+    number killed."""
+    procs: dict[int, tuple[int, bool]] = {}  # pid -> (parent, whether it runs pyspark.daemon)
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                procs[int(name)] = (parent, b"pyspark.daemon" in f.read())
+        except (OSError, ValueError):
+            continue
+
+    def ours(pid: int) -> bool:  # started by this driver (its JVM, the executors' JVMs, their daemons)
+        while pid > 1 and pid in procs:
+            pid = procs[pid][0]
+            if pid == os.getpid():
+                return True
+        return False
+
+    forked = [p for p, (parent, daemon) in procs.items() if daemon and procs.get(parent, (0, False))[1]]
+    workers = [p for p in forked if ours(p)]
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    return len(workers)
+
+
 def bag(t: pa.Table) -> collections.Counter:
     return collections.Counter(zip(*[t.column(i).to_pylist() for i in range(t.num_columns)], strict=True))
 
 
 def main(state: str, shards: int, seed: int, batches: int, fault: int) -> None:
-    # a Python worker of an executor kills itself while applying micro-batch ``fault`` (faults/sitecustomize.py)
+    # an executor's keeper kills itself while applying micro-batch ``fault`` (faults/sitecustomize.py)
     marker = os.path.join(os.path.dirname(state), "killed")
     os.environ.update(IVM_FAULT_MARKER=marker, IVM_FAULT_BATCH=str(fault))
     faults = os.path.join(os.path.dirname(os.path.abspath(__file__)), "faults")
@@ -84,7 +114,10 @@ def main(state: str, shards: int, seed: int, batches: int, fault: int) -> None:
                 one.delete_arrow(table, dels)
             if ins.num_rows:
                 one.insert_arrow(table, ins)
-        if batch == 1:  # a micro-batch with a row breaking a primary key is refused whole, and changes nothing
+        if batch == 1:
+            # the Python workers are stopped between micro-batches (as Spark stops idle ones): the shards stay
+            assert kill_python_workers() >= 2
+            # a micro-batch with a row breaking a primary key is refused whole, and changes nothing
             dup = pa.table({"id": [1], "grp": ["dup"], "price": [1.0], "qty": [1]}, schema=arrow["item"])
             try:
                 kept.apply(batch, {**frames, "item": (spark.createDataFrame(dup), None)})
@@ -98,8 +131,9 @@ def main(state: str, shards: int, seed: int, batches: int, fault: int) -> None:
                 spark, schema, views, state, shards=shards, tasks=batch - 2, checkpoint_every=2
             )
         diffs = kept.apply(batch, frames)
-        # the workers keep their shards between micro-batches, whichever partition Spark gives each; all
-        # start afresh at the first, after the kill, and with each new layout of shards over tasks
+        # the keepers keep their shards between micro-batches, whichever partition Spark gives each, also
+        # when the workers are gone (1); all start afresh at the first, after a keeper is killed mid-way (2),
+        # and with each new layout of shards over tasks
         assert kept.afresh == {0: 2, 1: 0, 2: 2, 3: 1, 4: 2}[batch], (batch, kept.afresh)
         assert kept.apply(batch, frames) is None  # a replayed batch id changes nothing
         for v, df in diffs.items():

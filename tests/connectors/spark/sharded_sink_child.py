@@ -80,7 +80,7 @@ class DuckDBContents(DeltaContents):
 
 def merged(root: Path) -> dict[str, pa.Table]:
     with duckdb.connect(str(root / "merged.duckdb")) as db:
-        return {v: db.execute(f"SELECT * FROM merged_{v}").to_arrow_table() for v in MERGED}
+        return {v: db.sql(f"SELECT * FROM merged_{v}").to_arrow_table() for v in MERGED}
 
 
 SHAPE = plain(operation="op", commit="lsn", table_column="tbl")

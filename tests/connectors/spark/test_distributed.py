@@ -1,9 +1,10 @@
 """Spark as the distributed engine, on a real multi-process cluster (``local-cluster``: a master, two workers
 and their executors, each a JVM of its own, with Python workers of their own): the recursive views (closure,
 shortest paths with MIN, components, points-to, ...) and the grouped, joined, DISTINCT, top-k and text views
-of tests/db/test_shards.py, in 3 shards over 2 tasks, equal the embedded engine after every micro-batch; a
-Python worker killed midway through a micro-batch makes Spark run the barrier stage again, and the shards are
-rebuilt from the logged input; a replayed batch id changes nothing; a new driver with another layout of
+of tests/db/test_shards.py, in 3 shards over 2 tasks, equal the embedded engine after every micro-batch; the
+executors' Python workers stopped between micro-batches (as Spark stops idle ones) leave the shards with their
+keepers; a keeper killed midway through a micro-batch makes Spark run the barrier stage again, and the shards
+are rebuilt from the logged input; a replayed batch id changes nothing; a new driver with another layout of
 shards over tasks rebuilds the shards too and goes on exactly."""
 
 from __future__ import annotations

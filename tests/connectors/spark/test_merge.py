@@ -72,7 +72,7 @@ def test_merges_computed_by_pyarrow_and_by_spark_agree_and_carry_a_keyed_table_t
         db.unregister("changes")
         merged += changes.num_rows
         state = states[-1]
-        assert _bag(db.execute("SELECT * FROM target").to_arrow_table()) == _rows(state)
+        assert _bag(db.sql("SELECT * FROM target").to_arrow_table()) == _rows(state)
     assert merged > 30
 
 

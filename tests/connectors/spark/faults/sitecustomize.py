@@ -1,6 +1,6 @@
-"""A fault for test_distributed.py, loaded by the executors' Python workers (this directory is on their path):
-with IVM_FAULT_MARKER set, the first worker to start applying micro-batch IVM_FAULT_BATCH in a barrier stage
-kills itself (SIGKILL), once: the marker file says it happened."""
+"""A fault for test_distributed.py, loaded by the executors' Python processes (this directory is on their
+path): with IVM_FAULT_MARKER set, the first process to start applying micro-batch IVM_FAULT_BATCH in a barrier
+stage (an executor's keeper of the shards) kills itself (SIGKILL), once: the marker file says it happened."""
 
 import os
 
