@@ -160,8 +160,9 @@ class _Keeper:
 
     def _task(self, conn: Connection) -> None:
         try:
-            job, task, address, rows = pickle.loads(conn.recv_bytes())
+            message = conn.recv_bytes()
             try:
+                job, task, address, rows = pickle.loads(message)
                 answer = (True, job.run_here(task, address, rows))
             except Exception:
                 answer = (False, traceback.format_exc())
