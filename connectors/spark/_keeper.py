@@ -2,16 +2,18 @@
 
 Spark stops the Python workers of an executor once it has started or released none for a minute (a fixed
 constant of its ``PythonWorkerFactory``), and the shards a worker kept go with it: micro-batches more than a
-minute apart would each load the newest checkpoint and replay the batches after it. So a task does not run
-the shards in its worker: it hands its job and its rows to the executor's keeper, a Python process of its
-own (a session of its own, so that stopping the worker does not stop it), which runs the task in a thread and
-answers with the task's report. The first task on an executor starts the keeper; later ones find it by its
-Unix socket, in a private folder named after the state path and the executor's address.
+minute apart would each load the newest checkpoint and replay the batches after it. So a task does not run the
+shards in its worker: it hands its job and its rows to the executor's keeper, a Python process of its own (a
+session of its own, so that stopping the worker does not stop it), which runs the task in a thread and answers
+with the task's report. The first task on an executor starts the keeper; later ones find it by its Unix socket,
+in a private folder named after the state path and the executor's address.
 
-The keeper ends when the executor's Python daemon (the parent of the worker that started it) is gone, or
-after ``IVM_KEEPER_IDLE_S`` seconds (default an hour) without a task. A task whose worker dies mid-way is
-run to its end by the keeper, whose report is then lost: its stage fails, and the driver runs it again. A
-keeper that dies mid-way fails the tasks it was running the same way, and the next task starts another.
+A keeper releases the shards of a state once no task of it has come for two minutes and for three times the
+longest gap between its tasks yet (a stream triggered every ten minutes keeps them from its second gap on; one
+that stopped, or moved to other executors, frees the memory), and ends a minute after it holds none, or when the
+executor's Python daemon (the parent of the worker that started it) is gone. A task whose worker dies mid-way is
+run to its end by the keeper, whose report is then lost: its stage fails, and the driver runs it again. A keeper
+that dies mid-way fails the tasks it was running the same way, and the next task starts another.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ __all__ = ["run_kept"]
 
 _SOCKET, _KEY, _LOCK = "socket", "key", "lock"
 _START_S = 60.0  # how long a new keeper may take to listen
-_IDLE_S = float(os.environ.get("IVM_KEEPER_IDLE_S", 3600))
+_IDLE_S = 60.0  # how long a keeper that holds no shards waits for a task before it ends
 
 
 def run_kept(job, task: int, address: str, rows: list) -> bytes:
@@ -177,10 +179,13 @@ class _Keeper:
                 self.last = time.monotonic()
 
     def _watch(self) -> None:
+        from connectors.spark.distributed import release_idle
+
         while True:
             time.sleep(1.0)
+            holding = release_idle()
             with self.lock:
-                idle = not self.busy and time.monotonic() - self.last > _IDLE_S
+                idle = not self.busy and not holding and time.monotonic() - self.last > _IDLE_S
             if idle or not _alive(self.parent):
                 with _locked(self.folder):
                     shutil.rmtree(self.folder, ignore_errors=True)

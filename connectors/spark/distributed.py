@@ -34,6 +34,7 @@ import json
 import os
 import pickle
 import threading
+import time
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Listener
 from typing import NamedTuple
@@ -387,17 +388,40 @@ _HELD: dict[tuple[str, int, int], list[tuple[int, int, Shards, dict, list[Versio
 _HELD_LOCK = threading.Lock()
 
 
+# state -> (when a task of it last came or ended, the longest gap seen between tasks)
+_TASKS_SEEN: dict[str, tuple[float, float]] = {}
+_KEEP_S = 120.0  # shards are kept this long after a task at least, and 3 times the longest gap seen
+
+
 def _take_held(key: tuple[str, int, int]):
     """One range of shards held for ``key``, taken out (a task of the stage holds it while it runs), or None."""
     with _HELD_LOCK:
+        now = time.monotonic()
+        last, gap = _TASKS_SEEN.get(key[0], (now, 0.0))
+        _TASKS_SEEN[key[0]] = (now, max(gap, now - last))
         held = _HELD.get(key)
         return held.pop() if held else None
+
+
+def release_idle() -> bool:
+    """Close the shards of every state no task has come for in ``_KEEP_S`` seconds and three times the longest
+    gap between its tasks (the stream has moved elsewhere, or stopped): their memory is the executor's. Whether
+    any shards are still held."""
+    with _HELD_LOCK:
+        now = time.monotonic()
+        for key in list(_HELD):
+            last, gap = _TASKS_SEEN.get(key[0], (now, 0.0))
+            if now - last > max(_KEEP_S, 3 * gap):
+                for stale in _HELD.pop(key):
+                    stale[2].close()
+        return bool(_HELD)
 
 
 def _put_held(key: tuple[str, int, int], entry: tuple) -> None:
     """Keep ``entry`` for ``key``'s next micro-batch; the ranges held for the same state in another layout of
     shards over tasks no longer serve."""
     with _HELD_LOCK:
+        _TASKS_SEEN[key[0]] = (time.monotonic(), _TASKS_SEEN.get(key[0], (0.0, 0.0))[1])
         for other in [k for k in _HELD if k[0] == key[0] and k != key]:
             for stale in _HELD.pop(other):
                 stale[2].close()
@@ -506,7 +530,7 @@ class _Job:
         held = _take_held(key)  # put back only once this batch is through
         last = self.last
         directory = _batch_dir(self.state, self.batch_id)
-        # every task listens, as any may be given the first range of shards and so answer the collective calls
+        # every task listens: the tasks connect to one another, each pair once
         listener = Listener((host, 0), authkey=self.authkey) if self.tasks > 1 else None
         address = "" if listener is None else f"{host} {listener.address[1]}"
         holding = held[:2] if held else (-1, -2)  # (role, batch) of the state this worker holds
@@ -518,9 +542,6 @@ class _Job:
         addresses = [""] * self.tasks
         for t, r in enumerate(roles):
             addresses[r] = said[t][0]
-        if role != 0 and listener is not None:
-            listener.close()
-            listener = None
         collective = SocketCollective(role, self.tasks, lambda _: addresses, self.authkey, host, listener)
         received = self._exchange(collective, role, rows)
         del rows

@@ -4,10 +4,10 @@ A ``ShardGroup`` whose shards are spread over processes makes two kinds of colle
 in every process: ``all_gather`` (a small message from every process: what each shard would run next, the
 rounds of a loop) and ``all_to_all`` (the updates exchanged at the end of a stage, one message per
 destination process). A micro-batch makes hundreds of them, so each must cost a round trip, not a scheduler's
-poll: ``SocketCollective`` connects every process to process 0, which gathers each call's messages and sends
-every process what is for it. Connections are authenticated with a key the processes share
-(``multiprocessing.connection``); the only thing the host provides is a way to tell every process where
-process 0 listens (``publish``, one call when the collective starts).
+poll: ``SocketCollective`` connects every pair of processes, and each call sends every message straight to
+the process it is for. Connections are authenticated with a key the processes share
+(``multiprocessing.connection``); the only thing the host provides is a way to tell every process where the
+others listen (``publish``, one call when the collective starts).
 
 ``Rendezvous`` is such a ``publish`` that needs nothing of the host but a process every other can reach (a
 Spark driver): the processes of one run meet there under the run's token, and a run that failed is retired
@@ -41,8 +41,12 @@ def _no_delay(conn: Connection) -> Connection:
 
 class SocketCollective:
     """Process ``index`` of ``count``; ``publish(text)`` gives every process's text (in process order), and is
-    how process 0's address reaches the others; ``host`` is the address process 0 listens on (``listener``,
-    when it listens already: its address is then published)."""
+    how the processes' addresses reach one another; ``host`` is the address this process listens on
+    (``listener``, when it listens already: its address is then published).
+
+    Every pair of processes has a connection of its own (the higher connects to the lower), and each call
+    sends every message straight to the process it is for: no process relays the others' traffic, so what one
+    process sends and receives per call grows with its own messages, not with the number of processes."""
 
     def __init__(
         self,
@@ -57,54 +61,71 @@ class SocketCollective:
             raise ValueError(f"process {index} is not one of 0 .. {count - 1}")
         self.index = index
         self.count = count
-        self._peers: list[Connection] = []  # process 0: one per other process, in process order
-        self._hub: Connection | None = None  # the others: the connection to process 0
-        if index == 0 and count > 1 and listener is None:
-            listener = Listener((host, 0), authkey=authkey)
-        elif index != 0 or count == 1:
-            listener = None
-        said = publish("" if listener is None else f"{host} {listener.address[1]}")
-        if listener is not None:
-            try:
-                accepted = {}
-                for _ in range(count - 1):
-                    conn = _no_delay(listener.accept())
-                    accepted[pickle.loads(conn.recv_bytes())] = conn
-                self._peers = [accepted[q] for q in range(1, count)]
-            finally:
+        self._peers: list[Connection | None] = [None] * count  # a connection to every other process
+        if count == 1:
+            if listener is not None:
                 listener.close()
-        elif count > 1:
-            address, port = said[0].split()
-            self._hub = _no_delay(Client((address, int(port)), authkey=authkey))
-            self._hub.send_bytes(pickle.dumps(index))
+            publish("")
+            return
+        if listener is None:
+            listener = Listener((host, 0), authkey=authkey)
+        said = publish(f"{host} {listener.address[1]}")
+        try:
+            for q in range(index):  # (each lower process is accepting by now: it connects only lower still)
+                address, port = said[q].split()
+                conn = _no_delay(Client((address, int(port)), authkey=authkey))
+                conn.send_bytes(pickle.dumps(index))
+                self._peers[q] = conn
+            for _ in range(count - 1 - index):
+                conn = _no_delay(listener.accept())
+                self._peers[pickle.loads(conn.recv_bytes())] = conn
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            listener.close()
 
     def all_gather(self, message: bytes) -> list[bytes]:
-        if self.count == 1:
-            return [message]
-        if self._hub is not None:
-            self._hub.send_bytes(message)
-            return pickle.loads(self._hub.recv_bytes())
-        every = [message] + [p.recv_bytes() for p in self._peers]
-        reply = pickle.dumps(every)
-        for p in self._peers:
-            p.send_bytes(reply)
-        return every
+        return self.all_to_all([message] * self.count)
 
     def all_to_all(self, outgoing: list[bytes]) -> list[bytes]:
         if self.count == 1:
             return list(outgoing)
-        if self._hub is not None:
-            self._hub.send_bytes(pickle.dumps(outgoing))
-            return pickle.loads(self._hub.recv_bytes())
-        sent = [outgoing] + [pickle.loads(p.recv_bytes()) for p in self._peers]
-        for q, p in enumerate(self._peers, start=1):
-            p.send_bytes(pickle.dumps([s[q] for s in sent]))
-        return [s[0] for s in sent]
+        others = [q for q in range(self.count) if q != self.index]
+        if max(len(outgoing[q]) for q in others) <= _INLINE:  # fits the sockets' buffers: cannot block
+            for q in others:
+                self._peers[q].send_bytes(outgoing[q])
+            sender = None
+        else:  # sent while receiving, so that two processes sending each other much never wait on each other
+            failed: list[BaseException] = []
+            sender = threading.Thread(target=self._send, args=(outgoing, others, failed))
+            sender.start()
+        came = list(outgoing)
+        try:
+            for q in others:
+                came[q] = self._peers[q].recv_bytes()
+        finally:
+            if sender is not None:
+                sender.join()
+        if sender is not None and failed:
+            raise failed[0]
+        return came
+
+    def _send(self, outgoing: list[bytes], others: list[int], failed: list[BaseException]) -> None:
+        try:
+            for q in others:
+                self._peers[q].send_bytes(outgoing[q])
+        except BaseException as err:
+            failed.append(err)
 
     def close(self) -> None:
-        for conn in [*self._peers, *([self._hub] if self._hub is not None else [])]:
-            conn.close()
-        self._peers, self._hub = [], None
+        for conn in self._peers:
+            if conn is not None:
+                conn.close()
+        self._peers = [None] * self.count
+
+
+_INLINE = 32 * 1024  # a message this size goes out at once: loopback and LAN send buffers are larger
 
 
 class Rendezvous:

@@ -118,26 +118,28 @@ def test_a_client_without_the_key_is_refused_and_the_rendezvous_goes_on():
 def test_collective_connections_send_at_once():
     """A collective call must not wait on the peer's delayed acknowledgement: Nagle's algorithm is off on
     every connection between processes."""
-    addresses: list[str] = []
-    ready = threading.Event()
+    said: list[str] = [""] * 3
+    barrier = threading.Barrier(3)
 
-    def publish(text: str) -> list[str]:
-        if text:
-            addresses.append(text)
-            ready.set()
-        ready.wait(30)
-        return addresses
+    def publisher(i: int):
+        def publish(text: str) -> list[str]:
+            said[i] = text
+            barrier.wait(30)
+            return list(said)
+
+        return publish
 
     made: dict[int, SocketCollective] = {}
     threads = [
-        threading.Thread(target=lambda i=i: made.__setitem__(i, SocketCollective(i, 3, publish, b"key")))
+        threading.Thread(target=lambda i=i: made.__setitem__(i, SocketCollective(i, 3, publisher(i), b"key")))
         for i in range(3)
     ]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
-    conns = [*made[0]._peers, made[1]._hub, made[2]._hub]
+    conns = [c for made_ in made.values() for c in made_._peers if c is not None]
+    assert len(conns) == 6  # a connection between every two processes, seen from both ends
     try:
         for conn in conns:
             sock = socket.fromfd(conn.fileno(), socket.AF_INET, socket.SOCK_STREAM)

@@ -1,7 +1,8 @@
 """Shards spread over processes (``ivm.db.shards`` with a ``SocketCollective``) give the embedded engine's
 results: each process hosts a range of the shards and runs the same operations; exchanged updates cross
-between the processes over sockets, text as text (each process has its own string pool). After every batch the
-union of the processes' parts of every view equals the embedded engine's view."""
+between the processes over sockets, each pair of processes connected directly, text as text (each process has
+its own string pool). After every batch the union of the processes' parts of every view equals the embedded
+engine's view."""
 
 from __future__ import annotations
 
@@ -33,10 +34,15 @@ def _embedded(seed: int, batches: int) -> list[dict[str, list]]:
 
 @pytest.mark.parametrize(
     "hosted",
-    [[range(0, 1), range(1, 2)], [range(0, 2), range(2, 3)], [range(0, 1), range(1, 4)]],
-    ids=["1+1", "2+1", "1+3"],
+    [
+        [range(0, 1), range(1, 2)],
+        [range(0, 2), range(2, 3)],
+        [range(0, 1), range(1, 4)],
+        [range(0, 1), range(1, 3), range(3, 4)],
+    ],
+    ids=["1+1", "2+1", "1+3", "1+2+1"],
 )
-def test_shards_in_two_processes_equal_the_embedded_engine(tmp_path, hosted):
+def test_shards_in_several_processes_equal_the_embedded_engine(tmp_path, hosted):
     seed, batches = len(hosted[-1]) * 7 + hosted[-1].stop, 4
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(len(hosted))
