@@ -8,10 +8,11 @@ session of its own, so that stopping the worker does not stop it), which runs th
 with the task's report. The first task on an executor starts the keeper; later ones find it by its Unix socket,
 in a private folder named after the state path and the executor's address.
 
-A keeper releases the shards of a state once no task of it has come for two minutes and for three times the
+A keeper releases the shards of a state once no task of it has come for a minute and for three times the
 longest gap between its tasks yet (a stream triggered every ten minutes keeps them from its second gap on; one
-that stopped, or moved to other executors, frees the memory), and ends a minute after it holds none, or when the
-executor's Python daemon (the parent of the worker that started it) is gone. A task whose worker dies mid-way is
+that stopped frees the memory), or at once when the state records a later batch than theirs (its tasks ran on
+other executors); it ends a minute after it holds none, or when the executor's Python daemon (the parent of
+the worker that started it) is gone. A task whose worker dies mid-way is
 run to its end by the keeper, whose report is then lost: its stage fails, and the driver runs it again. A keeper
 that dies mid-way fails the tasks it was running the same way, and the next task starts another.
 """
@@ -182,7 +183,7 @@ class _Keeper:
         from connectors.spark.distributed import release_idle
 
         while True:
-            time.sleep(1.0)
+            time.sleep(5.0)
             holding = release_idle()
             with self.lock:
                 idle = not self.busy and not holding and time.monotonic() - self.last > _IDLE_S

@@ -390,7 +390,7 @@ _HELD_LOCK = threading.Lock()
 
 # state -> (when a task of it last came or ended, the longest gap seen between tasks)
 _TASKS_SEEN: dict[str, tuple[float, float]] = {}
-_KEEP_S = 120.0  # shards are kept this long after a task at least, and 3 times the longest gap seen
+_KEEP_S = 60.0  # shards are kept this long after a task at least, and 3 times the longest gap seen
 
 
 def _take_held(key: tuple[str, int, int]):
@@ -405,15 +405,27 @@ def _take_held(key: tuple[str, int, int]):
 
 def release_idle() -> bool:
     """Close the shards of every state no task has come for in ``_KEEP_S`` seconds and three times the longest
-    gap between its tasks (the stream has moved elsewhere, or stopped): their memory is the executor's. Whether
-    any shards are still held."""
+    gap between its tasks (the stream stopped), and those of a batch older than the state's record (the
+    stream's tasks ran elsewhere since): their memory is the executor's. Whether any shards are still held."""
+    now = time.monotonic()
     with _HELD_LOCK:
-        now = time.monotonic()
+        states = {key[0] for key in _HELD}
+    recorded = {}
+    for state in states:  # (read outside the lock: a task may take its shards meanwhile)
+        try:
+            recorded[state] = json.loads(read_whole(join(state, _DONE)))["last"]
+        except (OSError, ValueError, KeyError):
+            recorded[state] = None
+    with _HELD_LOCK:
         for key in list(_HELD):
             last, gap = _TASKS_SEEN.get(key[0], (now, 0.0))
-            if now - last > max(_KEEP_S, 3 * gap):
-                for stale in _HELD.pop(key):
-                    stale[2].close()
+            done = recorded.get(key[0])
+            quiet = now - last > max(_KEEP_S, 3 * gap)
+            for entry in [e for e in _HELD[key] if quiet or (done is not None and e[1] < done)]:
+                _HELD[key].remove(entry)
+                entry[2].close()
+            if not _HELD[key]:
+                del _HELD[key]
         return bool(_HELD)
 
 
