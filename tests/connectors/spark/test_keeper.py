@@ -13,6 +13,8 @@ import sys
 import tempfile
 import time
 
+from connectors.spark._keeper import _alive
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 # an executor's daemon: for each line read, a worker (its child) runs one task and ends; it prints the output
@@ -27,11 +29,7 @@ for line in sys.stdin:
 
 
 def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+    return not _alive(pid)
 
 
 def test_tasks_of_workers_that_come_and_go_run_in_one_keeper_that_ends_with_the_daemon():
