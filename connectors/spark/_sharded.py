@@ -155,6 +155,9 @@ class ShardedSink(ViewSink):
         raise SqlError("a sink with shards checkpoints every checkpoint_every micro-batches, in its tasks")
 
     def close(self) -> None:
+        """Stop: the executors let the shards go (the state stays, for a sink to resume from)."""
+        if self.kept is not None:
+            self.kept.close()
         self.kept = None
 
     def _spelling(self, view: str) -> str:

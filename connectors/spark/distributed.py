@@ -132,6 +132,13 @@ class DistributedViews:
         except FileNotFoundError:
             return {"batches": [], "checkpoints": [], "last": -1, "note": None}
 
+    def close(self) -> None:
+        """Mark the state closed: the executors' keepers let its shards go at their next look (within
+        seconds) rather than a minute after the last task. The next micro-batch recorded clears the mark."""
+        rec = self.record()
+        if rec["last"] >= 0 and not rec.get("closed"):
+            write_bytes(json.dumps({**rec, "closed": True}).encode(), join(self.state, _DONE))
+
     def applied(self, batch_id: int) -> bool:
         """Whether micro-batch ``batch_id`` was applied."""
         rec = self.record()
@@ -405,23 +412,27 @@ def _take_held(key: tuple[str, int, int]):
 
 def release_idle() -> bool:
     """Close the shards of every state no task has come for in ``_KEEP_S`` seconds and three times the longest
-    gap between its tasks (the stream stopped), and those of a batch older than the state's record (the
-    stream's tasks ran elsewhere since): their memory is the executor's. Whether any shards are still held."""
+    gap between its tasks (the stream stopped), of a state whose sink was closed, and those of a batch older
+    than the state's record (the stream's tasks ran elsewhere since): their memory is the executor's. Whether
+    any shards are still held."""
     now = time.monotonic()
     with _HELD_LOCK:
         states = {key[0] for key in _HELD}
     recorded = {}
     for state in states:  # (read outside the lock: a task may take its shards meanwhile)
         try:
-            recorded[state] = json.loads(read_whole(join(state, _DONE)))["last"]
+            rec = json.loads(read_whole(join(state, _DONE)))
+            recorded[state] = (rec["last"], bool(rec.get("closed")))
         except (OSError, ValueError, KeyError):
-            recorded[state] = None
+            recorded[state] = (None, False)
     with _HELD_LOCK:
         for key in list(_HELD):
             last, gap = _TASKS_SEEN.get(key[0], (now, 0.0))
-            done = recorded.get(key[0])
+            done, closed = recorded.get(key[0], (None, False))
             quiet = now - last > max(_KEEP_S, 3 * gap)
-            for entry in [e for e in _HELD[key] if quiet or (done is not None and e[1] < done)]:
+            # a closed sink's shards are of its last batch (a sink started since leaves a later one)
+            newest = None if done is None else done + 1 if closed else done
+            for entry in [e for e in _HELD[key] if quiet or newest is not None and e[1] < newest]:
                 _HELD[key].remove(entry)
                 entry[2].close()
             if not _HELD[key]:

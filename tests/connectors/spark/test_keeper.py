@@ -84,3 +84,55 @@ def _run_and_end(tmp: str, keepers: list[int]) -> None:
         time.sleep(0.1)
     assert all(map(_gone, keepers))
     assert os.listdir(folder) == []
+
+
+class _Shards:
+    """Stands for a range of shards held: records that it was let go."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_keeper_lets_go_of_shards_a_later_record_left_behind_or_a_closed_sink_or_a_quiet_stream(
+    tmp_path, monkeypatch
+):
+    from connectors.spark import distributed
+
+    held, seen = {}, {}
+    monkeypatch.setattr(distributed, "_HELD", held)
+    monkeypatch.setattr(distributed, "_TASKS_SEEN", seen)
+    now = time.monotonic()
+
+    def state(name: str, last: int, held_batches: list[int], quiet: bool = False) -> list[_Shards]:
+        path = tmp_path / name
+        path.mkdir()
+        views = object.__new__(distributed.DistributedViews)  # (its record alone, without a Spark session)
+        views.state = str(path)
+        views._record(views.record(), last, False, None)
+        shards = [_Shards() for _ in held_batches]
+        held[(str(path), 2, 1)] = [(0, b, s, {}, []) for b, s in zip(held_batches, shards, strict=True)]
+        seen[str(path)] = (now - 61 if quiet else now, 0.0)
+        return shards
+
+    current = state("current", 4, [4])
+    behind = state("behind", 4, [3, 4])
+    closed = state("closed", 4, [4])
+    resumed = state("resumed", 4, [5])  # a sink started after the close: its task left batch 5
+    quiet = state("quiet", 4, [4], quiet=True)
+    for name in ("closed", "resumed"):
+        views = object.__new__(distributed.DistributedViews)
+        views.state = str(tmp_path / name)
+        views.close()
+        assert views.record()["closed"] and views.record()["last"] == 4
+    assert distributed.release_idle()
+    assert [s.closed for s in current] == [False]
+    assert [s.closed for s in behind] == [True, False]  # its tasks ran elsewhere since batch 3
+    assert [s.closed for s in closed] == [True]
+    assert [s.closed for s in resumed] == [False]
+    assert [s.closed for s in quiet] == [True]
+    assert sorted(key[0].rsplit("/", 1)[1] for key in held) == ["behind", "current", "resumed"]
+    views._record(views.record(), 5, False, None)  # the next micro-batch recorded clears the mark
+    assert "closed" not in views.record()
