@@ -487,17 +487,17 @@ def view_sink(
     micro-batch from a session in another time zone is refused). ``dialect="postgres"`` reads them as the
     embedded database does, as PostgreSQL in UTC.
 
-    With ``shards``, Spark is the engine: every view is kept in that many shards by key, run by ``tasks``
-    tasks of one barrier stage per micro-batch (at most the cluster's cores; by default its default
-    parallelism), and the change rows never come to the driver. Each shard checkpoints its state under
+    With ``shards``, Spark is the engine: every view is kept in that many shards by key, run by ``tasks`` tasks
+    of one barrier stage per micro-batch (at most the cluster's cores; by default its default parallelism: with
+    fewer, Spark may place a task on another executor from one micro-batch to the next, which then loads its
+    shards afresh), and the change rows never come to the driver. Each shard checkpoints its state under
     ``state_dir`` every ``checkpoint_every`` micro-batches; a restart loads the newest and replays the
     micro-batches after it. The outputs are ``DiffsTo``, ``ParquetDiffs`` (written by the tasks, a file per
     task), ``ParquetContents`` (written whole by one task, to which the others send their parts when the view
     changed), ``DeltaContents`` (the MERGE computed by Spark from the diffs, which stay on the executors) and
-    ``ParquetContentsSet`` (each view's contents in parts written by the tasks); ``dead_letters``
-    get a file per task and micro-batch with refused commits; with ``whole_commits=False`` each task keeps its
-    rows of the last commit for the next micro-batch; ``checkpoint_bytes`` does not apply. See
-    docs/design/sharding.md.
+    ``ParquetContentsSet`` (each view's contents in parts written by the tasks); ``dead_letters`` get a file per
+    task and micro-batch with refused commits; with ``whole_commits=False`` each task keeps its rows of the last
+    commit for the next micro-batch; ``checkpoint_bytes`` does not apply. See docs/design/sharding.md.
     """
     if shards is not None:
         from connectors.spark._sharded import ShardedSink
